@@ -1,0 +1,399 @@
+//! Tensors with data: constants, weights, interpreter values.
+
+use half::{bf16, f16};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+use crate::{DType, Rng, Shape, TensorType};
+
+/// Dense row-major element storage, one variant per [`DType`].
+#[derive(Clone, Debug)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    Bool(Vec<bool>),
+}
+
+/// Apply `$body` to the vector inside a [`TensorData`], whatever its element type.
+#[macro_export]
+macro_rules! with_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            $crate::TensorData::F32($v) => $body,
+            $crate::TensorData::F16($v) => $body,
+            $crate::TensorData::BF16($v) => $body,
+            $crate::TensorData::F64($v) => $body,
+            $crate::TensorData::I64($v) => $body,
+            $crate::TensorData::I32($v) => $body,
+            $crate::TensorData::I8($v) => $body,
+            $crate::TensorData::U8($v) => $body,
+            $crate::TensorData::Bool($v) => $body,
+        }
+    };
+}
+
+/// Like [`with_data!`], rebuilding the same variant from the body's vector.
+#[macro_export]
+macro_rules! map_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            $crate::TensorData::F32($v) => $crate::TensorData::F32($body),
+            $crate::TensorData::F16($v) => $crate::TensorData::F16($body),
+            $crate::TensorData::BF16($v) => $crate::TensorData::BF16($body),
+            $crate::TensorData::F64($v) => $crate::TensorData::F64($body),
+            $crate::TensorData::I64($v) => $crate::TensorData::I64($body),
+            $crate::TensorData::I32($v) => $crate::TensorData::I32($body),
+            $crate::TensorData::I8($v) => $crate::TensorData::I8($body),
+            $crate::TensorData::U8($v) => $crate::TensorData::U8($body),
+            $crate::TensorData::Bool($v) => $crate::TensorData::Bool($body),
+        }
+    };
+}
+
+impl TensorData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
+            TensorData::F64(_) => DType::F64,
+            TensorData::I64(_) => DType::I64,
+            TensorData::I32(_) => DType::I32,
+            TensorData::I8(_) => DType::I8,
+            TensorData::U8(_) => DType::U8,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        with_data!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Gather elements by flat index: `out[i] = self[idx[i]]`.
+    pub fn take(&self, idx: &[usize]) -> TensorData {
+        map_data!(self, v => idx.iter().map(|&i| v[i]).collect())
+    }
+
+    /// Gather elements by flat index, `None` giving `fill` (already of this dtype, one element).
+    pub fn take_or(&self, idx: &[Option<usize>], fill: &TensorData) -> TensorData {
+        match (self, fill) {
+            (TensorData::F32(v), TensorData::F32(f)) => TensorData::F32(take_fill(v, idx, f[0])),
+            (TensorData::F16(v), TensorData::F16(f)) => TensorData::F16(take_fill(v, idx, f[0])),
+            (TensorData::BF16(v), TensorData::BF16(f)) => TensorData::BF16(take_fill(v, idx, f[0])),
+            (TensorData::F64(v), TensorData::F64(f)) => TensorData::F64(take_fill(v, idx, f[0])),
+            (TensorData::I64(v), TensorData::I64(f)) => TensorData::I64(take_fill(v, idx, f[0])),
+            (TensorData::I32(v), TensorData::I32(f)) => TensorData::I32(take_fill(v, idx, f[0])),
+            (TensorData::I8(v), TensorData::I8(f)) => TensorData::I8(take_fill(v, idx, f[0])),
+            (TensorData::U8(v), TensorData::U8(f)) => TensorData::U8(take_fill(v, idx, f[0])),
+            (TensorData::Bool(v), TensorData::Bool(f)) => TensorData::Bool(take_fill(v, idx, f[0])),
+            _ => panic!(
+                "take_or: fill dtype {} differs from data dtype {}",
+                fill.dtype(),
+                self.dtype()
+            ),
+        }
+    }
+
+    /// Concatenate several vectors of the same dtype.
+    pub fn concat(parts: &[&TensorData]) -> Option<TensorData> {
+        let first = parts.first()?;
+        let dtype = first.dtype();
+        if parts.iter().any(|p| p.dtype() != dtype) {
+            return None;
+        }
+        // Through the little-endian bytes: exact for every dtype.
+        let mut all = Vec::new();
+        for p in parts {
+            all.extend_from_slice(&p.to_le_bytes());
+        }
+        let n = all.len() / dtype.size_bytes();
+        TensorData::from_le_bytes(dtype, &all, n)
+    }
+
+    /// Every element as f64 (bool as 0/1). Exact for all dtypes but large i64.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self {
+            TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::F16(v) => v.iter().map(|&x| x.to_f64()).collect(),
+            TensorData::BF16(v) => v.iter().map(|&x| x.to_f64()).collect(),
+            TensorData::F64(v) => v.clone(),
+            TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+        }
+    }
+
+    /// Build from f64 values with cast semantics: floats round to nearest, integers
+    /// truncate toward zero and saturate (NaN to 0), bool is `x != 0`.
+    pub fn from_f64(dtype: DType, v: &[f64]) -> TensorData {
+        match dtype {
+            DType::F32 => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
+            DType::F16 => TensorData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F64 => TensorData::F64(v.to_vec()),
+            DType::I64 => TensorData::I64(v.iter().map(|&x| x as i64).collect()),
+            DType::I32 => TensorData::I32(v.iter().map(|&x| x as i32).collect()),
+            DType::I8 => TensorData::I8(v.iter().map(|&x| x as i8).collect()),
+            DType::U8 => TensorData::U8(v.iter().map(|&x| x as u8).collect()),
+            DType::Bool => TensorData::Bool(v.iter().map(|&x| x != 0.0).collect()),
+        }
+    }
+
+    /// Little-endian bytes (bool as one byte 0/1), the layout of safetensors and npy.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I8(v) => v.iter().map(|&x| x as u8).collect(),
+            TensorData::U8(v) => v.clone(),
+            TensorData::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+        }
+    }
+
+    /// Parse `n` little-endian elements; `None` when the byte count is wrong.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8], n: usize) -> Option<TensorData> {
+        if bytes.len() != n * dtype.size_bytes() {
+            return None;
+        }
+        fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+            b.chunks_exact(N)
+                .map(|c| {
+                    let mut a = [0u8; N];
+                    a.copy_from_slice(c);
+                    f(a)
+                })
+                .collect()
+        }
+        Some(match dtype {
+            DType::F32 => TensorData::F32(chunks(bytes, f32::from_le_bytes)),
+            DType::F16 => TensorData::F16(chunks(bytes, f16::from_le_bytes)),
+            DType::BF16 => TensorData::BF16(chunks(bytes, bf16::from_le_bytes)),
+            DType::F64 => TensorData::F64(chunks(bytes, f64::from_le_bytes)),
+            DType::I64 => TensorData::I64(chunks(bytes, i64::from_le_bytes)),
+            DType::I32 => TensorData::I32(chunks(bytes, i32::from_le_bytes)),
+            DType::I8 => TensorData::I8(bytes.iter().map(|&b| b as i8).collect()),
+            DType::U8 => TensorData::U8(bytes.to_vec()),
+            DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+        })
+    }
+}
+
+fn take_fill<T: Copy>(v: &[T], idx: &[Option<usize>], fill: T) -> Vec<T> {
+    idx.iter().map(|i| i.map_or(fill, |i| v[i])).collect()
+}
+
+/// Bitwise equality: NaN equals NaN with the same bits, -0.0 differs from 0.0.
+/// That is the equality a round trip must preserve.
+impl PartialEq for TensorData {
+    fn eq(&self, other: &TensorData) -> bool {
+        self.dtype() == other.dtype() && self.to_le_bytes() == other.to_le_bytes()
+    }
+}
+
+/// A tensor value: a shape and dense row-major data whose length matches it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    shape: Shape,
+    data: TensorData,
+}
+
+/// Error building a tensor whose data does not match its shape.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("tensor of shape {shape} needs {expected} elements, got {got}")]
+pub struct TensorSizeError {
+    pub shape: Shape,
+    pub expected: usize,
+    pub got: usize,
+}
+
+impl Tensor {
+    pub fn new(shape: impl Into<Shape>, data: TensorData) -> Result<Tensor, TensorSizeError> {
+        let shape = shape.into();
+        if shape.numel() != data.len() {
+            return Err(TensorSizeError {
+                expected: shape.numel(),
+                got: data.len(),
+                shape,
+            });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    /// A tensor of `ty` with every element equal to `value` (cast as [`TensorData::from_f64`]).
+    pub fn full(ty: &TensorType, value: f64) -> Tensor {
+        Tensor {
+            shape: ty.shape.clone(),
+            data: TensorData::from_f64(ty.dtype, &vec![value; ty.numel()]),
+        }
+    }
+
+    pub fn zeros(ty: &TensorType) -> Tensor {
+        Tensor::full(ty, 0.0)
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar(dtype: DType, value: f64) -> Tensor {
+        Tensor::full(&TensorType::new(dtype, Shape::scalar()), value)
+    }
+
+    pub fn from_f32(shape: impl Into<Shape>, v: Vec<f32>) -> Result<Tensor, TensorSizeError> {
+        Tensor::new(shape, TensorData::F32(v))
+    }
+
+    /// Values from f64 with cast semantics into `dtype`.
+    pub fn from_f64(dtype: DType, shape: impl Into<Shape>, v: &[f64]) -> Result<Tensor, TensorSizeError> {
+        Tensor::new(shape, TensorData::from_f64(dtype, v))
+    }
+
+    /// Deterministic random values: floats uniform in [-1, 1), signed integers in [-8, 8),
+    /// u8 in [0, 16), bools fair.
+    pub fn random(ty: &TensorType, seed: u64) -> Tensor {
+        let mut rng = Rng::new(seed);
+        let n = ty.numel();
+        let data = match ty.dtype {
+            DType::Bool => TensorData::Bool((0..n).map(|_| rng.bool()).collect()),
+            DType::U8 => TensorData::U8((0..n).map(|_| rng.below(16) as u8).collect()),
+            d if d.is_int() => TensorData::from_f64(d, &(0..n).map(|_| rng.below(16) as f64 - 8.0).collect::<Vec<_>>()),
+            d => TensorData::from_f64(d, &(0..n).map(|_| rng.uniform(-1.0, 1.0)).collect::<Vec<_>>()),
+        };
+        Tensor {
+            shape: ty.shape.clone(),
+            data,
+        }
+    }
+
+    /// Deterministic normal values with standard deviation `std` (floats only; other
+    /// dtypes get [`Tensor::random`]).
+    pub fn randn(ty: &TensorType, std: f64, seed: u64) -> Tensor {
+        if !ty.dtype.is_float() {
+            return Tensor::random(ty, seed);
+        }
+        let mut rng = Rng::new(seed);
+        let v: Vec<f64> = (0..ty.numel()).map(|_| rng.normal() * std).collect();
+        Tensor {
+            shape: ty.shape.clone(),
+            data: TensorData::from_f64(ty.dtype, &v),
+        }
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    pub fn ty(&self) -> TensorType {
+        TensorType::new(self.dtype(), self.shape.clone())
+    }
+
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    pub fn into_data(self) -> TensorData {
+        self.data
+    }
+
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        self.data.to_f64_vec()
+    }
+
+    /// The same data viewed with another shape of equal element count.
+    pub fn reshape(self, shape: impl Into<Shape>) -> Result<Tensor, TensorSizeError> {
+        Tensor::new(shape, self.data)
+    }
+}
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{} ", self.dtype(), self.shape)?;
+        let v = self.to_f64_vec();
+        let shown = v.len().min(8);
+        f.write_str("[")?;
+        for (i, x) in v[..shown].iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{x}")?;
+        }
+        if v.len() > shown {
+            write!(f, ", ... ({} more)", v.len() - shown)?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// JSON form: `{"dtype": "f32", "shape": [2], "hex": "0000803f..."}`, little-endian
+/// bytes in hex: exact for every value, NaN and infinities included.
+#[derive(Serialize, Deserialize)]
+struct TensorRepr {
+    dtype: DType,
+    shape: Shape,
+    hex: String,
+}
+
+impl Serialize for Tensor {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let bytes = self.data.to_le_bytes();
+        let mut hex = String::with_capacity(bytes.len() * 2);
+        for b in bytes {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        TensorRepr {
+            dtype: self.dtype(),
+            shape: self.shape.clone(),
+            hex,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tensor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Tensor, D::Error> {
+        use serde::de::Error;
+        let r = TensorRepr::deserialize(d)?;
+        if r.hex.len() % 2 != 0 || !r.hex.is_ascii() {
+            return Err(D::Error::custom(
+                "tensor hex data has odd length or non-ascii characters",
+            ));
+        }
+        let bytes = (0..r.hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&r.hex[i..i + 2], 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|e| D::Error::custom(format!("tensor hex data: {e}")))?;
+        let n = r.shape.numel();
+        let data = TensorData::from_le_bytes(r.dtype, &bytes, n).ok_or_else(|| {
+            D::Error::custom(format!(
+                "tensor {}{} needs {} bytes, got {}",
+                r.dtype,
+                r.shape,
+                n * r.dtype.size_bytes(),
+                bytes.len()
+            ))
+        })?;
+        Ok(Tensor { shape: r.shape, data })
+    }
+}

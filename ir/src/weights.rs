@@ -1,0 +1,1 @@
+//! Weights on disk: safetensors files beside `.gir` files.
