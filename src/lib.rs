@@ -1,1 +1,74 @@
+//! # graphc
+//!
+//! A tensor computation-graph compiler. This facade loads models, compiles them with
+//! [`graphc_compiler`] and runs them with [`graphc_runtime`]; the `graphc` binary is a
+//! thin CLI over it. See README.md and ARCHITECTURE.md.
+//!
+//! ```
+//! use graphc::models::{mlp, MlpConfig};
+//! use graphc_ir::{Tensor, TensorType, DType};
+//! let graph = mlp(&MlpConfig::default()).unwrap();
+//! let compiled = graphc::compile(&graph).unwrap();
+//! let x = Tensor::random(&TensorType::new(DType::F32, [8, 64]), 1);
+//! let out = graphc::run_cpu(&compiled, [("x".to_string(), x)].into()).unwrap();
+//! assert_eq!(out[0].1.shape().dims(), &[8, 64]);
+//! ```
 
+pub mod models;
+pub mod npz;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+pub use graphc_compiler::{CompileOptions, Compiled};
+pub use graphc_ir as ir;
+use graphc_ir::{Graph, Tensor};
+use graphc_runtime::{cpu::CpuExecutor, Executor};
+
+/// Everything that can go wrong between a model file and its outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {message}")]
+    Model { path: String, message: String },
+    #[error(transparent)]
+    Npz(#[from] npz::NpzError),
+    #[error(transparent)]
+    Compile(#[from] graphc_compiler::CompileError),
+    #[error(transparent)]
+    Run(#[from] graphc_runtime::RunError),
+}
+
+/// Load a model: a `.gir` text IR file (with its weights file) or a `.json` graph.
+/// `dims` fixes symbolic dimensions (ONNX models); a `.gir` has none.
+pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error> {
+    let model_err = |message: String| Error::Model {
+        path: path.display().to_string(),
+        message,
+    };
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let graph = match ext {
+        "gir" => graphc_ir::weights::load_gir(path).map_err(|e| model_err(e.to_string()))?,
+        "json" => {
+            let text = std::fs::read_to_string(path).map_err(|e| model_err(e.to_string()))?;
+            Graph::from_json(&text).map_err(|e| model_err(e.to_string()))?
+        }
+        "onnx" => return Err(model_err("ONNX import is not available in this version of graphc".into())),
+        _ => return Err(model_err(format!("unknown model format `.{ext}` (expected .gir, .json or .onnx)"))),
+    };
+    if let Some((name, _)) = dims.first() {
+        return Err(model_err(format!(
+            "the model has only static dimensions; there is no symbolic dimension `{name}` to fix"
+        )));
+    }
+    Ok(graph)
+}
+
+/// Compile with default options.
+pub fn compile(graph: &Graph) -> Result<Compiled, Error> {
+    Ok(graphc_compiler::compile(graph, &CompileOptions::default())?)
+}
+
+/// Run a compiled model on the CPU.
+pub fn run_cpu(model: &Compiled, inputs: HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, Error> {
+    Ok(CpuExecutor.run(model, &inputs)?)
+}

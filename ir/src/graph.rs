@@ -349,3 +349,31 @@ impl Graph {
         Ok(g)
     }
 }
+
+impl Graph {
+    /// Set a node's human-readable name.
+    pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) {
+        if let Some(n) = self.nodes.get_mut(id.index()) {
+            n.name = Some(name.into());
+        }
+    }
+}
+
+impl Graph {
+    /// Reorder the input list (a permutation of the current input nodes).
+    pub fn set_input_order(&mut self, order: Vec<NodeId>) {
+        debug_assert_eq!(
+            {
+                let mut a = order.clone();
+                a.sort();
+                a
+            },
+            {
+                let mut b = self.inputs.clone();
+                b.sort();
+                b
+            }
+        );
+        self.inputs = order;
+    }
+}

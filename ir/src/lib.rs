@@ -51,7 +51,7 @@ pub mod text;
 pub mod verify;
 pub mod weights;
 
-// pub use builder::{GraphBuilder, Value};
+pub use builder::{GraphBuilder, IntoValue, Value};
 pub use dtype::DType;
 pub use graph::{Graph, GraphError, Node, NodeId, Output};
 pub use infer::infer_type;

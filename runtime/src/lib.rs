@@ -1,1 +1,23 @@
+//! # graphc-runtime: executing compiled models
+//!
+//! Today one executor: [`cpu::CpuExecutor`], which runs a compiled graph through the
+//! reference interpreter. The planned-arena CPU executor and the CUDA executor of later
+//! stages implement the same [`Executor`] trait.
 
+pub mod cpu;
+
+use std::collections::HashMap;
+
+use graphc_compiler::Compiled;
+use graphc_ir::{InterpError, Tensor};
+
+/// Runs a compiled model on named inputs, returning named outputs in order.
+pub trait Executor {
+    fn run(&self, model: &Compiled, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RunError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Interp(#[from] InterpError),
+}

@@ -1,1 +1,177 @@
-fn main() {}
+//! The `graphc` command line: see `graphc --help` and DESIGN.md's CLI contract.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use graphc::ir::{self, Graph, Tensor};
+
+#[derive(Parser)]
+#[command(name = "graphc", version, about = "A tensor computation-graph compiler")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the imported graph in text IR (.gir).
+    Ir {
+        model: PathBuf,
+        /// Fix a symbolic dimension: NAME=N (repeatable).
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// Print the graph as JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the model on inputs from an .npz file.
+    Run {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// Inputs, one array per model input, by name.
+        #[arg(long)]
+        inputs: PathBuf,
+        /// Write the outputs here (.npz).
+        #[arg(long)]
+        output: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Device::Cpu)]
+        device: Device,
+    },
+    /// Write random inputs for a model to an .npz file (deterministic for a seed).
+    RandomInputs {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        #[arg(long, short)]
+        output: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Device {
+    Cpu,
+    Cuda,
+}
+
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (name, n) = s.split_once('=').ok_or_else(|| format!("expected NAME=N, got `{s}`"))?;
+    let n = n.parse().map_err(|_| format!("`{n}` is not a dimension size in `{s}`"))?;
+    Ok((name.to_string(), n))
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Ir { model, dims, json } => {
+            let graph = graphc::load_model(&model, &dims)?;
+            if json {
+                println!("{}", graph.to_json());
+            } else {
+                print!("{}", ir::print(&graph));
+            }
+        }
+        Command::Run {
+            model,
+            dims,
+            inputs,
+            output,
+            device,
+        } => {
+            if let Device::Cuda = device {
+                bail!("--device cuda: the CUDA executor is not available in this version of graphc; use --device cpu");
+            }
+            let graph = graphc::load_model(&model, &dims)?;
+            println!("model    {}: {}", model.display(), describe(&graph));
+            let inputs = graphc::npz::read_inputs(&inputs, &graph)?;
+            let compiled = graphc::compile(&graph)?;
+            for p in &compiled.passes {
+                println!(
+                    "pass     {}: {} -> {} nodes in {:.2} ms{}",
+                    p.pass,
+                    p.nodes_before,
+                    p.nodes_after,
+                    p.time.as_secs_f64() * 1e3,
+                    p.notes.iter().map(|n| format!("; {n}")).collect::<String>()
+                );
+            }
+            let start = Instant::now();
+            let outputs = graphc::run_cpu(&compiled, inputs)?;
+            println!(
+                "run      cpu, reference interpreter: {:.2} ms",
+                start.elapsed().as_secs_f64() * 1e3
+            );
+            for (name, t) in &outputs {
+                println!("output   {name}: {}", summarize(t));
+            }
+            if let Some(path) = output {
+                graphc::npz::write_npz(&path, &outputs)?;
+                println!("wrote    {}", path.display());
+            }
+        }
+        Command::RandomInputs {
+            model,
+            dims,
+            output,
+            seed,
+        } => {
+            let graph = graphc::load_model(&model, &dims)?;
+            let arrays: Vec<(String, Tensor)> = graph
+                .inputs()
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| {
+                    let name = graph.input_name(id).unwrap_or_default().to_string();
+                    (name, Tensor::random(&graph.node(id).ty, seed.wrapping_add(i as u64)))
+                })
+                .collect();
+            graphc::npz::write_npz(&output, &arrays).with_context(|| "writing random inputs")?;
+            println!("wrote    {} ({} arrays)", output.display(), arrays.len());
+        }
+    }
+    Ok(())
+}
+
+fn describe(g: &Graph) -> String {
+    format!(
+        "{} nodes, {} input(s), {} output(s), {} weights ({} bytes)",
+        g.len(),
+        g.inputs().len(),
+        g.outputs().len(),
+        g.weights().len(),
+        g.weights_bytes()
+    )
+}
+
+fn summarize(t: &Tensor) -> String {
+    let v = t.to_f64_vec();
+    let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0.0);
+    for &x in &v {
+        lo = lo.min(x);
+        hi = hi.max(x);
+        sum += x;
+    }
+    let mean = if v.is_empty() { f64::NAN } else { sum / v.len() as f64 };
+    let head: Vec<String> = v.iter().take(4).map(|x| format!("{x:.5}")).collect();
+    format!(
+        "{}  min {lo:.5}  max {hi:.5}  mean {mean:.5}  first [{}{}]",
+        t.ty(),
+        head.join(", "),
+        if v.len() > 4 { ", ..." } else { "" }
+    )
+}

@@ -1,0 +1,4 @@
+//! Graph-to-graph passes. Each takes a verified graph and returns an equivalent one
+//! (equal outputs on every input, by the reference interpreter).
+
+pub mod dce;

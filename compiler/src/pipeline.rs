@@ -1,0 +1,69 @@
+//! The compile pipeline: every stage, in order, readable top to bottom.
+
+use std::time::{Duration, Instant};
+
+use graphc_ir::{Graph, GraphError};
+
+use crate::passes::dce::eliminate_dead_code;
+
+/// Knobs of the pipeline.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// Verify the graph after every pass (always on in debug builds).
+    pub verify_each_pass: bool,
+}
+
+/// What one pass did.
+#[derive(Clone, Debug)]
+pub struct PassReport {
+    pub pass: &'static str,
+    pub nodes_before: usize,
+    pub nodes_after: usize,
+    pub time: Duration,
+    pub notes: Vec<String>,
+}
+
+/// The result of compiling: the graph to execute and the report of every pass.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub graph: Graph,
+    pub passes: Vec<PassReport>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("input graph: {0}")]
+    Input(GraphError),
+    #[error("after pass {pass}: {error}")]
+    Pass { pass: &'static str, error: GraphError },
+}
+
+/// Compile a graph: verify, then run each pass, verifying between passes.
+pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    graph.verify().map_err(CompileError::Input)?;
+    let mut passes = Vec::new();
+
+    let start = Instant::now();
+    let (graph, dce) = eliminate_dead_code(graph);
+    let mut notes = Vec::new();
+    if !dce.weights_removed.is_empty() {
+        notes.push(format!("unused weights dropped: {}", dce.weights_removed.join(", ")));
+    }
+    passes.push(PassReport {
+        pass: "dce",
+        nodes_before: graph.len() + dce.nodes_removed,
+        nodes_after: graph.len(),
+        time: start.elapsed(),
+        notes,
+    });
+    check(&graph, "dce", opts)?;
+
+    Ok(Compiled { graph, passes })
+}
+
+fn check(graph: &Graph, pass: &'static str, opts: &CompileOptions) -> Result<(), CompileError> {
+    if opts.verify_each_pass || cfg!(debug_assertions) {
+        graph.verify().map_err(|error| CompileError::Pass { pass, error })?;
+    }
+    Ok(())
+}

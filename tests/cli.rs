@@ -1,0 +1,139 @@
+//! The `graphc` binary: the README's main job, and clear errors (exit 1, no panic) for
+//! bad models and bad inputs.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{repo_path, temp_dir};
+use graphc::ir::{interpret, parse, DType, Tensor, TensorType};
+
+const BLOCK: &str = "examples/models/transformer_block.gir";
+const BLOCK_INPUTS: &str = "examples/models/transformer_block_inputs.npz";
+
+fn graphc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("graphc runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The command failed cleanly: exit code 1 (not a panic's 101) and a message.
+fn fails_with(o: &Output, fragment: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}\nstdout: {}", stdout(o));
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(fragment), "expected `{fragment}` in: {err}");
+}
+
+#[test]
+fn ir_prints_text_that_parses_back_to_the_model() {
+    let o = graphc(&["ir", BLOCK]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let printed = parse(&text).expect("the printed IR parses");
+    let loaded = graphc::load_model(&repo_path(BLOCK), &[]).unwrap();
+    assert_eq!(graphc::ir::print(&printed), graphc::ir::print(&loaded));
+}
+
+#[test]
+fn ir_json_round_trips_with_weights() {
+    let o = graphc(&["ir", "--json", BLOCK]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let g = graphc::ir::Graph::from_json(&stdout(&o)).unwrap();
+    let loaded = graphc::load_model(&repo_path(BLOCK), &[]).unwrap();
+    assert_eq!(g, loaded);
+}
+
+#[test]
+fn run_main_job_matches_the_interpreter() {
+    let dir = temp_dir("cli-run");
+    let out = dir.join("out.npz");
+    let o = graphc(&["run", BLOCK, "--inputs", BLOCK_INPUTS, "--output", out.to_str().unwrap(), "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("output   y: f32[2,16,128]"), "{text}");
+    assert!(text.contains("pass     dce"), "{text}");
+
+    let graph = graphc::load_model(&repo_path(BLOCK), &[]).unwrap();
+    let inputs = graphc::npz::read_inputs(&repo_path(BLOCK_INPUTS), &graph).unwrap();
+    let expected = interpret(&graph, &inputs).unwrap();
+    let got = graphc::npz::read_arrays(&out).unwrap();
+    assert_eq!(got, expected, "the written outputs are the interpreter's, bit for bit");
+}
+
+#[test]
+fn random_inputs_then_run() {
+    let dir = temp_dir("cli-random");
+    let inputs = dir.join("in.npz");
+    let o = graphc(&["random-inputs", BLOCK, "-o", inputs.to_str().unwrap(), "--seed", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = graphc(&["run", BLOCK, "--inputs", inputs.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+fn write_inputs(dir: &Path, arrays: &[(&str, Tensor)]) -> String {
+    let path = dir.join("in.npz");
+    let arrays: Vec<_> = arrays.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+    graphc::npz::write_npz(&path, &arrays).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn missing_extra_and_mistyped_inputs_are_named() {
+    let dir = temp_dir("cli-inputs");
+    let good = Tensor::random(&TensorType::new(DType::F32, [2, 16, 128]), 0);
+
+    let path = write_inputs(&dir, &[]);
+    fails_with(&graphc(&["run", BLOCK, "--inputs", &path]), "missing input(s) \"x\" (f32[2,16,128])");
+
+    let path = write_inputs(&dir, &[("x", good.clone()), ("z", good.clone())]);
+    fails_with(&graphc(&["run", BLOCK, "--inputs", &path]), "array \"z\" is not an input of the model (inputs: x)");
+
+    let wrong = Tensor::random(&TensorType::new(DType::F64, [2, 16, 128]), 0);
+    let path = write_inputs(&dir, &[("x", wrong)]);
+    fails_with(
+        &graphc(&["run", BLOCK, "--inputs", &path]),
+        "input \"x\" must be f32[2,16,128], the file has f64[2,16,128]",
+    );
+
+    let short = Tensor::random(&TensorType::new(DType::F32, [2, 8, 128]), 0);
+    let path = write_inputs(&dir, &[("x", short)]);
+    fails_with(&graphc(&["run", BLOCK, "--inputs", &path]), "the file has f32[2,8,128]");
+
+    let not_npz = dir.join("bad.npz");
+    std::fs::write(&not_npz, b"not a zip").unwrap();
+    fails_with(&graphc(&["run", BLOCK, "--inputs", not_npz.to_str().unwrap()]), "not a valid .npz");
+}
+
+#[test]
+fn bad_models_are_clear_errors() {
+    let dir = temp_dir("cli-models");
+    let bad = dir.join("bad.gir");
+    std::fs::write(&bad, "graph {\n  %0 = input \"x\" : f32[2]\n  %1 = frobnicate(%0) : f32[2]\n}\n").unwrap();
+    fails_with(&graphc(&["ir", bad.to_str().unwrap()]), "bad.gir: 3:");
+
+    fails_with(&graphc(&["ir", "does/not/exist.gir"]), "does/not/exist.gir");
+    let onnx = dir.join("m.onnx");
+    std::fs::write(&onnx, b"").unwrap();
+    fails_with(&graphc(&["ir", onnx.to_str().unwrap()]), "ONNX import is not available");
+    fails_with(&graphc(&["ir", "--dim", "batch=8", BLOCK]), "no symbolic dimension `batch`");
+    fails_with(&graphc(&["run", BLOCK, "--inputs", BLOCK_INPUTS, "--device", "cuda"]), "CUDA executor");
+
+    let truncated = dir.join("t.gir");
+    let text = std::fs::read_to_string(repo_path(BLOCK)).unwrap();
+    std::fs::write(&truncated, &text[..text.len() / 2]).unwrap();
+    let o = graphc(&["ir", truncated.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "no partial output");
+}

@@ -1,0 +1,70 @@
+//! The example models: the saved block matches the builder, snapshots of their IR, and
+//! compilation preserves their outputs.
+
+mod common;
+
+use common::{random_inputs, repo_path};
+use graphc::ir::{interpret, print};
+use graphc::models::{gpt, mlp, GptConfig, MlpConfig};
+
+#[test]
+fn saved_block_is_the_builders_block() {
+    let saved = graphc::load_model(&repo_path("examples/models/transformer_block.gir"), &[]).unwrap();
+    let built = gpt(&GptConfig::default()).unwrap();
+    assert_eq!(saved, built.canonicalize(), "rerun `cargo run --example transformer_block -- --save`");
+}
+
+#[test]
+fn snapshot_mlp_ir() {
+    insta::assert_snapshot!("mlp", print(&mlp(&MlpConfig::default()).unwrap()));
+}
+
+#[test]
+fn snapshot_transformer_block_ir() {
+    insta::assert_snapshot!("transformer_block", print(&gpt(&GptConfig::default()).unwrap()));
+}
+
+#[test]
+fn compiling_preserves_outputs() {
+    let models = [
+        mlp(&MlpConfig::default()).unwrap(),
+        gpt(&GptConfig {
+            layers: 2,
+            d_model: 64,
+            ..GptConfig::default()
+        })
+        .unwrap(),
+    ];
+    for g in &models {
+        let compiled = graphc::compile(g).unwrap();
+        for seed in 0..3 {
+            let inputs = random_inputs(g, seed);
+            assert_eq!(interpret(g, &inputs).unwrap(), interpret(&compiled.graph, &inputs).unwrap());
+        }
+    }
+}
+
+#[test]
+fn gpt_outputs_are_finite_and_depend_on_every_position_causally() {
+    let cfg = GptConfig {
+        batch: 1,
+        seq: 4,
+        d_model: 32,
+        heads: 2,
+        ..GptConfig::default()
+    };
+    let g = gpt(&cfg).unwrap();
+    let mut inputs = random_inputs(&g, 1);
+    let y0 = interpret(&g, &inputs).unwrap()[0].1.to_f64_vec();
+    assert!(y0.iter().all(|v| v.is_finite()));
+    // Change the last position only: earlier positions' outputs must not move.
+    let x = inputs["x"].to_f64_vec();
+    let mut x2 = x.clone();
+    for v in &mut x2[3 * 32..] {
+        *v += 0.5;
+    }
+    inputs.insert("x".into(), graphc::ir::Tensor::from_f64(graphc::ir::DType::F32, [1, 4, 32], &x2).unwrap());
+    let y1 = interpret(&g, &inputs).unwrap()[0].1.to_f64_vec();
+    assert_eq!(&y0[..3 * 32], &y1[..3 * 32]);
+    assert_ne!(&y0[3 * 32..], &y1[3 * 32..]);
+}
