@@ -1,10 +1,230 @@
 //! Weights on disk: safetensors files beside `.gir` files.
+//!
+//! Parameter data always lives in a safetensors side file, never in the text: the
+//! format stores exact little-endian bytes after a JSON header, can be memory-mapped,
+//! and is read directly by PyTorch (`safetensors.torch.load_file`) and numpy. All nine
+//! dtypes map one to one (`F32`, `F16`, `BF16`, `F64`, `I64`, `I32`, `I8`, `U8`,
+//! `BOOL`, the latter one byte 0/1). Constants, in contrast, are inline in the `.gir`
+//! text; they are small by construction.
+//!
+//! [`save_gir`] writes `model.gir` and, when the graph has weight data,
+//! `model.safetensors` beside it, named in the text by a relative
+//! `weights "model.safetensors"` line. [`load_gir`] reads both back; it checks that
+//! every parameter has data of its dtype and shape (a parameter missing from the file
+//! is an error naming it) and ignores tensors in the file that no parameter uses.
+//! A graph whose text has no `weights` line loads without weight data.
+//!
+//! Every file is written to a temporary file in the same folder and renamed into
+//! place, so a failure never leaves a partial output. Errors are values naming the
+//! file (and the tensor or parameter).
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
 
-use crate::Graph;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
-/// Placeholder replaced by the weights module.
-pub fn load_gir(_p: &Path) -> Result<Graph, String> {
-    todo!()
+use crate::text::{parse_module, print_with_weights, ParseError};
+use crate::{DType, Graph, Tensor, TensorData};
+
+/// An error reading or writing a safetensors file.
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}: not a valid safetensors file: {message}", path.display())]
+    Format { path: PathBuf, message: String },
+    #[error("{}: tensor \"{name}\": {message}", path.display())]
+    Tensor {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
+}
+
+/// An error loading a `.gir` file and its weights.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}:{source}", path.display())]
+    Parse { path: PathBuf, source: ParseError },
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error("{}: parameter \"{name}\": {message}", path.display())]
+    Parameter {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
+}
+
+fn st_dtype(d: DType) -> Dtype {
+    match d {
+        DType::F32 => Dtype::F32,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::F64 => Dtype::F64,
+        DType::I64 => Dtype::I64,
+        DType::I32 => Dtype::I32,
+        DType::I8 => Dtype::I8,
+        DType::U8 => Dtype::U8,
+        DType::Bool => Dtype::BOOL,
+    }
+}
+
+fn from_st_dtype(d: Dtype) -> Option<DType> {
+    Some(match d {
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::F64 => DType::F64,
+        Dtype::I64 => DType::I64,
+        Dtype::I32 => DType::I32,
+        Dtype::I8 => DType::I8,
+        Dtype::U8 => DType::U8,
+        Dtype::BOOL => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// Write `bytes` to `path` through a temporary file in the same folder, renamed into place.
+fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Serialize weights to safetensors bytes.
+fn safetensors_bytes(weights: &BTreeMap<String, Tensor>, path: &Path) -> Result<Vec<u8>, WeightsError> {
+    let bytes: Vec<(&String, &Tensor, Vec<u8>)> = weights.iter().map(|(n, t)| (n, t, t.data().to_le_bytes())).collect();
+    let mut views = Vec::with_capacity(bytes.len());
+    for (name, t, b) in &bytes {
+        let view =
+            TensorView::new(st_dtype(t.dtype()), t.shape().dims().to_vec(), b).map_err(|e| WeightsError::Tensor {
+                path: path.to_path_buf(),
+                name: name.to_string(),
+                message: e.to_string(),
+            })?;
+        views.push((name.as_str(), view));
+    }
+    safetensors::serialize(views, None).map_err(|e| WeightsError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Write weights to a safetensors file (exact bytes, every dtype).
+pub fn save_safetensors(weights: &BTreeMap<String, Tensor>, path: impl AsRef<Path>) -> Result<(), WeightsError> {
+    let path = path.as_ref();
+    let bytes = safetensors_bytes(weights, path)?;
+    write_atomic(path, &bytes).map_err(|source| WeightsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Read every tensor of a safetensors file.
+pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>, WeightsError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|source| WeightsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_safetensors(&bytes, path)
+}
+
+/// Tensors from safetensors bytes; `path` names the file in errors.
+pub fn parse_safetensors(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, Tensor>, WeightsError> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| WeightsError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.iter() {
+        let bad = |message: String| WeightsError::Tensor {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            message,
+        };
+        let dtype = from_st_dtype(view.dtype()).ok_or_else(|| bad(format!("unsupported dtype {}", view.dtype())))?;
+        let shape = view.shape().to_vec();
+        let n = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| bad(format!("shape {shape:?} is too large")))?;
+        let data = TensorData::from_le_bytes(dtype, view.data(), n)
+            .ok_or_else(|| bad(format!("{} bytes do not hold {n} {dtype} elements", view.data().len())))?;
+        let t = Tensor::new(shape, data).map_err(|e| bad(e.to_string()))?;
+        out.insert(name.to_string(), t);
+    }
+    Ok(out)
+}
+
+/// Write `graph` as `.gir` text to `path` and, when it has weight data, its weights to
+/// `<stem>.safetensors` in the same folder, named by a relative `weights` line.
+pub fn save_gir(graph: &Graph, path: impl AsRef<Path>) -> Result<(), WeightsError> {
+    let path = path.as_ref();
+    let mut weights_file = None;
+    if !graph.weights().is_empty() {
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .ok_or_else(|| WeightsError::Io {
+                path: path.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "the file name is not valid UTF-8"),
+            })?;
+        let file = format!("{stem}.safetensors");
+        save_safetensors(graph.weights(), path.with_file_name(&file))?;
+        weights_file = Some(file);
+    }
+    let text = print_with_weights(graph, weights_file.as_deref());
+    write_atomic(path, text.as_bytes()).map_err(|source| WeightsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Read a `.gir` file and the weights file it names (relative to its folder). Every
+/// parameter must have data of its type there; other tensors in the file are ignored.
+pub fn load_gir(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (mut graph, weights_file) = parse_module(&text).map_err(|source| LoadError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let Some(file) = weights_file else {
+        return Ok(graph);
+    };
+    let wpath = path.parent().unwrap_or(Path::new("")).join(file);
+    let mut weights = load_safetensors(&wpath)?;
+    let params: Vec<(String, crate::TensorType)> = graph
+        .parameters()
+        .map(|(_, name, ty)| (name.to_string(), ty.clone()))
+        .collect();
+    for (name, ty) in params {
+        let t = weights.remove(&name).ok_or_else(|| LoadError::Parameter {
+            path: wpath.clone(),
+            name: name.clone(),
+            message: "no tensor of this name in the weights file".to_string(),
+        })?;
+        if t.ty() != ty {
+            return Err(LoadError::Parameter {
+                path: wpath,
+                name,
+                message: format!("the parameter is {ty} but the weights file has {}", t.ty()),
+            });
+        }
+        graph.set_weight(name, t);
+    }
+    Ok(graph)
 }
