@@ -6,6 +6,14 @@ use crate::{DType, Op, PadMode, Shape, TensorType};
 /// The output type of `op` applied to operands of types `args`, or a message saying
 /// which rule the operands break.
 pub fn infer_type(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
+    let ty = infer_unchecked(op, args)?;
+    if ty.shape.checked_numel().is_none() {
+        return Err(format!("{} gives {ty}, which is too large", op.name()));
+    }
+    Ok(ty)
+}
+
+fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
     if let Some(n) = op.arity() {
         if args.len() != n {
             return Err(format!("{} takes {n} operand(s), got {}", op.name(), args.len()));
@@ -173,7 +181,9 @@ pub fn infer_type(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
                 if a.dtype != first.dtype || !same_other_dims {
                     return Err(format!("concat along axis {axis} of {first} and {a}"));
                 }
-                dims[*axis] += a.shape.0[*axis];
+                dims[*axis] = dims[*axis]
+                    .checked_add(a.shape.0[*axis])
+                    .ok_or_else(|| format!("concat along axis {axis} is too large"))?;
             }
             Ok(TensorType::new(first.dtype, dims))
         }
@@ -199,7 +209,7 @@ pub fn infer_type(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             }
             let mut dims = Vec::with_capacity(pads.len());
             for (i, (&(lo, hi), &d)) in pads.iter().zip(a.shape.dims()).enumerate() {
-                let out = d as i64 + lo + hi;
+                let out = d as i128 + lo as i128 + hi as i128;
                 if out < 0 {
                     return Err(format!(
                         "pad ({lo}, {hi}) of axis {i} (extent {d}) gives a negative extent"
@@ -207,7 +217,7 @@ pub fn infer_type(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
                 }
                 let grows = lo > 0 || hi > 0;
                 match mode {
-                    PadMode::Reflect if grows && (lo >= d as i64 || hi >= d as i64) => {
+                    PadMode::Reflect if grows && (lo as i128 >= d as i128 || hi as i128 >= d as i128) => {
                         return Err(format!(
                             "reflect pad ({lo}, {hi}) of axis {i} needs pads smaller than its extent {d}"
                         ));
@@ -217,7 +227,7 @@ pub fn infer_type(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
                     }
                     _ => {}
                 }
-                dims.push(out as usize);
+                dims.push(usize::try_from(out).map_err(|_| format!("pad of axis {i} is too large"))?);
             }
             Ok(TensorType::new(a.dtype, dims))
         }

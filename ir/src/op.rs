@@ -123,20 +123,20 @@ impl SliceRange {
     /// The first index taken and the number of elements, for a dimension of extent `d`.
     /// `step` must be non-zero.
     pub fn resolve(&self, d: usize) -> (i64, usize) {
-        let d = d as i64;
-        let norm = |x: i64| if x < 0 { x.saturating_add(d) } else { x };
-        if self.step > 0 {
+        // i128: no bound or step can overflow the arithmetic.
+        let d = d as i128;
+        let norm = |x: i64| if x < 0 { x as i128 + d } else { x as i128 };
+        let step = self.step as i128;
+        let (s, len) = if step > 0 {
             let s = norm(self.start).clamp(0, d);
             let e = norm(self.end).clamp(0, d);
-            let len = if e > s { (e - s + self.step - 1) / self.step } else { 0 };
-            (s, len as usize)
+            (s, if e > s { (e - s + step - 1) / step } else { 0 })
         } else {
             let s = norm(self.start).clamp(-1, d - 1);
             let e = norm(self.end).clamp(-1, d - 1);
-            let step = self.step.saturating_neg();
-            let len = if s > e { (s - e + step - 1) / step } else { 0 };
-            (s, len as usize)
-        }
+            (s, if s > e { (s - e - step - 1) / -step } else { 0 })
+        };
+        (s as i64, len as usize)
     }
 }
 

@@ -27,9 +27,19 @@ impl Shape {
         &self.0
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar). Saturates; types the verifier accepts
+    /// stay below [`MAX_ELEMENTS`].
     pub fn numel(&self) -> usize {
-        self.0.iter().product()
+        self.0.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+    }
+
+    /// Number of elements, or `None` past [`MAX_ELEMENTS`] (zero dims counted as one,
+    /// so that a shape which is empty now cannot overflow after a reshape).
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.0
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d.max(1)).filter(|&n| n <= MAX_ELEMENTS))
+            .map(|_| self.numel())
     }
 
     /// Row-major strides in elements.
@@ -46,6 +56,10 @@ impl Shape {
         normalize_axis(axis, self.rank())
     }
 }
+
+/// The most elements a tensor type may have (2^56): far above any real model, and low
+/// enough that byte sizes and index arithmetic never overflow.
+pub const MAX_ELEMENTS: usize = 1 << 56;
 
 /// Turn a possibly negative axis into an index `< rank` (numpy rules).
 pub fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {

@@ -12,7 +12,6 @@ use crate::{
 };
 
 /// Largest element count of a type (zero dims counted as one) the parser accepts.
-const MAX_ELEMENTS: usize = 1 << 56;
 /// Deepest nesting of brackets in attribute values.
 const MAX_DEPTH: usize = 32;
 
@@ -546,14 +545,11 @@ impl Parser<'_> {
 
 /// Check a shape's element count stays far from overflow.
 fn check_dims(dims: &[usize]) -> Result<(), String> {
-    let mut n: usize = 1;
-    for &d in dims {
-        n = n
-            .checked_mul(d.max(1))
-            .filter(|&n| n <= MAX_ELEMENTS)
-            .ok_or_else(|| format!("shape {} is too large", Shape::new(dims.to_vec())))?;
+    let shape = Shape::new(dims.to_vec());
+    match shape.checked_numel() {
+        Some(_) => Ok(()),
+        None => Err(format!("shape {shape} is too large")),
     }
-    Ok(())
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -950,7 +946,6 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<(String, Pos, u64, Pos)>, graph_pos: P
         let d = &defs[id.index()];
         let node = g.node(id);
         let args: Vec<&TensorType> = node.inputs.iter().map(|&i| &g.node(i).ty).collect();
-        guard_overflow(&node.op, &args).map_err(|m| d.op_pos.err(m))?;
         let inferred = crate::infer_type(&node.op, &args).map_err(|m| d.op_pos.err(m))?;
         if inferred != d.ty {
             return Err(d.ty_pos.err(format!(
@@ -981,39 +976,6 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<(String, Pos, u64, Pos)>, graph_pos: P
     }
     g.verify().map_err(|e| graph_error(e, &defs, graph_pos))?;
     Ok(g)
-}
-
-/// Inputs on which the shape arithmetic of [`crate::infer_type`] would overflow.
-fn guard_overflow(op: &Op, args: &[&TensorType]) -> Result<(), String> {
-    let dims = |i: usize| args.get(i).map(|t| t.shape.dims()).unwrap_or(&[]);
-    match op {
-        Op::Slice { ranges } => {
-            for (r, &d) in ranges.iter().zip(dims(0)) {
-                if (d as i64).checked_add(r.step.saturating_abs()).is_none() {
-                    return Err(format!("slice step {} is too large", r.step));
-                }
-            }
-        }
-        Op::Pad { pads, .. } => {
-            for (&(lo, hi), &d) in pads.iter().zip(dims(0)) {
-                if (d as i64).checked_add(lo).and_then(|x| x.checked_add(hi)).is_none() {
-                    return Err(format!("pad ({lo}, {hi}) is too large"));
-                }
-            }
-        }
-        Op::Concat { axis } => {
-            let mut total: usize = 0;
-            for a in args {
-                let d = a.shape.dims().get(*axis).copied().unwrap_or(0);
-                total = total
-                    .checked_add(d)
-                    .filter(|&t| t <= MAX_ELEMENTS)
-                    .ok_or("concat result is too large")?;
-            }
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// A verifier error, placed at the node it names (the text's own ids in the message).
