@@ -128,13 +128,13 @@ impl SliceRange {
         if self.step > 0 {
             let s = norm(self.start).clamp(0, d);
             let e = norm(self.end).clamp(0, d);
-            let len = if e > s { (e - s + self.step - 1) / self.step } else { 0 };
+            let len = if e > s { (e - s - 1) / self.step + 1 } else { 0 };
             (s, len as usize)
         } else {
             let s = norm(self.start).clamp(-1, d - 1);
             let e = norm(self.end).clamp(-1, d - 1);
             let step = self.step.saturating_neg();
-            let len = if s > e { (s - e + step - 1) / step } else { 0 };
+            let len = if s > e { (s - e - 1) / step + 1 } else { 0 };
             (s, len as usize)
         }
     }

@@ -1182,3 +1182,22 @@ fn constant_is_its_value() {
     let y = run(Op::Constant { value: value.clone() }, &[]);
     assert_eq!(y, value);
 }
+
+#[test]
+fn slice_with_huge_steps() {
+    let x = i64t(&[2, 10], &(0..20).collect::<Vec<_>>());
+    let y = run(
+        Op::Slice {
+            ranges: vec![sl(0, i64::MAX, i64::MAX), sl(3, i64::MAX, i64::MAX)],
+        },
+        std::slice::from_ref(&x),
+    );
+    assert_eq!(y, i64t(&[1, 1], &[3]));
+    let y = run(
+        Op::Slice {
+            ranges: vec![sl(-1, i64::MIN, i64::MIN), sl(-1, i64::MIN, i64::MIN)],
+        },
+        &[x],
+    );
+    assert_eq!(y, i64t(&[1, 1], &[19]));
+}

@@ -21,8 +21,10 @@ pub(crate) fn affine_indices(dims: &[usize], strides: &[i64], offset: i64) -> Ve
     let mut base = offset;
     let (last_d, last_s) = (dims[rank - 1], strides[rank - 1]);
     loop {
+        // Wrapping arithmetic: a stride may be huge (a slice step far beyond the extent)
+        // when it only ever multiplies coordinate 0; every index reached is in range.
         for j in 0..last_d as i64 {
-            out.push((base + j * last_s) as usize);
+            out.push(base.wrapping_add(j.wrapping_mul(last_s)) as usize);
         }
         let mut k = rank - 1;
         loop {
@@ -31,11 +33,11 @@ pub(crate) fn affine_indices(dims: &[usize], strides: &[i64], offset: i64) -> Ve
             }
             k -= 1;
             coord[k] += 1;
-            base += strides[k];
+            base = base.wrapping_add(strides[k]);
             if coord[k] < dims[k] {
                 break;
             }
-            base -= strides[k] * dims[k] as i64;
+            base = base.wrapping_sub(strides[k].wrapping_mul(dims[k] as i64));
             coord[k] = 0;
         }
     }
@@ -86,7 +88,7 @@ pub(crate) fn slice(x: &Tensor, ranges: &[SliceRange]) -> TensorData {
     for ((r, &d), &s) in ranges.iter().zip(x.shape().dims()).zip(&src) {
         let (start, len) = r.resolve(d);
         dims.push(len);
-        strides.push(r.step * s);
+        strides.push(r.step.wrapping_mul(s));
         if len > 0 {
             offset += start * s;
         }
@@ -149,7 +151,7 @@ pub(crate) fn pad(x: &Tensor, pads: &[(i64, i64)], mode: PadMode, value: f64) ->
     let mut flat: Vec<Option<usize>> = vec![Some(0)];
     for (axis, (&(lo, hi), &d)) in pads.iter().zip(x.shape().dims()).enumerate() {
         let di = d as i64;
-        let out_d = di + lo + hi;
+        let out_d = di.checked_add(lo).and_then(|x| x.checked_add(hi)).unwrap_or(-1);
         if out_d < 0 {
             return Err(format!("pad ({lo}, {hi}) of axis {axis} gives a negative extent"));
         }
