@@ -140,8 +140,8 @@ impl TensorData {
     pub fn from_f64(dtype: DType, v: &[f64]) -> TensorData {
         match dtype {
             DType::F32 => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
-            DType::F16 => TensorData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => TensorData::F16(v.iter().map(|&x| crate::interp::f16_from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(v.iter().map(|&x| crate::interp::bf16_from_f64(x)).collect()),
             DType::F64 => TensorData::F64(v.to_vec()),
             DType::I64 => TensorData::I64(v.iter().map(|&x| x as i64).collect()),
             DType::I32 => TensorData::I32(v.iter().map(|&x| x as i32).collect()),

@@ -1,24 +1,218 @@
 //! The reference interpreter: the meaning of every op, on the CPU.
+//!
+//! [`interpret`] runs a whole graph; [`eval_op`] evaluates one op on operand values
+//! (constant folding reuses it). The numerics here define the compiler's semantics:
+//!
+//! - f16/bf16 are computed in f32 and rounded (nearest-even) at each op's output; f32 in
+//!   f32, f64 in f64. Reductions and matmuls of f16/bf16/f32 accumulate in f32.
+//! - Integers are computed in wrapping i64 and cast back with `as` (wrapping in the
+//!   narrow type). Division and remainder by zero are errors.
+//! - Casts convert exactly once (no double rounding).
 
+mod convert;
+mod elementwise;
+mod layout;
+mod matmul;
+mod reduce;
+
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::{Graph, Op, Tensor, TensorType};
+use crate::infer::infer_type;
+use crate::{Graph, NodeId, Op, Tensor, TensorType};
 
-/// An error while interpreting, naming the node.
+pub use convert::{bf16_from_f64, f16_from_f64};
+
+/// An error while interpreting, naming the node, input or parameter it is about.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InterpError {
     #[error("{0}")]
     Graph(#[from] crate::GraphError),
     #[error("input \"{0}\" is missing")]
     MissingInput(String),
+    #[error("input \"{name}\" should be {expected}, got {got}")]
+    InputType {
+        name: String,
+        expected: TensorType,
+        got: TensorType,
+    },
+    #[error("\"{0}\" is not an input of the graph")]
+    UnknownInput(String),
+    #[error("node {node} (param \"{name}\"): parameter \"{name}\" has no weight data")]
+    MissingWeight { node: NodeId, name: String },
+    #[error("node {node} ({op}{name}): {message}")]
+    Node {
+        node: NodeId,
+        op: String,
+        /// ` "name"` when the node has a name, else empty.
+        name: String,
+        message: String,
+    },
+}
+
+impl InterpError {
+    fn at(graph: &Graph, id: NodeId, message: impl Into<String>) -> InterpError {
+        let node = graph.node(id);
+        InterpError::Node {
+            node: id,
+            op: node.op.name().to_string(),
+            name: node.name.as_ref().map(|s| format!(" \"{s}\"")).unwrap_or_default(),
+            message: message.into(),
+        }
+    }
 }
 
 /// Run `graph` on `inputs` (by input name); returns the outputs in order, by name.
-pub fn interpret(_graph: &Graph, _inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, InterpError> {
-    todo!("interpreter")
+///
+/// The graph is verified first; every input must be given with its exact type, and no
+/// other name may be given. Only the nodes outputs depend on are evaluated, and each
+/// intermediate value is dropped after its last use.
+pub fn interpret(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, InterpError> {
+    graph.verify()?;
+
+    // Bind inputs.
+    let mut input_names = Vec::with_capacity(graph.inputs().len());
+    for &id in graph.inputs() {
+        if let Op::Input { name, ty } = &graph.node(id).op {
+            let t = inputs
+                .get(name)
+                .ok_or_else(|| InterpError::MissingInput(name.clone()))?;
+            if &t.ty() != ty {
+                return Err(InterpError::InputType {
+                    name: name.clone(),
+                    expected: ty.clone(),
+                    got: t.ty(),
+                });
+            }
+            input_names.push(name.as_str());
+        }
+    }
+    let mut extra: Vec<&String> = inputs.keys().filter(|k| !input_names.contains(&k.as_str())).collect();
+    extra.sort();
+    if let Some(name) = extra.first() {
+        return Err(InterpError::UnknownInput((*name).clone()));
+    }
+
+    // Nodes the outputs need, and how many uses each value has among them.
+    let n = graph.len();
+    let mut needed = vec![false; n];
+    let mut stack: Vec<NodeId> = graph.outputs().iter().map(|o| o.node).collect();
+    while let Some(id) = stack.pop() {
+        if !std::mem::replace(&mut needed[id.index()], true) {
+            stack.extend(graph.node(id).inputs.iter().copied());
+        }
+    }
+    let order: Vec<NodeId> = graph
+        .topo_order()?
+        .into_iter()
+        .filter(|id| needed[id.index()])
+        .collect();
+    let mut uses = vec![0usize; n];
+    for &id in &order {
+        for &i in &graph.node(id).inputs {
+            uses[i.index()] += 1;
+        }
+    }
+    let mut is_output = vec![false; n];
+    for o in graph.outputs() {
+        is_output[o.node.index()] = true;
+    }
+
+    let mut values: Vec<Option<Cow<'_, Tensor>>> = vec![None; n];
+    for &id in &order {
+        let node = graph.node(id);
+        let value: Cow<'_, Tensor> = match &node.op {
+            Op::Input { name, .. } => match inputs.get(name) {
+                Some(t) => Cow::Borrowed(t),
+                None => return Err(InterpError::MissingInput(name.clone())),
+            },
+            Op::Parameter { name, ty } => match graph.weight(name) {
+                Some(t) if &t.ty() == ty => Cow::Borrowed(t),
+                Some(t) => {
+                    return Err(InterpError::at(
+                        graph,
+                        id,
+                        format!("weight data \"{name}\" is {} but the parameter is {ty}", t.ty()),
+                    ))
+                }
+                None => {
+                    return Err(InterpError::MissingWeight {
+                        node: id,
+                        name: name.clone(),
+                    })
+                }
+            },
+            op => {
+                let mut args = Vec::with_capacity(node.inputs.len());
+                for &i in &node.inputs {
+                    match values[i.index()].as_deref() {
+                        Some(t) => args.push(t),
+                        None => return Err(InterpError::at(graph, id, format!("operand {i} has no value"))),
+                    }
+                }
+                Cow::Owned(eval_op(op, &args, &node.ty).map_err(|m| InterpError::at(graph, id, m))?)
+            }
+        };
+        values[id.index()] = Some(value);
+        for &i in &node.inputs {
+            let u = &mut uses[i.index()];
+            *u = u.saturating_sub(1);
+            if *u == 0 && !is_output[i.index()] {
+                values[i.index()] = None;
+            }
+        }
+    }
+
+    let mut out = Vec::with_capacity(graph.outputs().len());
+    for o in graph.outputs() {
+        let t = values[o.node.index()]
+            .as_deref()
+            .ok_or_else(|| InterpError::at(graph, o.node, format!("output \"{}\" has no value", o.name)))?;
+        out.push((o.name.clone(), t.clone()));
+    }
+    Ok(out)
 }
 
 /// Evaluate one op on operand values; `ty` is the node's (verified) output type.
-pub fn eval_op(_op: &Op, _args: &[&Tensor], _ty: &TensorType) -> Result<Tensor, String> {
-    todo!("interpreter")
+///
+/// Fails, without panicking, when the operands do not have the types the op needs or
+/// `ty` is not the type the op gives them, for [`Op::Input`] and [`Op::Parameter`]
+/// (which have nothing to compute from), and on bad runtime values (integer division by
+/// zero, gather indices out of range).
+pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, String> {
+    if matches!(op, Op::Input { .. } | Op::Parameter { .. }) {
+        return Err(format!(
+            "{} has no operands to compute from; it is bound by name",
+            op.name()
+        ));
+    }
+    let arg_tys: Vec<TensorType> = args.iter().map(|a| a.ty()).collect();
+    let arg_refs: Vec<&TensorType> = arg_tys.iter().collect();
+    let inferred = infer_type(op, &arg_refs)?;
+    if &inferred != ty {
+        return Err(format!("declared type {ty} but the op gives {inferred}"));
+    }
+    let data = match op {
+        Op::Input { .. } | Op::Parameter { .. } => return Err(format!("{} has no operands", op.name())),
+        Op::Constant { value } => return Ok(value.clone()),
+        Op::Iota { ty, axis } => layout::iota(ty, *axis),
+        Op::Unary(u) => elementwise::unary(*u, args[0].data())?,
+        Op::Binary(b) => elementwise::binary(*b, args[0].data(), args[1].data())?,
+        Op::Select => elementwise::select(args[0].data(), args[1].data(), args[2].data())?,
+        Op::Cast { to } => convert::cast(args[0].data(), *to),
+        Op::Broadcast { shape } => layout::broadcast(args[0], shape),
+        Op::Reduce { op, axes, .. } => reduce::reduce(*op, args[0], axes)?,
+        Op::ArgReduce { op, axis, .. } => reduce::arg_reduce(*op, args[0], *axis)?,
+        Op::MatMul => matmul::matmul(args[0], args[1], ty)?,
+        Op::Reshape { .. } => args[0].data().clone(),
+        Op::Transpose { perm } => layout::transpose(args[0], perm),
+        Op::Slice { ranges } => layout::slice(args[0], ranges),
+        Op::Concat { axis } => layout::concat(args, *axis)?,
+        Op::Gather { axis } => layout::gather(args[0], args[1], *axis)?,
+        Op::Pad { pads, mode, value } => layout::pad(args[0], pads, *mode, *value)?,
+    };
+    if data.dtype() != ty.dtype {
+        return Err(format!("internal error: computed {} for {ty}", data.dtype()));
+    }
+    Tensor::new(ty.shape.clone(), data).map_err(|e| format!("internal error: {e}"))
 }

@@ -1,0 +1,206 @@
+//! Index-mapping ops: each output element is an element of the operand(s), found by a
+//! flat source index (or a fill value). They work for every dtype at once.
+
+use super::convert::{from_f64, from_i64};
+use crate::{PadMode, Shape, SliceRange, Tensor, TensorData, TensorType};
+
+/// The flat indices `offset + sum_i c_i * strides[i]` for every coordinate `c` of
+/// `dims`, in row-major order.
+pub(crate) fn affine_indices(dims: &[usize], strides: &[i64], offset: i64) -> Vec<usize> {
+    let n: usize = dims.iter().product();
+    let mut out = Vec::with_capacity(n);
+    if n == 0 {
+        return out;
+    }
+    let rank = dims.len();
+    if rank == 0 {
+        out.push(offset as usize);
+        return out;
+    }
+    let mut coord = vec![0usize; rank];
+    let mut base = offset;
+    let (last_d, last_s) = (dims[rank - 1], strides[rank - 1]);
+    loop {
+        // Wrapping arithmetic: a stride may be huge (a slice step far beyond the extent)
+        // when it only ever multiplies coordinate 0; every index reached is in range.
+        for j in 0..last_d as i64 {
+            out.push(base.wrapping_add(j.wrapping_mul(last_s)) as usize);
+        }
+        let mut k = rank - 1;
+        loop {
+            if k == 0 {
+                return out;
+            }
+            k -= 1;
+            coord[k] += 1;
+            base = base.wrapping_add(strides[k]);
+            if coord[k] < dims[k] {
+                break;
+            }
+            base = base.wrapping_sub(strides[k].wrapping_mul(dims[k] as i64));
+            coord[k] = 0;
+        }
+    }
+}
+
+fn strides_i64(shape: &Shape) -> Vec<i64> {
+    shape.strides().into_iter().map(|s| s as i64).collect()
+}
+
+/// Strides (0 on broadcast dims) that read an operand of shape `from` at every
+/// coordinate of `to`, numpy right-aligned.
+pub(crate) fn broadcast_strides(from: &[usize], to: &[usize]) -> Vec<i64> {
+    let src = strides_i64(&Shape::new(from));
+    let lead = to.len() - from.len().min(to.len());
+    (0..to.len())
+        .map(|i| {
+            if i < lead {
+                0
+            } else {
+                let j = i - lead;
+                if from[j] == 1 && to[i] != 1 {
+                    0
+                } else {
+                    src[j]
+                }
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn broadcast(x: &Tensor, shape: &Shape) -> TensorData {
+    let strides = broadcast_strides(x.shape().dims(), shape.dims());
+    x.data().take(&affine_indices(shape.dims(), &strides, 0))
+}
+
+pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> TensorData {
+    let src = strides_i64(x.shape());
+    let dims: Vec<usize> = perm.iter().map(|&p| x.shape().dims()[p]).collect();
+    let strides: Vec<i64> = perm.iter().map(|&p| src[p]).collect();
+    x.data().take(&affine_indices(&dims, &strides, 0))
+}
+
+pub(crate) fn slice(x: &Tensor, ranges: &[SliceRange]) -> TensorData {
+    let src = strides_i64(x.shape());
+    let mut dims = Vec::with_capacity(ranges.len());
+    let mut strides = Vec::with_capacity(ranges.len());
+    let mut offset = 0i64;
+    for ((r, &d), &s) in ranges.iter().zip(x.shape().dims()).zip(&src) {
+        let (start, len) = r.resolve(d);
+        dims.push(len);
+        strides.push(r.step.wrapping_mul(s));
+        if len > 0 {
+            offset += start * s;
+        }
+    }
+    x.data().take(&affine_indices(&dims, &strides, offset))
+}
+
+pub(crate) fn concat(parts: &[&Tensor], axis: usize) -> Result<TensorData, String> {
+    let first = parts.first().ok_or("concat takes at least one operand")?;
+    let dims = first.shape().dims();
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + 1..].iter().product();
+    let all = TensorData::concat(&parts.iter().map(|p| p.data()).collect::<Vec<_>>())
+        .ok_or("concat operands differ in dtype")?;
+    let mut idx = Vec::with_capacity(all.len());
+    for o in 0..outer {
+        let mut base = 0;
+        for p in parts {
+            let chunk = p.shape().dims()[axis] * inner;
+            let start = base + o * chunk;
+            idx.extend(start..start + chunk);
+            base += p.numel();
+        }
+    }
+    Ok(all.take(&idx))
+}
+
+pub(crate) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<TensorData, String> {
+    let dims = data.shape().dims();
+    let d = dims[axis];
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + 1..].iter().product();
+    let raw: Vec<i64> = match indices.data() {
+        TensorData::I64(v) => v.clone(),
+        TensorData::I32(v) => v.iter().map(|&i| i as i64).collect(),
+        other => return Err(format!("gather indices must be i64 or i32, got {}", other.dtype())),
+    };
+    let mut norm = Vec::with_capacity(raw.len());
+    for &i in &raw {
+        let j = if i < 0 { i + d as i64 } else { i };
+        if j < 0 || j >= d as i64 {
+            return Err(format!(
+                "gather index {i} is out of range for axis {axis} of extent {d}"
+            ));
+        }
+        norm.push(j as usize);
+    }
+    let mut idx = Vec::with_capacity(outer * norm.len() * inner);
+    for o in 0..outer {
+        for &j in &norm {
+            let start = (o * d + j) * inner;
+            idx.extend(start..start + inner);
+        }
+    }
+    Ok(data.data().take(&idx))
+}
+
+pub(crate) fn pad(x: &Tensor, pads: &[(i64, i64)], mode: PadMode, value: f64) -> Result<TensorData, String> {
+    // Per dimension: the source coordinate of each output coordinate, None to fill.
+    let mut flat: Vec<Option<usize>> = vec![Some(0)];
+    for (axis, (&(lo, hi), &d)) in pads.iter().zip(x.shape().dims()).enumerate() {
+        let di = d as i64;
+        let out_d = di.checked_add(lo).and_then(|x| x.checked_add(hi)).unwrap_or(-1);
+        if out_d < 0 {
+            return Err(format!("pad ({lo}, {hi}) of axis {axis} gives a negative extent"));
+        }
+        let mut map = Vec::with_capacity(out_d as usize);
+        for c_out in 0..out_d {
+            let c = c_out - lo;
+            let src = match mode {
+                PadMode::Constant => (0..di).contains(&c).then_some(c),
+                PadMode::Reflect => {
+                    let r = if c < 0 { -c } else { c };
+                    let r = if r >= di { 2 * (di - 1) - r } else { r };
+                    if !(0..di).contains(&r) {
+                        return Err(format!(
+                            "reflect pad ({lo}, {hi}) of axis {axis} needs pads smaller than its extent {d}"
+                        ));
+                    }
+                    Some(r)
+                }
+                PadMode::Edge => {
+                    if di == 0 {
+                        return Err(format!("edge pad of empty axis {axis}"));
+                    }
+                    Some(c.clamp(0, di - 1))
+                }
+            };
+            map.push(src.map(|s| s as usize));
+        }
+        let mut next = Vec::with_capacity(flat.len() * map.len());
+        for p in &flat {
+            for c in &map {
+                next.push(match (p, c) {
+                    (Some(p), Some(c)) => Some(p * d + c),
+                    _ => None,
+                });
+            }
+        }
+        flat = next;
+    }
+    let fill = from_f64(x.dtype(), &[value]);
+    Ok(x.data().take_or(&flat, &fill))
+}
+
+/// `out[i0, .., in] = i_axis`, converted like a cast from i64.
+pub(crate) fn iota(ty: &TensorType, axis: usize) -> TensorData {
+    let dims = ty.shape.dims();
+    let strides: Vec<i64> = (0..dims.len()).map(|i| (i == axis) as i64).collect();
+    let v: Vec<i64> = affine_indices(dims, &strides, 0)
+        .into_iter()
+        .map(|i| i as i64)
+        .collect();
+    from_i64(ty.dtype, &v)
+}
