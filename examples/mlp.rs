@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
-use graphc::models::{mlp, MlpConfig};
 use graphc::ir::{print, DType, Tensor, TensorType};
+use graphc::models::{mlp, MlpConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = MlpConfig {
@@ -25,6 +25,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (name, t) in &outputs {
         println!("# {name} = {t}");
     }
-    println!("# ran in {:.3} ms on the reference interpreter", elapsed.as_secs_f64() * 1e3);
+    println!(
+        "# ran in {:.3} ms on the reference interpreter",
+        elapsed.as_secs_f64() * 1e3
+    );
     Ok(())
 }

@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
-use graphc::models::{gpt, GptConfig};
 use graphc::ir::{interpret, weights::save_gir, Graph, Tensor};
+use graphc::models::{gpt, GptConfig};
 
 fn random_inputs(graph: &Graph, seed: u64) -> Vec<(String, Tensor)> {
     graph

@@ -31,6 +31,8 @@ pub enum Error {
     #[error("{path}: {message}")]
     Model { path: String, message: String },
     #[error(transparent)]
+    Gir(#[from] graphc_ir::weights::LoadError),
+    #[error(transparent)]
     Npz(#[from] npz::NpzError),
     #[error(transparent)]
     Compile(#[from] graphc_compiler::CompileError),
@@ -47,13 +49,21 @@ pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error>
     };
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let graph = match ext {
-        "gir" => graphc_ir::weights::load_gir(path).map_err(|e| model_err(e.to_string()))?,
+        "gir" => graphc_ir::weights::load_gir(path)?,
         "json" => {
             let text = std::fs::read_to_string(path).map_err(|e| model_err(e.to_string()))?;
             Graph::from_json(&text).map_err(|e| model_err(e.to_string()))?
         }
-        "onnx" => return Err(model_err("ONNX import is not available in this version of graphc".into())),
-        _ => return Err(model_err(format!("unknown model format `.{ext}` (expected .gir, .json or .onnx)"))),
+        "onnx" => {
+            return Err(model_err(
+                "ONNX import is not available in this version of graphc".into(),
+            ))
+        }
+        _ => {
+            return Err(model_err(format!(
+                "unknown model format `.{ext}` (expected .gir, .json or .onnx)"
+            )))
+        }
     };
     if let Some((name, _)) = dims.first() {
         return Err(model_err(format!(

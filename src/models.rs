@@ -61,14 +61,18 @@ struct Init<'b> {
 
 impl<'b> Init<'b> {
     fn next_seed(&mut self) -> u64 {
-        self.seed = self.seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.seed = self
+            .seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.seed
     }
 
     /// Normal(0, std).
     fn normal(&mut self, name: &str, shape: &[usize], std: f64) -> Value<'b> {
         let seed = self.next_seed();
-        self.b.param(name, Tensor::randn(&TensorType::new(self.dtype, shape), std, seed))
+        self.b
+            .param(name, Tensor::randn(&TensorType::new(self.dtype, shape), std, seed))
     }
 
     /// 1 + Normal(0, 0.1): a norm's gain, not exactly one so that tests see it.
@@ -143,5 +147,8 @@ pub fn gpt(cfg: &GptConfig) -> Result<Graph, GraphError> {
 
 /// One pre-LN transformer block (a [`gpt`] of one layer).
 pub fn transformer_block(cfg: &GptConfig) -> Result<Graph, GraphError> {
-    gpt(&GptConfig { layers: 1, ..cfg.clone() })
+    gpt(&GptConfig {
+        layers: 1,
+        ..cfg.clone()
+    })
 }

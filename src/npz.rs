@@ -18,7 +18,11 @@ pub enum NpzError {
     #[error("{path}: {message}")]
     File { path: String, message: String },
     #[error("{path}: array \"{array}\": {message}")]
-    Array { path: String, array: String, message: String },
+    Array {
+        path: String,
+        array: String,
+        message: String,
+    },
     #[error("inputs: {0}")]
     Signature(String),
 }
@@ -34,7 +38,10 @@ fn file_err(path: &Path, message: impl ToString) -> NpzError {
 pub fn read_arrays(path: &Path) -> Result<Vec<(String, Tensor)>, NpzError> {
     let file = File::open(path).map_err(|e| file_err(path, e))?;
     if path.extension().is_some_and(|e| e == "npy") {
-        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let t = read_npy(BufReader::new(file)).map_err(|m| NpzError::Array {
             path: path.display().to_string(),
             array: name.clone(),
@@ -42,7 +49,8 @@ pub fn read_arrays(path: &Path) -> Result<Vec<(String, Tensor)>, NpzError> {
         })?;
         return Ok(vec![(name, t)]);
     }
-    let mut zip = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| file_err(path, format!("not a valid .npz (zip) file: {e}")))?;
+    let mut zip = zip::ZipArchive::new(BufReader::new(file))
+        .map_err(|e| file_err(path, format!("not a valid .npz (zip) file: {e}")))?;
     let mut out = Vec::new();
     for i in 0..zip.len() {
         let entry = zip.by_index(i).map_err(|e| file_err(path, e))?;
@@ -63,7 +71,7 @@ fn read_npy(r: impl Read) -> Result<Tensor, String> {
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let fortran = npy.order() == npyz::Order::Fortran;
     let descr = npy.dtype().descr();
-    let code = descr.trim_start_matches(['<', '>', '|', '=']);
+    let code = descr.trim_matches('\'').trim_start_matches(['<', '>', '|', '=']);
     let io = |e: std::io::Error| format!("reading data: {e}");
     let data = match code {
         "f4" => TensorData::F32(npy.into_vec().map_err(io)?),
@@ -74,7 +82,11 @@ fn read_npy(r: impl Read) -> Result<Tensor, String> {
         "i1" => TensorData::I8(npy.into_vec().map_err(io)?),
         "u1" => TensorData::U8(npy.into_vec().map_err(io)?),
         "b1" => TensorData::Bool(npy.into_vec().map_err(io)?),
-        other => return Err(format!("unsupported numpy dtype `{other}` (graphc reads f4, f2, f8, i8, i4, i1, u1, b1)")),
+        other => {
+            return Err(format!(
+                "unsupported numpy dtype `{other}` (graphc reads f4, f2, f8, i8, i4, i1, u1, b1)"
+            ))
+        }
     };
     if fortran {
         // Fortran order is C order of the reversed shape: reverse the axes back.
@@ -148,7 +160,11 @@ pub fn read_inputs(path: &Path, graph: &Graph) -> Result<HashMap<String, Tensor>
         return Err(NpzError::Signature(format!(
             "{}: missing input(s) {}",
             path.display(),
-            missing.iter().map(|m| format!("\"{m}\" ({})", expected[m])).collect::<Vec<_>>().join(", ")
+            missing
+                .iter()
+                .map(|m| format!("\"{m}\" ({})", expected[m]))
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     Ok(out)
@@ -165,7 +181,8 @@ pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<(), NpzErro
             .compression_method(zip::CompressionMethod::Stored)
             .large_file(arrays.iter().any(|(_, t)| t.ty().size_bytes() > u32::MAX as usize / 2));
         for (name, t) in arrays {
-            zip.start_file(format!("{name}.npy"), opts).map_err(|e| file_err(path, e))?;
+            zip.start_file(format!("{name}.npy"), opts)
+                .map_err(|e| file_err(path, e))?;
             write_npy(&mut zip, t).map_err(|e| NpzError::Array {
                 path: path.display().to_string(),
                 array: name.clone(),
@@ -188,7 +205,11 @@ fn write_npy<W: Write>(w: &mut W, t: &Tensor) -> std::io::Result<()> {
     let shape: Vec<u64> = t.shape().dims().iter().map(|&d| d as u64).collect();
     macro_rules! put {
         ($v:expr, $ty:ty) => {{
-            let mut wr = npyz::WriteOptions::<$ty>::new().default_dtype().shape(&shape).writer(&mut *w).begin_nd()?;
+            let mut wr = npyz::WriteOptions::<$ty>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(&mut *w)
+                .begin_nd()?;
             wr.extend($v.iter().copied())?;
             wr.finish()
         }};

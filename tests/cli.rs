@@ -59,7 +59,16 @@ fn ir_json_round_trips_with_weights() {
 fn run_main_job_matches_the_interpreter() {
     let dir = temp_dir("cli-run");
     let out = dir.join("out.npz");
-    let o = graphc(&["run", BLOCK, "--inputs", BLOCK_INPUTS, "--output", out.to_str().unwrap(), "--device", "cpu"]);
+    let o = graphc(&[
+        "run",
+        BLOCK,
+        "--inputs",
+        BLOCK_INPUTS,
+        "--output",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.contains("output   y: f32[2,16,128]"), "{text}");
@@ -95,10 +104,16 @@ fn missing_extra_and_mistyped_inputs_are_named() {
     let good = Tensor::random(&TensorType::new(DType::F32, [2, 16, 128]), 0);
 
     let path = write_inputs(&dir, &[]);
-    fails_with(&graphc(&["run", BLOCK, "--inputs", &path]), "missing input(s) \"x\" (f32[2,16,128])");
+    fails_with(
+        &graphc(&["run", BLOCK, "--inputs", &path]),
+        "missing input(s) \"x\" (f32[2,16,128])",
+    );
 
     let path = write_inputs(&dir, &[("x", good.clone()), ("z", good.clone())]);
-    fails_with(&graphc(&["run", BLOCK, "--inputs", &path]), "array \"z\" is not an input of the model (inputs: x)");
+    fails_with(
+        &graphc(&["run", BLOCK, "--inputs", &path]),
+        "array \"z\" is not an input of the model (inputs: x)",
+    );
 
     let wrong = Tensor::random(&TensorType::new(DType::F64, [2, 16, 128]), 0);
     let path = write_inputs(&dir, &[("x", wrong)]);
@@ -113,22 +128,38 @@ fn missing_extra_and_mistyped_inputs_are_named() {
 
     let not_npz = dir.join("bad.npz");
     std::fs::write(&not_npz, b"not a zip").unwrap();
-    fails_with(&graphc(&["run", BLOCK, "--inputs", not_npz.to_str().unwrap()]), "not a valid .npz");
+    fails_with(
+        &graphc(&["run", BLOCK, "--inputs", not_npz.to_str().unwrap()]),
+        "not a valid .npz",
+    );
 }
 
 #[test]
 fn bad_models_are_clear_errors() {
     let dir = temp_dir("cli-models");
     let bad = dir.join("bad.gir");
-    std::fs::write(&bad, "graph {\n  %0 = input \"x\" : f32[2]\n  %1 = frobnicate(%0) : f32[2]\n}\n").unwrap();
-    fails_with(&graphc(&["ir", bad.to_str().unwrap()]), "bad.gir: 3:");
+    std::fs::write(
+        &bad,
+        "graph {\n  %0 = input \"x\" : f32[2]\n  %1 = frobnicate(%0) : f32[2]\n}\n",
+    )
+    .unwrap();
+    fails_with(
+        &graphc(&["ir", bad.to_str().unwrap()]),
+        "bad.gir:3:8: unknown op `frobnicate`",
+    );
 
     fails_with(&graphc(&["ir", "does/not/exist.gir"]), "does/not/exist.gir");
     let onnx = dir.join("m.onnx");
     std::fs::write(&onnx, b"").unwrap();
     fails_with(&graphc(&["ir", onnx.to_str().unwrap()]), "ONNX import is not available");
-    fails_with(&graphc(&["ir", "--dim", "batch=8", BLOCK]), "no symbolic dimension `batch`");
-    fails_with(&graphc(&["run", BLOCK, "--inputs", BLOCK_INPUTS, "--device", "cuda"]), "CUDA executor");
+    fails_with(
+        &graphc(&["ir", "--dim", "batch=8", BLOCK]),
+        "no symbolic dimension `batch`",
+    );
+    fails_with(
+        &graphc(&["run", BLOCK, "--inputs", BLOCK_INPUTS, "--device", "cuda"]),
+        "CUDA executor",
+    );
 
     let truncated = dir.join("t.gir");
     let text = std::fs::read_to_string(repo_path(BLOCK)).unwrap();

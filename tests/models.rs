@@ -11,7 +11,11 @@ use graphc::models::{gpt, mlp, GptConfig, MlpConfig};
 fn saved_block_is_the_builders_block() {
     let saved = graphc::load_model(&repo_path("examples/models/transformer_block.gir"), &[]).unwrap();
     let built = gpt(&GptConfig::default()).unwrap();
-    assert_eq!(saved, built.canonicalize(), "rerun `cargo run --example transformer_block -- --save`");
+    assert_eq!(
+        saved,
+        built.canonicalize(),
+        "rerun `cargo run --example transformer_block -- --save`"
+    );
 }
 
 #[test]
@@ -39,7 +43,10 @@ fn compiling_preserves_outputs() {
         let compiled = graphc::compile(g).unwrap();
         for seed in 0..3 {
             let inputs = random_inputs(g, seed);
-            assert_eq!(interpret(g, &inputs).unwrap(), interpret(&compiled.graph, &inputs).unwrap());
+            assert_eq!(
+                interpret(g, &inputs).unwrap(),
+                interpret(&compiled.graph, &inputs).unwrap()
+            );
         }
     }
 }
@@ -63,7 +70,10 @@ fn gpt_outputs_are_finite_and_depend_on_every_position_causally() {
     for v in &mut x2[3 * 32..] {
         *v += 0.5;
     }
-    inputs.insert("x".into(), graphc::ir::Tensor::from_f64(graphc::ir::DType::F32, [1, 4, 32], &x2).unwrap());
+    inputs.insert(
+        "x".into(),
+        graphc::ir::Tensor::from_f64(graphc::ir::DType::F32, [1, 4, 32], &x2).unwrap(),
+    );
     let y1 = interpret(&g, &inputs).unwrap()[0].1.to_f64_vec();
     assert_eq!(&y0[..3 * 32], &y1[..3 * 32]);
     assert_ne!(&y0[3 * 32..], &y1[3 * 32..]);

@@ -30,7 +30,10 @@ fn removes_dead_nodes_and_unused_weights_keeping_outputs() {
     for seed in 0..5 {
         let inputs: HashMap<String, Tensor> = [
             ("x".to_string(), Tensor::random(&TensorType::new(DType::F32, [4]), seed)),
-            ("mask".to_string(), Tensor::random(&TensorType::new(DType::Bool, [4]), seed)),
+            (
+                "mask".to_string(),
+                Tensor::random(&TensorType::new(DType::Bool, [4]), seed),
+            ),
         ]
         .into();
         assert_eq!(interpret(&g, &inputs).unwrap(), interpret(&out, &inputs).unwrap());

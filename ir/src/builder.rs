@@ -154,10 +154,19 @@ impl GraphBuilder {
         let Some(shape) = shape else {
             return self.fail(
                 cond,
-                format!("select operands do not broadcast: {}, {}, {}", cond.ty(), a.ty(), b.ty()),
+                format!(
+                    "select operands do not broadcast: {}, {}, {}",
+                    cond.ty(),
+                    a.ty(),
+                    b.ty()
+                ),
             );
         };
-        let (c, a, b) = (cond.broadcast_to(&shape), a.broadcast_to(&shape), b.broadcast_to(&shape));
+        let (c, a, b) = (
+            cond.broadcast_to(&shape),
+            a.broadcast_to(&shape),
+            b.broadcast_to(&shape),
+        );
         self.add(Op::Select, &[c.id, a.id, b.id])
     }
 
@@ -260,9 +269,15 @@ impl<'b> Value<'b> {
         let other = other.into_value(self);
         let (a, b) = (self.shape(), other.shape());
         let Some(shape) = crate::infer::broadcast_pair(&a, &b) else {
-            return self
-                .b
-                .fail(self, format!("{} operands do not broadcast: {} and {}", op.name(), self.ty(), other.ty()));
+            return self.b.fail(
+                self,
+                format!(
+                    "{} operands do not broadcast: {} and {}",
+                    op.name(),
+                    self.ty(),
+                    other.ty()
+                ),
+            );
         };
         let (x, y) = (self.broadcast_to(&shape), other.broadcast_to(&shape));
         self.b.add(Op::Binary(op), &[x.id, y.id])
@@ -274,13 +289,11 @@ impl<'b> Value<'b> {
         /// The primitive erf GELU (see `nn::gelu` for the decomposed form front ends produce).
         gelu => Gelu,
         gelu_tanh => GeluTanh, silu => Silu, erf => Erf, sin => Sin, cos => Cos, floor => Floor,
-        ceil => Ceil, round => Round, sign => Sign, abs => Abs, not => Not, isnan => IsNan, isinf => IsInf,
+        ceil => Ceil, round => Round, sign => Sign, abs => Abs, isnan => IsNan, isinf => IsInf,
     }
 
     binary_methods! {
         pow => Pow, maximum => Max, minimum => Min,
-        /// Remainder with the sign of the divisor.
-        rem => Mod,
         /// Remainder with the sign of the dividend.
         fmod => Fmod,
         eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge, and => And, or => Or, xor => Xor,
@@ -455,6 +468,16 @@ operator!(Add, add, Add);
 operator!(Sub, sub, Sub);
 operator!(Mul, mul, Mul);
 operator!(Div, div, Div);
+// `%` is the remainder with the sign of the divisor (Python's); see `fmod` for C's.
+operator!(Rem, rem, Mod);
+
+/// Logical not of a bool value.
+impl<'b> ops::Not for Value<'b> {
+    type Output = Value<'b>;
+    fn not(self) -> Value<'b> {
+        self.unary(UnaryOp::Not)
+    }
+}
 
 impl<'b> ops::Neg for Value<'b> {
     type Output = Value<'b>;

@@ -96,8 +96,5 @@ pub fn causal_attention(qkv: Value<'_>, heads: usize) -> Value<'_> {
     let neg_inf = b.scalar(scores.dtype(), f64::NEG_INFINITY);
     let masked = b.select(mask, scores, neg_inf);
     let probs = softmax(masked, -1);
-    probs
-        .matmul(v)
-        .transpose(&[0, 2, 1, 3])
-        .reshape([batch, seq, d])
+    probs.matmul(v).transpose(&[0, 2, 1, 3]).reshape([batch, seq, d])
 }

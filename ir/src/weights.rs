@@ -30,8 +30,8 @@ use crate::{DType, Graph, Tensor, TensorData};
 /// An error reading or writing a safetensors file.
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
     #[error("{}: not a valid safetensors file: {message}", path.display())]
     Format { path: PathBuf, message: String },
     #[error("{}: tensor \"{name}\": {message}", path.display())]
@@ -45,10 +45,10 @@ pub enum WeightsError {
 /// An error loading a `.gir` file and its weights.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
-    #[error("{}:{source}", path.display())]
-    Parse { path: PathBuf, source: ParseError },
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
+    #[error("{}:{error}", path.display())]
+    Parse { path: PathBuf, error: ParseError },
     #[error(transparent)]
     Weights(#[from] WeightsError),
     #[error("{}: parameter \"{name}\": {message}", path.display())]
@@ -123,18 +123,18 @@ fn safetensors_bytes(weights: &BTreeMap<String, Tensor>, path: &Path) -> Result<
 pub fn save_safetensors(weights: &BTreeMap<String, Tensor>, path: impl AsRef<Path>) -> Result<(), WeightsError> {
     let path = path.as_ref();
     let bytes = safetensors_bytes(weights, path)?;
-    write_atomic(path, &bytes).map_err(|source| WeightsError::Io {
+    write_atomic(path, &bytes).map_err(|error| WeightsError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 
 /// Read every tensor of a safetensors file.
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>, WeightsError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| WeightsError::Io {
+    let bytes = std::fs::read(path).map_err(|error| WeightsError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     parse_safetensors(&bytes, path)
 }
@@ -177,16 +177,16 @@ pub fn save_gir(graph: &Graph, path: impl AsRef<Path>) -> Result<(), WeightsErro
             .and_then(|s| s.to_str())
             .ok_or_else(|| WeightsError::Io {
                 path: path.to_path_buf(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, "the file name is not valid UTF-8"),
+                error: io::Error::new(io::ErrorKind::InvalidInput, "the file name is not valid UTF-8"),
             })?;
         let file = format!("{stem}.safetensors");
         save_safetensors(graph.weights(), path.with_file_name(&file))?;
         weights_file = Some(file);
     }
     let text = print_with_weights(graph, weights_file.as_deref());
-    write_atomic(path, text.as_bytes()).map_err(|source| WeightsError::Io {
+    write_atomic(path, text.as_bytes()).map_err(|error| WeightsError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 
@@ -194,13 +194,13 @@ pub fn save_gir(graph: &Graph, path: impl AsRef<Path>) -> Result<(), WeightsErro
 /// parameter must have data of its type there; other tensors in the file are ignored.
 pub fn load_gir(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+    let text = std::fs::read_to_string(path).map_err(|error| LoadError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
-    let (mut graph, weights_file) = parse_module(&text).map_err(|source| LoadError::Parse {
+    let (mut graph, weights_file) = parse_module(&text).map_err(|error| LoadError::Parse {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let Some(file) = weights_file else {
         return Ok(graph);

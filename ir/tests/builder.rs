@@ -30,11 +30,18 @@ fn operators_broadcast_explicitly() {
     let y = (x + row) * 2.0 - 1.0;
     b.output("y", y);
     let g = b.finish().unwrap();
-    let broadcasts = g.nodes().iter().filter(|n| matches!(n.op, Op::Broadcast { .. })).count();
+    let broadcasts = g
+        .nodes()
+        .iter()
+        .filter(|n| matches!(n.op, Op::Broadcast { .. }))
+        .count();
     assert_eq!(broadcasts, 3, "row, the 2.0 and the 1.0 are broadcast");
     let out = run1(
         &g,
-        &[("x", f32s(&[2, 3], &[0., 1., 2., 3., 4., 5.])), ("row", f32s(&[3], &[10., 20., 30.]))],
+        &[
+            ("x", f32s(&[2, 3], &[0., 1., 2., 3., 4., 5.])),
+            ("row", f32s(&[3], &[10., 20., 30.])),
+        ],
     );
     assert_eq!(out, vec![19., 41., 63., 25., 47., 69.]);
 }
@@ -45,7 +52,10 @@ fn scalar_on_the_left() {
     let x = b.input("x", DType::F64, [2]);
     b.output("y", 1.0 / x - 3.0 * x);
     let g = b.finish().unwrap();
-    assert_eq!(run1(&g, &[("x", Tensor::from_f64(DType::F64, [2], &[2.0, 4.0]).unwrap())]), vec![-5.5, -11.75]);
+    assert_eq!(
+        run1(&g, &[("x", Tensor::from_f64(DType::F64, [2], &[2.0, 4.0]).unwrap())]),
+        vec![-5.5, -11.75]
+    );
 }
 
 #[test]
@@ -56,7 +66,10 @@ fn shape_errors_are_values_naming_the_op() {
     let z = (x + y).exp();
     b.output("z", z);
     let err = b.finish().unwrap_err().to_string();
-    assert!(err.contains("add operands do not broadcast: f32[2,3] and f32[4]"), "{err}");
+    assert!(
+        err.contains("add operands do not broadcast: f32[2,3] and f32[4]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -128,7 +141,11 @@ fn softmax_matches_hand_values() {
     let g = b.finish().unwrap();
     let out = run1(&g, &[("x", f32s(&[2, 3], &[1., 2., 3., 1000., 1000., 1000.]))]);
     // softmax([1,2,3]) = [0.09003057, 0.24472847, 0.66524096]; large equal logits stay finite.
-    close(&out, &[0.09003057, 0.24472847, 0.66524096, 1. / 3., 1. / 3., 1. / 3.], 1e-6);
+    close(
+        &out,
+        &[0.09003057, 0.24472847, 0.66524096, 1. / 3., 1. / 3., 1. / 3.],
+        1e-6,
+    );
 }
 
 #[test]
@@ -154,7 +171,11 @@ fn layer_norm_and_rms_norm_match_hand_values() {
     let out = interpret(&graph, &inputs).unwrap();
     // mean 2.5, biased variance 1.25: (x - 2.5) / sqrt(1.25).
     let s = 1.25f64.sqrt();
-    close(&out[0].1.to_f64_vec(), &[-1.5 / s, 2. * -0.5 / s, 0.5 / s, 1.5 / s + 1.], 1e-6);
+    close(
+        &out[0].1.to_f64_vec(),
+        &[-1.5 / s, 2. * -0.5 / s, 0.5 / s, 1.5 / s + 1.],
+        1e-6,
+    );
     // rms = sqrt(30 / 4).
     let r = 7.5f64.sqrt();
     close(&out[1].1.to_f64_vec(), &[1. / r, 2. / r, 3. / r, 4. / r], 1e-6);
@@ -202,4 +223,21 @@ fn causal_attention_attends_only_to_the_past() {
     let v = [3., 6., 9.];
     let data: Vec<f32> = v.iter().flat_map(|&x| [0., 0., x]).collect();
     assert_eq!(run1(&g, &[("qkv", f32s(&[1, 3, 3], &data))]), vec![3., 4.5, 6.]);
+}
+
+#[test]
+fn rem_and_not_operators() {
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::I32, [4]);
+    b.output("m", x % 3.0);
+    b.output("nonneg", !x.lt(0.0));
+    let g = b.finish().unwrap();
+    let x = Tensor::from_f64(DType::I32, [4], &[-7., 7., -1., 5.]).unwrap();
+    let out = interpret(&g, &[("x".to_string(), x)].into()).unwrap();
+    assert_eq!(
+        out[0].1.to_f64_vec(),
+        vec![2., 1., 2., 2.],
+        "sign of the divisor, as Python"
+    );
+    assert_eq!(out[1].1.to_f64_vec(), vec![0., 1., 0., 1.]);
 }

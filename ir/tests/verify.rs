@@ -73,7 +73,10 @@ fn declared_type_must_match_inference() {
         &[0],
         f32_ty(&[3]),
     ));
-    assert_eq!(err(&g), "node %1 (reduce_sum \"n\"): declared type f32[3] but the op gives f32[2]");
+    assert_eq!(
+        err(&g),
+        "node %1 (reduce_sum \"n\"): declared type f32[3] but the op gives f32[2]"
+    );
 }
 
 #[test]
@@ -105,7 +108,10 @@ fn bindings_are_unique_and_typed() {
     let mut g = Graph::new();
     g.add_parameter("w", Tensor::zeros(&f32_ty(&[2])));
     g.set_weight("w", Tensor::zeros(&f32_ty(&[3])));
-    assert_eq!(err(&g), "node %0 (param): weight data \"w\" is f32[3] but the parameter is f32[2]");
+    assert_eq!(
+        err(&g),
+        "node %0 (param): weight data \"w\" is f32[3] but the parameter is f32[2]"
+    );
 
     let mut g = Graph::new();
     g.set_weight("orphan", Tensor::zeros(&f32_ty(&[3])));
@@ -129,7 +135,10 @@ fn graph_add_rejects_bad_nodes_without_adding_them() {
     let e = g
         .add(Op::Transpose { perm: vec![0, 0] }, vec![x], Some("t".into()))
         .unwrap_err();
-    assert_eq!(e.to_string(), "node %1 (transpose \"t\"): transpose perm [0, 0] is not a permutation of 2 axes");
+    assert_eq!(
+        e.to_string(),
+        "node %1 (transpose \"t\"): transpose perm [0, 0] is not a permutation of 2 axes"
+    );
     assert!(matches!(e, GraphError::Node { .. }));
     assert_eq!(g.len(), 1);
     let e = g.add(Op::Unary(UnaryOp::Exp), vec![NodeId(9)], None).unwrap_err();
@@ -138,7 +147,13 @@ fn graph_add_rejects_bad_nodes_without_adding_them() {
 
 #[test]
 fn malformed_json_is_an_error() {
-    for text in ["", "{", "{\"nodes\": 3}", "[1,2]", "{\"nodes\":[],\"inputs\":[5],\"outputs\":[],\"weights\":{}}"] {
+    for text in [
+        "",
+        "{",
+        "{\"nodes\": 3}",
+        "[1,2]",
+        "{\"nodes\":[],\"inputs\":[5],\"outputs\":[],\"weights\":{}}",
+    ] {
         assert!(Graph::from_json(text).is_err(), "{text}");
     }
 }
@@ -150,20 +165,60 @@ fn type_rules_of_every_op_family() {
     let x = t(DType::F32, &[2, 3, 4]);
     let ok = |op: Op, args: &[&TensorType]| infer_type(&op, args).unwrap().to_string();
     let bad = |op: Op, args: &[&TensorType]| infer_type(&op, args).unwrap_err();
-    assert_eq!(ok(Op::MatMul, &[&t(DType::F32, &[5, 1, 2, 3]), &t(DType::F32, &[4, 3, 7])]), "f32[5,4,2,7]");
+    assert_eq!(
+        ok(Op::MatMul, &[&t(DType::F32, &[5, 1, 2, 3]), &t(DType::F32, &[4, 3, 7])]),
+        "f32[5,4,2,7]"
+    );
     assert!(bad(Op::MatMul, &[&t(DType::F32, &[2, 2, 3]), &t(DType::F32, &[3, 3, 7])]).contains("batch dims"));
-    assert_eq!(ok(Op::Gather { axis: 1 }, &[&x, &t(DType::I64, &[5, 6])]), "f32[2,5,6,4]");
+    assert_eq!(
+        ok(Op::Gather { axis: 1 }, &[&x, &t(DType::I64, &[5, 6])]),
+        "f32[2,5,6,4]"
+    );
     assert!(bad(Op::Gather { axis: 1 }, &[&x, &t(DType::F32, &[5])]).contains("i64 or i32"));
     let r = |start, end, step| SliceRange { start, end, step };
-    assert_eq!(ok(Op::Slice { ranges: vec![r(0, 2, 1), r(-1, -4, -1), r(1, 100, 2)] }, &[&x]), "f32[2,3,2]");
-    assert!(bad(Op::Slice { ranges: vec![r(0, 2, 0), r(0, 1, 1), r(0, 1, 1)] }, &[&x]).contains("step of axis 0 is 0"));
-    assert_eq!(ok(Op::Concat { axis: 2 }, &[&x, &t(DType::F32, &[2, 3, 1])]), "f32[2,3,5]");
+    assert_eq!(
+        ok(
+            Op::Slice {
+                ranges: vec![r(0, 2, 1), r(-1, -4, -1), r(1, 100, 2)]
+            },
+            &[&x]
+        ),
+        "f32[2,3,2]"
+    );
+    assert!(bad(
+        Op::Slice {
+            ranges: vec![r(0, 2, 0), r(0, 1, 1), r(0, 1, 1)]
+        },
+        &[&x]
+    )
+    .contains("step of axis 0 is 0"));
+    assert_eq!(
+        ok(Op::Concat { axis: 2 }, &[&x, &t(DType::F32, &[2, 3, 1])]),
+        "f32[2,3,5]"
+    );
     assert!(bad(Op::Concat { axis: 2 }, &[&x, &t(DType::F32, &[2, 2, 1])]).contains("concat"));
     let pad = |pads: Vec<(i64, i64)>, mode| Op::Pad { pads, mode, value: 0.0 };
-    assert_eq!(ok(pad(vec![(1, 1), (0, -1), (2, 0)], PadMode::Constant), &[&x]), "f32[4,2,6]");
+    assert_eq!(
+        ok(pad(vec![(1, 1), (0, -1), (2, 0)], PadMode::Constant), &[&x]),
+        "f32[4,2,6]"
+    );
     assert!(bad(pad(vec![(0, 0), (3, 0), (0, 0)], PadMode::Reflect), &[&x]).contains("smaller than its extent"));
-    assert!(bad(Op::Broadcast { shape: Shape::new([3, 3, 4]) }, &[&x]).contains("does not broadcast"));
-    assert_eq!(ok(Op::Broadcast { shape: Shape::new([5, 2, 3, 4]) }, &[&x]), "f32[5,2,3,4]");
+    assert!(bad(
+        Op::Broadcast {
+            shape: Shape::new([3, 3, 4])
+        },
+        &[&x]
+    )
+    .contains("does not broadcast"));
+    assert_eq!(
+        ok(
+            Op::Broadcast {
+                shape: Shape::new([5, 2, 3, 4])
+            },
+            &[&x]
+        ),
+        "f32[5,2,3,4]"
+    );
     assert!(bad(Op::Reshape { shape: Shape::new([5]) }, &[&x]).contains("24 elements"));
     assert_eq!(ok(Op::Cast { to: DType::BF16 }, &[&x]), "bf16[2,3,4]");
     let cmp = Op::Binary(BinaryOp::Lt);

@@ -62,7 +62,9 @@ enum Device {
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
     let (name, n) = s.split_once('=').ok_or_else(|| format!("expected NAME=N, got `{s}`"))?;
-    let n = n.parse().map_err(|_| format!("`{n}` is not a dimension size in `{s}`"))?;
+    let n = n
+        .parse()
+        .map_err(|_| format!("`{n}` is not a dimension size in `{s}`"))?;
     Ok((name.to_string(), n))
 }
 

@@ -46,10 +46,7 @@ pub fn eliminate_dead_code(graph: &Graph) -> (Graph, DceReport) {
             .iter()
             .map(|i| NodeId(new_id[i.index()].expect("operands of live nodes are live") as u32))
             .collect();
-        out.push(Node {
-            inputs,
-            ..node.clone()
-        });
+        out.push(Node { inputs, ..node.clone() });
     }
     // `push` lists input nodes in table order; restore the original call order.
     let order: Vec<NodeId> = graph
@@ -59,7 +56,10 @@ pub fn eliminate_dead_code(graph: &Graph) -> (Graph, DceReport) {
         .collect();
     out.set_input_order(order);
     for o in graph.outputs() {
-        out.add_output(o.name.clone(), NodeId(new_id[o.node.index()].expect("outputs are live") as u32));
+        out.add_output(
+            o.name.clone(),
+            NodeId(new_id[o.node.index()].expect("outputs are live") as u32),
+        );
     }
     (out, report)
 }
