@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use common::{check_exact, f32t, i64t, t};
 use graphc_ir::interp::eval_op;
 use graphc_ir::{
-    interpret, BinaryOp, DType, Graph, InterpError, Node, NodeId, Op, ReduceOp, Shape, Tensor, TensorType, UnaryOp,
+    interpret, BinaryOp, DType, Graph, GraphError, InterpError, Node, NodeId, Op, ReduceOp, Shape, Tensor, TensorType,
+    UnaryOp,
 };
 
 fn input(g: &mut Graph, name: &str, ty: TensorType) -> NodeId {
@@ -177,12 +178,12 @@ fn integer_division_by_zero_names_the_node() {
     let e = interpret(&g, &args).unwrap_err();
     assert_eq!(
         e,
-        InterpError::Node {
+        InterpError::Graph(GraphError::Node {
             node: q,
             op: "div".into(),
             name: " \"quot\"".into(),
             message: "integer division by zero".into(),
-        }
+        })
     );
     assert_eq!(e.to_string(), "node %2 (div \"quot\"): integer division by zero");
     // Mod and fmod too.

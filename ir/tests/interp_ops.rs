@@ -7,8 +7,8 @@ mod common;
 
 use common::{boolt, check, check_exact, f32t, i64t, run, t, try_run};
 use graphc_ir::{
-    ArgReduceOp, BinaryOp, DType, InterpError, Op, PadMode, ReduceOp, Shape, SliceRange, Tensor, TensorData,
-    TensorType, UnaryOp,
+    ArgReduceOp, BinaryOp, DType, GraphError, InterpError, Op, PadMode, ReduceOp, Shape, SliceRange, Tensor,
+    TensorData, TensorType, UnaryOp,
 };
 
 const NAN: f64 = f64::NAN;
@@ -24,7 +24,7 @@ fn bin(op: BinaryOp, a: &Tensor, b: &Tensor) -> Tensor {
 
 fn node_error(e: InterpError) -> (String, String) {
     match e {
-        InterpError::Node { op, message, .. } => (op, message),
+        InterpError::Graph(GraphError::Node { op, message, .. }) => (op, message),
         other => panic!("expected a node error, got {other:?}"),
     }
 }

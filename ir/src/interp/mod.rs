@@ -40,25 +40,11 @@ pub enum InterpError {
     UnknownInput(String),
     #[error("node {node} (param \"{name}\"): parameter \"{name}\" has no weight data")]
     MissingWeight { node: NodeId, name: String },
-    #[error("node {node} ({op}{name}): {message}")]
-    Node {
-        node: NodeId,
-        op: String,
-        /// ` "name"` when the node has a name, else empty.
-        name: String,
-        message: String,
-    },
 }
 
 impl InterpError {
     fn at(graph: &Graph, id: NodeId, message: impl Into<String>) -> InterpError {
-        let node = graph.node(id);
-        InterpError::Node {
-            node: id,
-            op: node.op.name().to_string(),
-            name: node.name.as_ref().map(|s| format!(" \"{s}\"")).unwrap_or_default(),
-            message: message.into(),
-        }
+        InterpError::Graph(crate::GraphError::at(graph, id, message))
     }
 }
 
