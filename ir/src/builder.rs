@@ -67,6 +67,21 @@ impl GraphBuilder {
         Ok(state.graph)
     }
 
+    /// The first error met so far, taken (building goes on without it).
+    pub fn take_error(&self) -> Option<GraphError> {
+        self.state.borrow_mut().error.take()
+    }
+
+    /// Read the graph built so far.
+    pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
+        f(&self.state.borrow().graph)
+    }
+
+    /// A value for an existing node of this builder's graph.
+    pub fn value(&self, id: NodeId) -> Option<Value<'_>> {
+        (id.index() < self.state.borrow().graph.len()).then_some(Value { id, b: self })
+    }
+
     /// Run `f` with `name/` prefixed to the names of the nodes it adds.
     pub fn scope<R>(&self, name: &str, f: impl FnOnce() -> R) -> R {
         self.state.borrow_mut().scope.push(name.to_string());

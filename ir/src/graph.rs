@@ -377,3 +377,15 @@ impl Graph {
         self.inputs = order;
     }
 }
+
+impl Graph {
+    /// Turn a node into a constant of its (known) value, keeping its name. The value
+    /// must have the node's type.
+    pub fn replace_with_constant(&mut self, id: NodeId, value: Tensor) {
+        if let Some(n) = self.nodes.get_mut(id.index()) {
+            debug_assert_eq!(n.ty, value.ty());
+            n.op = Op::Constant { value };
+            n.inputs.clear();
+        }
+    }
+}

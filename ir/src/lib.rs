@@ -38,11 +38,13 @@
 //! Weights live in a safetensors file beside the `.gir`, named in its header.
 
 pub mod builder;
+pub mod dce;
 pub mod dtype;
 pub mod graph;
 pub mod infer;
 pub mod interp;
 pub mod nn;
+pub mod onnx;
 pub mod op;
 pub mod rng;
 pub mod shape;

@@ -1,0 +1,465 @@
+//! The import driver: model → graph. Binds inputs and initializers, lowers nodes in
+//! order (inlining local functions), tracks which IR values are known at import, and
+//! finally folds known values into constants and prunes what no output uses.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::attrs::Attrs;
+use super::ops::{self, Node};
+use super::proto::{
+    self, type_proto, tensor_shape_proto::dimension, FunctionProto, GraphProto, ModelProto, NodeProto,
+    ValueInfoProto,
+};
+use super::tensor::{dtype_from_onnx, tensor_from_proto};
+use super::{ImportOptions, OnnxError};
+use crate::interp::eval_op;
+use crate::{DType, Graph, GraphBuilder, NodeId, Op, Tensor, TensorType, Value};
+
+/// Known values larger than this many elements are not kept (they are never shapes).
+const MAX_KNOWN_ELEMENTS: usize = 1 << 20;
+/// Known values up to this many elements replace the nodes computing them.
+const MAX_FOLDED_ELEMENTS: usize = 1 << 12;
+
+/// Import an `.onnx` file (external data is read relative to its folder).
+pub fn import_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|e| OnnxError::Model(format!("{}: {e}", path.display())))?;
+    let model = decode_model(&bytes)?;
+    import_model(&model, path.parent(), opts)
+}
+
+fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
+    proto::decode::<ModelProto>(bytes).map_err(|e| OnnxError::Model(format!("not a valid ONNX model: {e}")))
+}
+
+/// An op graphc does not support, at one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnsupportedNode {
+    pub node: String,
+    pub op_type: String,
+    pub domain: String,
+    pub opset: i64,
+}
+
+/// Every node of a model whose op graphc does not support (after inlining local
+/// functions), in graph order.
+pub fn list_unsupported(path: &Path) -> Result<Vec<UnsupportedNode>, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|e| OnnxError::Model(format!("{}: {e}", path.display())))?;
+    let model = decode_model(&bytes)?;
+    let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let opsets = opsets(&model);
+    let functions = functions(&model);
+    let mut out = Vec::new();
+    let mut stack: Vec<&NodeProto> = graph.node.iter().rev().collect();
+    while let Some(n) = stack.pop() {
+        if let Some(f) = functions.get(&(n.domain.clone(), n.op_type.clone())) {
+            stack.extend(f.node.iter().rev());
+            continue;
+        }
+        if !is_default_domain(&n.domain) || ops::find(&n.op_type).is_none() {
+            out.push(UnsupportedNode {
+                node: node_label(n, out.len()),
+                op_type: n.op_type.clone(),
+                domain: n.domain.clone(),
+                opset: opsets.get(domain_key(&n.domain)).copied().unwrap_or(0),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Import a decoded model. `base_dir` is the folder external data paths are relative to.
+pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, OnnxError> {
+    let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let opsets = opsets(model);
+    let opset = opsets.get("").copied().unwrap_or(0);
+    if opset == 0 {
+        return Err(OnnxError::Model("the model imports no version of the default ONNX domain".into()));
+    }
+    let b = GraphBuilder::new();
+    let mut imp = Importer {
+        b: &b,
+        values: HashMap::new(),
+        known: HashMap::new(),
+        examined: 0,
+        opset,
+        opsets,
+        base_dir: base_dir.map(Path::to_path_buf),
+        functions: functions(model),
+        inline_depth: 0,
+    };
+    imp.bind_initializers(graph)?;
+    imp.bind_inputs(graph, opts)?;
+    for (i, node) in graph.node.iter().enumerate() {
+        imp.lower_node(node, i, "")?;
+    }
+    for out in &graph.output {
+        let v = *imp
+            .values
+            .get(&out.name)
+            .ok_or_else(|| OnnxError::Model(format!("graph output `{}` is not produced by any node", out.name)))?;
+        check_declared_type(out, v)?;
+        b.output(&out.name, v);
+    }
+    if let Some(e) = b.take_error() {
+        return Err(OnnxError::Model(e.to_string()));
+    }
+    let known = std::mem::take(&mut imp.known);
+    drop(imp);
+    let mut g = b.finish().map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
+    for (id, value) in known {
+        let is_leaf = matches!(g.node(id).op, Op::Constant { .. } | Op::Input { .. } | Op::Parameter { .. });
+        if !is_leaf && value.numel() <= MAX_FOLDED_ELEMENTS {
+            g.replace_with_constant(id, value);
+        }
+    }
+    let (g, _) = crate::dce::eliminate_dead_code(&g);
+    g.verify().map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
+    Ok(g)
+}
+
+fn opsets(model: &ModelProto) -> HashMap<String, i64> {
+    model
+        .opset_import
+        .iter()
+        .map(|o| (domain_key(&o.domain).to_string(), o.version))
+        .collect()
+}
+
+fn functions(model: &ModelProto) -> HashMap<(String, String), FunctionProto> {
+    model
+        .functions
+        .iter()
+        .map(|f| ((f.domain.clone(), f.name.clone()), f.clone()))
+        .collect()
+}
+
+fn is_default_domain(d: &str) -> bool {
+    d.is_empty() || d == "ai.onnx"
+}
+
+fn domain_key(d: &str) -> &str {
+    if is_default_domain(d) {
+        ""
+    } else {
+        d
+    }
+}
+
+fn node_label(n: &NodeProto, index: usize) -> String {
+    if n.name.is_empty() {
+        format!("#{index} ({})", n.output.first().map(String::as_str).unwrap_or("?"))
+    } else {
+        format!("`{}`", n.name)
+    }
+}
+
+/// The graph output's declared type, where static, must be what the import computed.
+fn check_declared_type(out: &ValueInfoProto, v: Value<'_>) -> Result<(), OnnxError> {
+    let Some(type_proto::Value::TensorType(t)) = out.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Ok(());
+    };
+    let got = v.ty();
+    if t.elem_type != 0 {
+        let declared = dtype_from_onnx(t.elem_type).map_err(|e| OnnxError::Model(format!("output `{}`: {e}", out.name)))?;
+        if declared != got.dtype {
+            return Err(OnnxError::Model(format!(
+                "output `{}` is declared {declared} but computes {}",
+                out.name, got.dtype
+            )));
+        }
+    }
+    if let Some(shape) = &t.shape {
+        let rank_ok = shape.dim.len() == got.shape.rank();
+        let dims_ok = rank_ok
+            && shape.dim.iter().zip(got.shape.dims()).all(|(d, &g)| match d.value {
+                Some(dimension::Value::DimValue(n)) => n == g as i64,
+                _ => true,
+            });
+        if !dims_ok {
+            return Err(OnnxError::Model(format!(
+                "output `{}` is declared with shape {} but computes {}",
+                out.name,
+                shape_text(shape),
+                got.shape
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn shape_text(s: &proto::TensorShapeProto) -> String {
+    let dims: Vec<String> = s
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(dimension::Value::DimValue(n)) => n.to_string(),
+            Some(dimension::Value::DimParam(p)) => p.clone(),
+            None => "?".into(),
+        })
+        .collect();
+    format!("[{}]", dims.join(","))
+}
+
+/// State of one import. Operator lowerings get it to build nodes and to ask for the
+/// compile-time value of an operand.
+pub struct Importer<'b> {
+    pub b: &'b GraphBuilder,
+    /// ONNX value name → IR value.
+    values: HashMap<String, Value<'b>>,
+    /// IR nodes whose value is known at import.
+    known: HashMap<NodeId, Tensor>,
+    /// IR nodes below this index have been examined for known values.
+    examined: usize,
+    /// Version of the default domain.
+    pub opset: i64,
+    opsets: HashMap<String, i64>,
+    base_dir: Option<PathBuf>,
+    functions: HashMap<(String, String), FunctionProto>,
+    inline_depth: usize,
+}
+
+impl<'b> Importer<'b> {
+    fn bind_initializers(&mut self, graph: &GraphProto) -> Result<(), OnnxError> {
+        for init in &graph.initializer {
+            let t = tensor_from_proto(init, self.base_dir.as_deref())
+                .map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", init.name)))?;
+            let v = if t.dtype().is_float() {
+                self.b.param(&init.name, t)
+            } else {
+                self.b.constant(t)
+            };
+            self.values.insert(init.name.clone(), v);
+        }
+        if !graph.sparse_initializer.is_empty() {
+            return Err(OnnxError::Model("sparse initializers are not supported".into()));
+        }
+        Ok(())
+    }
+
+    fn bind_inputs(&mut self, graph: &GraphProto, opts: &ImportOptions) -> Result<(), OnnxError> {
+        for input in &graph.input {
+            if self.values.contains_key(&input.name) {
+                continue; // an initializer listed as an input (IR version < 4)
+            }
+            let err = |m: String| OnnxError::Model(format!("graph input `{}`: {m}", input.name));
+            let t = match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                Some(type_proto::Value::TensorType(t)) => t,
+                Some(_) => return Err(err("only tensor inputs are supported (not sequences, maps or optionals)".into())),
+                None => return Err(err("has no type".into())),
+            };
+            let dtype = dtype_from_onnx(t.elem_type).map_err(err)?;
+            let shape = t.shape.as_ref().ok_or_else(|| err("has no shape (its rank is unknown)".into()))?;
+            let mut dims = Vec::with_capacity(shape.dim.len());
+            for (axis, d) in shape.dim.iter().enumerate() {
+                dims.push(match &d.value {
+                    Some(dimension::Value::DimValue(n)) => {
+                        usize::try_from(*n).map_err(|_| err(format!("dimension {axis} is negative ({n})")))?
+                    }
+                    Some(dimension::Value::DimParam(p)) => *opts.dims.get(p).ok_or_else(|| {
+                        err(format!(
+                            "symbolic dimension `{p}` (axis {axis}) is not set; fix it with --dim {p}=N"
+                        ))
+                    })?,
+                    None => return Err(err(format!("dimension {axis} is unknown and has no name to fix it by"))),
+                });
+            }
+            let ty = TensorType::new(dtype, dims);
+            if ty.shape.checked_numel().is_none() {
+                return Err(err(format!("type {ty} is too large")));
+            }
+            let v = self.b.input(&input.name, ty.dtype, ty.shape);
+            self.values.insert(input.name.clone(), v);
+        }
+        Ok(())
+    }
+
+    /// Lower one node; `prefix` renames values inside inlined functions.
+    fn lower_node(&mut self, node: &NodeProto, index: usize, prefix: &str) -> Result<(), OnnxError> {
+        let opset = self.opsets.get(domain_key(&node.domain)).copied().unwrap_or(0);
+        let err = |message: String| OnnxError::Node {
+            node: node_label(node, index),
+            op_type: node.op_type.clone(),
+            domain: if is_default_domain(&node.domain) {
+                String::new()
+            } else {
+                format!(" in domain {}", node.domain)
+            },
+            opset,
+            message,
+        };
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for name in &node.input {
+            if name.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let v = self
+                .values
+                .get(name)
+                .copied()
+                .ok_or_else(|| err(format!("operand `{name}` is not defined before this node (undefined, or a cycle)")))?;
+            inputs.push(Some(v));
+        }
+        if let Some(f) = self.functions.get(&(node.domain.clone(), node.op_type.clone())).cloned() {
+            return self.inline_function(node, &f, inputs, prefix).map_err(|e| match e {
+                OnnxError::Model(m) => err(m),
+                e => e,
+            });
+        }
+        if !is_default_domain(&node.domain) {
+            return Err(err("unsupported op: graphc supports the default ONNX domain only".into()));
+        }
+        let lowering = ops::find(&node.op_type).ok_or_else(|| err("unsupported op".into()))?;
+        let attrs = Attrs::new(node);
+        if attrs.has_graph() {
+            return Err(err("ops with subgraphs (control flow) are not supported".into()));
+        }
+        let label = if node.name.is_empty() {
+            node.op_type.clone()
+        } else {
+            node.name.clone()
+        };
+        let n = Node {
+            proto: node,
+            inputs,
+            attrs,
+            opset,
+        };
+        let outs = self.b.scope(&label, || lowering(self, &n)).map_err(&err)?;
+        if let Some(e) = self.b.take_error() {
+            return Err(err(e.to_string()));
+        }
+        for (name, v) in node.output.iter().zip(outs) {
+            if !name.is_empty() {
+                self.values.insert(format!("{prefix}{name}"), v);
+            }
+        }
+        self.examine_new_nodes();
+        Ok(())
+    }
+
+    fn inline_function(
+        &mut self,
+        call: &NodeProto,
+        f: &FunctionProto,
+        inputs: Vec<Option<Value<'b>>>,
+        outer_prefix: &str,
+    ) -> Result<(), OnnxError> {
+        if self.inline_depth > 32 {
+            return Err(OnnxError::Model(format!("function `{}` recurses too deeply", f.name)));
+        }
+        self.inline_depth += 1;
+        let prefix = format!("{outer_prefix}{}::{}/", f.name, call.output.first().map(String::as_str).unwrap_or(""));
+        for (formal, actual) in f.input.iter().zip(inputs) {
+            if let Some(v) = actual {
+                self.values.insert(format!("{prefix}{formal}"), v);
+            }
+        }
+        for (i, inner) in f.node.iter().enumerate() {
+            let mut inner = inner.clone();
+            for name in inner.input.iter_mut().chain(inner.output.iter_mut()) {
+                if !name.is_empty() {
+                    *name = format!("{prefix}{name}");
+                }
+            }
+            // Attributes that refer to the call's attributes take their values.
+            let mut attrs = Vec::with_capacity(inner.attribute.len());
+            for a in &inner.attribute {
+                if a.ref_attr_name.is_empty() {
+                    attrs.push(a.clone());
+                } else if let Some(actual) = call.attribute.iter().find(|c| c.name == a.ref_attr_name) {
+                    attrs.push(proto::AttributeProto {
+                        name: a.name.clone(),
+                        ..actual.clone()
+                    });
+                } else if let Some(default) = f.attribute_proto.iter().find(|d| d.name == a.ref_attr_name) {
+                    attrs.push(proto::AttributeProto {
+                        name: a.name.clone(),
+                        ..default.clone()
+                    });
+                }
+            }
+            inner.attribute = attrs;
+            self.lower_node(&inner, i, "")?;
+        }
+        for (formal, actual) in f.output.iter().zip(&call.output) {
+            let v = *self
+                .values
+                .get(&format!("{prefix}{formal}"))
+                .ok_or_else(|| OnnxError::Model(format!("function `{}` does not produce its output `{formal}`", f.name)))?;
+            self.values.insert(format!("{outer_prefix}{actual}"), v);
+        }
+        self.inline_depth -= 1;
+        Ok(())
+    }
+
+    /// Evaluate the new IR nodes whose operands are all known.
+    fn examine_new_nodes(&mut self) {
+        let (start, end) = (self.examined, self.b.with_graph(Graph::len));
+        for index in start..end {
+            let id = NodeId(index as u32);
+            let value = self.b.with_graph(|g| {
+                let node = g.node(id);
+                if node.ty.numel() > MAX_KNOWN_ELEMENTS {
+                    return None;
+                }
+                match &node.op {
+                    Op::Constant { value } => Some(value.clone()),
+                    Op::Input { .. } | Op::Parameter { .. } => None,
+                    op => {
+                        let args: Option<Vec<&Tensor>> = node.inputs.iter().map(|i| self.known.get(i)).collect();
+                        eval_op(op, &args?, &node.ty).ok()
+                    }
+                }
+            });
+            if let Some(v) = value {
+                self.known.insert(id, v);
+            }
+        }
+        self.examined = end;
+    }
+
+    /// The value of `v` if it is known at import (computed from constants only), or a
+    /// parameter's data.
+    pub fn known(&self, v: Value<'b>) -> Option<Tensor> {
+        if let Some(t) = self.known.get(&v.id()) {
+            return Some(t.clone());
+        }
+        self.b.with_graph(|g| match &g.node(v.id()).op {
+            Op::Parameter { name, .. } => g.weight(name).cloned(),
+            _ => None,
+        })
+    }
+
+    /// The integers of an operand that must be known at import (a shape, axes, pads).
+    pub fn static_ints(&self, v: Value<'b>, what: &str) -> Result<Vec<i64>, String> {
+        let t = self.known(v).ok_or_else(|| {
+            format!("{what} must be known at compile time, but it is computed from the model's inputs")
+        })?;
+        if !t.dtype().is_int() {
+            return Err(format!("{what} must be integers, got {}", t.dtype()));
+        }
+        Ok(match t.data() {
+            crate::TensorData::I64(v) => v.clone(),
+            other => other.to_f64_vec().iter().map(|&x| x as i64).collect(),
+        })
+    }
+
+    /// The numbers of an operand that must be known at import, as f64.
+    pub fn static_f64s(&self, v: Value<'b>, what: &str) -> Result<Vec<f64>, String> {
+        self.known(v)
+            .map(|t| t.to_f64_vec())
+            .ok_or_else(|| format!("{what} must be known at compile time, but it is computed from the model's inputs"))
+    }
+
+    /// A constant node (known at import).
+    pub fn constant(&self, t: Tensor) -> Value<'b> {
+        self.b.constant(t)
+    }
+
+    /// A scalar constant of `dtype`.
+    pub fn scalar(&self, dtype: DType, x: f64) -> Value<'b> {
+        self.b.scalar(dtype, x)
+    }
+}

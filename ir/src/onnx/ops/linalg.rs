@@ -1,0 +1,5 @@
+//! linalg ops.
+
+use super::Lowering;
+
+pub const OPS: &[(&str, Lowering)] = &[];

@@ -1,0 +1,5 @@
+//! reduce ops.
+
+use super::Lowering;
+
+pub const OPS: &[(&str, Lowering)] = &[];

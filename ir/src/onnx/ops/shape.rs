@@ -1,0 +1,5 @@
+//! shape ops.
+
+use super::Lowering;
+
+pub const OPS: &[(&str, Lowering)] = &[];
