@@ -40,8 +40,9 @@ pub enum Error {
     Run(#[from] graphc_runtime::RunError),
 }
 
-/// Load a model: a `.gir` text IR file (with its weights file) or a `.json` graph.
-/// `dims` fixes symbolic dimensions (ONNX models); a `.gir` has none.
+/// Load a model: an `.onnx` file (with its external data), a `.gir` text IR file (with
+/// its weights file) or a `.json` graph. `dims` fixes symbolic dimensions of ONNX
+/// models; a `.gir` has none.
 pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error> {
     let model_err = |message: String| Error::Model {
         path: path.display().to_string(),

@@ -27,6 +27,9 @@ enum Command {
         /// Print the graph as JSON instead.
         #[arg(long)]
         json: bool,
+        /// List every node whose op graphc does not support (ONNX models), then stop.
+        #[arg(long)]
+        list_unsupported: bool,
     },
     /// Run the model on inputs from an .npz file.
     Run {
@@ -80,7 +83,21 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Ir { model, dims, json } => {
+        Command::Ir {
+            model,
+            dims,
+            json,
+            list_unsupported,
+        } => {
+            if list_unsupported {
+                let nodes = graph_ir_unsupported(&model)?;
+                for n in &nodes {
+                    let domain = if n.domain.is_empty() { "ai.onnx" } else { &n.domain };
+                    println!("node {}: {} (domain {domain}, opset {})", n.node, n.op_type, n.opset);
+                }
+                println!("{} unsupported node(s)", nodes.len());
+                return Ok(());
+            }
             let graph = graphc::load_model(&model, &dims)?;
             if json {
                 println!("{}", graph.to_json());
@@ -147,6 +164,13 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn graph_ir_unsupported(model: &std::path::Path) -> Result<Vec<ir::onnx::UnsupportedNode>> {
+    if model.extension().is_none_or(|e| e != "onnx") {
+        bail!("--list-unsupported applies to .onnx models");
+    }
+    Ok(ir::onnx::list_unsupported(model).with_context(|| model.display().to_string())?)
 }
 
 fn describe(g: &Graph) -> String {

@@ -238,6 +238,7 @@ impl<'b> Importer<'b> {
     }
 
     fn bind_inputs(&mut self, graph: &GraphProto, opts: &ImportOptions) -> Result<(), OnnxError> {
+        let mut symbols = std::collections::BTreeSet::new();
         for input in &graph.input {
             if self.values.contains_key(&input.name) {
                 continue; // an initializer listed as an input (IR version < 4)
@@ -245,7 +246,7 @@ impl<'b> Importer<'b> {
             let err = |m: String| OnnxError::Model(format!("graph input `{}`: {m}", input.name));
             let t = match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
                 Some(type_proto::Value::TensorType(t)) => t,
-                Some(_) => return Err(err("only tensor inputs are supported (not sequences, maps or optionals)".into())),
+                Some(_) => return Err(err("sequence, map and optional inputs are not supported (tensors only)".into())),
                 None => return Err(err("has no type".into())),
             };
             let dtype = dtype_from_onnx(t.elem_type).map_err(err)?;
@@ -256,7 +257,9 @@ impl<'b> Importer<'b> {
                     Some(dimension::Value::DimValue(n)) => {
                         usize::try_from(*n).map_err(|_| err(format!("dimension {axis} is negative ({n})")))?
                     }
-                    Some(dimension::Value::DimParam(p)) => *opts.dims.get(p).ok_or_else(|| {
+                    Some(dimension::Value::DimParam(p)) => *opts.dims.get(p).inspect(|_| {
+                        symbols.insert(p.clone());
+                    }).ok_or_else(|| {
                         err(format!(
                             "symbolic dimension `{p}` (axis {axis}) is not set; fix it with --dim {p}=N"
                         ))
@@ -270,6 +273,13 @@ impl<'b> Importer<'b> {
             }
             let v = self.b.input(&input.name, ty.dtype, ty.shape);
             self.values.insert(input.name.clone(), v);
+        }
+        if let Some(unused) = opts.dims.keys().find(|k| !symbols.contains(*k)) {
+            let known: Vec<&str> = symbols.iter().map(String::as_str).collect();
+            return Err(OnnxError::Model(format!(
+                "--dim {unused}: the model has no symbolic input dimension `{unused}` (it has: {})",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            )));
         }
         Ok(())
     }
