@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Export tiny random-weight transformer models to ONNX as test fixtures.
+
+Usage (virtualenv with torch, transformers, onnxscript, onnx, onnxruntime; see
+scripts/README.md for the exact versions):
+
+    python scripts/export_models.py [--out tests/fixtures/onnx] [NAME ...]
+
+For each model NAME (gpt2, bert, llama, vit; all by default) this builds the
+model from a small config with fixed-seed random weights (never
+from_pretrained), exports it with torch.onnx.export(..., dynamo=True) using
+static shapes, runs PyTorch in f32 on fixed reference inputs and writes
+OUT/NAME/:
+
+    model.onnx        (+ model.onnx.data when the exporter writes external data)
+    inputs.npz        arrays named exactly as the ONNX graph inputs
+    outputs.npz       arrays named exactly as the ONNX graph outputs (PyTorch f32)
+    meta.json         versions, config, opset, op type counts, shapes, symbolic
+                      dims, onnx.checker result and ONNX Runtime vs PyTorch diffs
+
+The folder OUT/NAME is removed and rebuilt on every run.
+"""
+import argparse
+import collections
+import json
+import os
+import shutil
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+import transformers
+
+SEED = 0
+PERTURB = 0.05  # std of the noise added to every parameter after HF init
+BATCH, SEQ = 2, 16
+
+
+# ---------------------------------------------------------------- models ---
+class Logits(torch.nn.Module):
+    """Causal LM wrapper: input_ids -> logits, no KV cache, plain tensor out."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False, return_dict=True).logits
+
+
+class BertHidden(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask):
+        out = self.m(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        return out.last_hidden_state
+
+
+class VitHidden(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, pixel_values):
+        return self.m(pixel_values=pixel_values, return_dict=True).last_hidden_state
+
+
+def ids(gen, vocab):
+    return torch.randint(0, vocab, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+
+
+def build_gpt2(gen):
+    cfg = transformers.GPT2Config(
+        vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="eager",
+    )
+    model = Logits(transformers.GPT2LMHeadModel(cfg))
+    inputs = {"input_ids": ids(gen, cfg.vocab_size)}
+    return cfg, model, inputs, ["logits"]
+
+
+def build_bert(gen):
+    cfg = transformers.BertConfig(
+        vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    model = BertHidden(transformers.BertModel(cfg, add_pooling_layer=False))
+    mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
+    mask[1, SEQ - 5:] = 0  # second sequence is padded: last 5 tokens masked out
+    inputs = {"input_ids": ids(gen, cfg.vocab_size), "attention_mask": mask}
+    return cfg, model, inputs, ["last_hidden_state"]
+
+
+def build_llama(gen):
+    cfg = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
+        use_cache=False, attn_implementation="eager",
+    )
+    model = Logits(transformers.LlamaForCausalLM(cfg))
+    inputs = {"input_ids": ids(gen, cfg.vocab_size)}
+    return cfg, model, inputs, ["logits"]
+
+
+def build_vit(gen):
+    cfg = transformers.ViTConfig(
+        image_size=32, patch_size=8, num_channels=3, hidden_size=64,
+        num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        attn_implementation="eager",
+    )
+    model = VitHidden(transformers.ViTModel(cfg, add_pooling_layer=False))
+    pixels = torch.randn(BATCH, 3, 32, 32, generator=gen, dtype=torch.float32)
+    inputs = {"pixel_values": pixels}
+    return cfg, model, inputs, ["last_hidden_state"]
+
+
+INPUT_NOTES = {
+    "gpt2": f"input_ids ~ randint(0, 128, [{BATCH}, {SEQ}]), generator seed {SEED}",
+    "bert": f"input_ids ~ randint(0, 128, [{BATCH}, {SEQ}]), generator seed {SEED}; "
+    "attention_mask all ones except [1, 11:] = 0 (second row padded)",
+    "llama": f"input_ids ~ randint(0, 128, [{BATCH}, {SEQ}]), generator seed {SEED}",
+    "vit": f"pixel_values ~ randn([{BATCH}, 3, 32, 32]), generator seed {SEED}",
+}
+
+MODELS = {"gpt2": build_gpt2, "bert": build_bert, "llama": build_llama, "vit": build_vit}
+
+
+# --------------------------------------------------------------- helpers ---
+def versions():
+    v = {"python": sys.version.split()[0]}
+    for mod in ("torch", "transformers", "onnxscript", "onnx", "onnxruntime", "numpy"):
+        try:
+            v[mod] = __import__(mod).__version__
+        except Exception as e:  # noqa: BLE001
+            v[mod] = f"unavailable: {e}"
+    return v
+
+
+def count_ops(graph, counts):
+    for node in graph.node:
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+        counts[key] += 1
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                count_ops(attr.g, counts)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    count_ops(g, counts)
+    return counts
+
+
+def value_info(v):
+    t = v.type.tensor_type
+    dims = []
+    for d in t.shape.dim:
+        dims.append(d.dim_param if d.HasField("dim_param") else d.dim_value)
+    return {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name,
+            "shape": dims}
+
+
+def symbolic_dims(values, arrays):
+    """dim_param names of graph inputs/outputs -> the values they take here."""
+    sym = {}
+    for v in values:
+        if v.name not in arrays:
+            continue
+        for i, d in enumerate(v.type.tensor_type.shape.dim):
+            if d.HasField("dim_param") and d.dim_param:
+                sym.setdefault(d.dim_param, int(arrays[v.name].shape[i]))
+            elif not d.HasField("dim_value"):
+                sym.setdefault(f"<unnamed {v.name}[{i}]>", int(arrays[v.name].shape[i]))
+    return sym
+
+
+def diff(ref, got):
+    ref = ref.astype(np.float64)
+    got = got.astype(np.float64)
+    return {
+        "max_abs": float(np.max(np.abs(ref - got))),
+        "rel_l2": float(np.linalg.norm(ref - got) / max(np.linalg.norm(ref), 1e-30)),
+    }
+
+
+def export_one(name, out_root):
+    gen = torch.Generator().manual_seed(SEED)
+    torch.manual_seed(SEED)
+    cfg, model, inputs, output_names = MODELS[name](gen)
+    model.eval()
+    # HF init leaves norm scales at 1 and biases at 0 (and the exporter then
+    # shares identical constants); perturb every parameter so that each one
+    # is distinct and swapping scale/bias or dropping a bias shows up.
+    pgen = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=pgen, dtype=p.dtype) * PERTURB)
+    attn_impl = getattr(cfg, "_attn_implementation", None)
+
+    out = out_root / name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    path = out / "model.onnx"
+
+    with torch.no_grad():
+        ref = model(**inputs)
+        program = torch.onnx.export(
+            model,
+            (),
+            kwargs=inputs,
+            f=str(path),
+            dynamo=True,
+            input_names=list(inputs),
+            output_names=output_names,
+        )
+    del program
+    files = sorted(p.name for p in out.iterdir())
+
+    onnx.checker.check_model(str(path), full_check=True)
+    proto = onnx.load(str(path))
+    graph = proto.graph
+    init_names = {i.name for i in graph.initializer}
+    g_inputs = [v for v in graph.input if v.name not in init_names]
+    g_outputs = list(graph.output)
+    in_names = [v.name for v in g_inputs]
+    out_names = [v.name for v in g_outputs]
+    if sorted(in_names) != sorted(inputs):
+        raise RuntimeError(f"graph inputs {in_names} != {list(inputs)}")
+    if len(out_names) != 1:
+        raise RuntimeError(f"expected one graph output, got {out_names}")
+
+    in_arrays = {k: inputs[k].numpy() for k in in_names}
+    out_arrays = {out_names[0]: ref.detach().numpy().astype(np.float32)}
+    np.savez(out / "inputs.npz", **in_arrays)
+    np.savez(out / "outputs.npz", **out_arrays)
+
+    ort = {}
+    try:
+        import onnxruntime
+
+        sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        got = sess.run(None, in_arrays)
+        ort = {"ran": True, **diff(out_arrays[out_names[0]], got[0])}
+    except Exception as e:  # noqa: BLE001
+        ort = {"ran": False, "error": f"{type(e).__name__}: {e}"}
+
+    counts = count_ops(graph, collections.Counter())
+    fn_counts = {}
+    for fn in proto.functions:
+        fn_counts[f"{fn.domain}:{fn.name}"] = dict(
+            sorted(count_ops(fn, collections.Counter()).items()))
+    opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
+    sym = symbolic_dims(g_inputs, in_arrays)
+    sym.update(symbolic_dims(g_outputs, out_arrays))
+
+    try:
+        cfg_dict = cfg.to_diff_dict()
+    except Exception:  # noqa: BLE001
+        cfg_dict = cfg.to_dict()
+    meta = {
+        "name": name,
+        "model_class": type(model.m).__name__,
+        "wrapper": type(model).__name__,
+        "attn_implementation": attn_impl,
+        "seed": SEED,
+        "weights": f"HF random init with torch.manual_seed({SEED}), then every parameter "
+        f"+= {PERTURB} * randn (generator seed {SEED + 1})",
+        "reference_inputs": INPUT_NOTES[name],
+        "versions": versions(),
+        "config": json.loads(json.dumps(cfg_dict, default=str)),
+        "export": "torch.onnx.export(model, (), kwargs=inputs, dynamo=True), static shapes",
+        "opset": opsets.get("ai.onnx"),
+        "opset_import": opsets,
+        "ir_version": proto.ir_version,
+        "files": {f: (out / f).stat().st_size for f in files},
+        "external_data": any(f != "model.onnx" for f in files),
+        "inputs": [value_info(v) for v in g_inputs],
+        "outputs": [value_info(v) for v in g_outputs],
+        "symbolic_dims": sym,
+        "num_nodes": sum(counts.values()),
+        "num_initializers": len(graph.initializer),
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+        "op_types": dict(sorted(counts.items())),
+        "functions": fn_counts,
+        "onnx_checker": "ok (full_check)",
+        "onnxruntime_vs_pytorch": ort,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def main():
+    repo = Path(__file__).resolve().parent.parent
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(repo / "tests" / "fixtures" / "onnx"))
+    ap.add_argument("names", nargs="*", metavar="NAME", help=" | ".join(MODELS))
+    args = ap.parse_args()
+    for n in args.names:
+        if n not in MODELS:
+            ap.error(f"unknown model {n!r}; known: {', '.join(MODELS)}")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    out_root = Path(args.out)
+    failed = []
+    for name in args.names or list(MODELS):
+        print(f"== {name}", flush=True)
+        try:
+            meta = export_one(name, out_root)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            failed.append(name)
+            continue
+        print(f"   opset {meta['opset']}, {meta['num_nodes']} nodes, files {meta['files']}, "
+              f"symbolic {meta['symbolic_dims']}, ort {meta['onnxruntime_vs_pytorch']}")
+        print("   ops", meta["op_types"], flush=True)
+    if failed:
+        print("FAILED:", " ".join(failed))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
