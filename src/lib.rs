@@ -56,9 +56,10 @@ pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error>
             Graph::from_json(&text).map_err(|e| model_err(e.to_string()))?
         }
         "onnx" => {
-            return Err(model_err(
-                "ONNX import is not available in this version of graphc".into(),
-            ))
+            let opts = graphc_ir::onnx::ImportOptions {
+                dims: dims.iter().cloned().collect(),
+            };
+            return graphc_ir::onnx::import_onnx(path, &opts).map_err(|e| model_err(e.to_string()));
         }
         _ => {
             return Err(model_err(format!(

@@ -1,0 +1,52 @@
+//! Real models exported from PyTorch (transformers, torch.onnx.export with the dynamo
+//! exporter; see scripts/export_models.py): import, run through the reference
+//! interpreter and compare with PyTorch's outputs.
+
+mod common;
+
+use common::repo_path;
+use graphc::ir::interpret;
+
+/// Relative L2 error ||got - want|| / ||want||.
+fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = want.iter().map(|b| b * b).sum();
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+fn check_fixture(name: &str) {
+    let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
+    let graph = graphc::load_model(&dir.join("model.onnx"), &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &graph).unwrap();
+    let expected = graphc::npz::read_arrays(&dir.join("outputs.npz")).unwrap();
+    let compiled = graphc::compile(&graph).unwrap();
+    let got = interpret(&compiled.graph, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(got.len(), expected.len());
+    for ((gname, g), (ename, e)) in got.iter().zip(&expected) {
+        assert_eq!(gname, ename);
+        assert_eq!(g.ty(), e.ty(), "{name}/{gname}");
+        let err = rel_l2(&g.to_f64_vec(), &e.to_f64_vec());
+        println!("{name}/{gname}: relative L2 error vs PyTorch {err:.2e}");
+        assert!(err < 1e-4, "{name}/{gname}: relative L2 error {err:.3e}");
+    }
+}
+
+#[test]
+fn gpt2_matches_pytorch() {
+    check_fixture("gpt2");
+}
+
+#[test]
+fn llama_matches_pytorch() {
+    check_fixture("llama");
+}
+
+#[test]
+fn bert_matches_pytorch() {
+    check_fixture("bert");
+}
+
+#[test]
+fn vit_matches_pytorch() {
+    check_fixture("vit");
+}
