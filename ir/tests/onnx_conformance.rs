@@ -50,7 +50,10 @@ fn read_index(dir: &Path) -> Vec<Case> {
             Case {
                 name: cols[0].to_string(),
                 tier: cols.get(1).copied().unwrap_or("other").to_string(),
-                ours: dtypes.split(',').filter(|d| !d.is_empty()).all(|d| d.parse::<DType>().is_ok()),
+                ours: dtypes
+                    .split(',')
+                    .filter(|d| !d.is_empty())
+                    .all(|d| d.parse::<DType>().is_ok()),
             }
         })
         .collect()
@@ -77,7 +80,11 @@ fn run_case(dir: &Path) -> (Outcome, String) {
         Err(e) => {
             let msg = e.to_string();
             let unsupported = msg.contains("unsupported") || msg.contains("not supported");
-            let outcome = if unsupported { Outcome::Unsupported } else { Outcome::Fail };
+            let outcome = if unsupported {
+                Outcome::Unsupported
+            } else {
+                Outcome::Fail
+            };
             return (outcome, msg);
         }
     };
@@ -87,7 +94,11 @@ fn run_case(dir: &Path) -> (Outcome, String) {
         .map(|&i| graph.input_name(i).unwrap_or_default().to_string())
         .collect();
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_dir())
+                .collect()
+        })
         .unwrap_or_default();
     sets.sort();
     for set in sets {
@@ -149,13 +160,12 @@ fn onnx_backend_node_tests() {
         println!("{msg}");
         return;
     }
-    let expected_unsupported: BTreeSet<String> =
-        include_str!("onnx_expected_unsupported.txt")
-            .lines()
-            .map(|l| l.split('#').next().unwrap_or("").trim())
-            .filter(|l| !l.is_empty())
-            .map(String::from)
-            .collect();
+    let expected_unsupported: BTreeSet<String> = include_str!("onnx_expected_unsupported.txt")
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
 
     let cases = read_index(&dir);
     let mut counts: BTreeMap<(String, bool), BTreeMap<Outcome, usize>> = BTreeMap::new();
@@ -169,7 +179,14 @@ fn onnx_backend_node_tests() {
             .or_default()
             .entry(outcome)
             .or_default() += 1;
-        let _ = writeln!(report, "{}\t{}\t{:?}\t{}", case.name, case.tier, outcome, msg.replace('\n', " "));
+        let _ = writeln!(
+            report,
+            "{}\t{}\t{:?}\t{}",
+            case.name,
+            case.tier,
+            outcome,
+            msg.replace('\n', " ")
+        );
         let in_scope = case.ours && ["a", "b", "c", "d"].contains(&case.tier.as_str());
         let allowed = outcome == Outcome::Unsupported && expected_unsupported.contains(&case.name);
         if in_scope && outcome != Outcome::Pass && !allowed {
@@ -179,8 +196,15 @@ fn onnx_backend_node_tests() {
     let report_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/onnx-node-report.tsv");
     let _ = std::fs::write(&report_path, &report);
 
-    println!("ONNX backend node tests ({} cases; report: {})", cases.len(), report_path.display());
-    println!("{:<6} {:<10} {:>6} {:>6} {:>12}", "tier", "dtypes", "pass", "fail", "unsupported");
+    println!(
+        "ONNX backend node tests ({} cases; report: {})",
+        cases.len(),
+        report_path.display()
+    );
+    println!(
+        "{:<6} {:<10} {:>6} {:>6} {:>12}",
+        "tier", "dtypes", "pass", "fail", "unsupported"
+    );
     for ((tier, ours), c) in &counts {
         let get = |o| c.get(&o).copied().unwrap_or(0);
         println!(

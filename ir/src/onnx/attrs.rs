@@ -24,7 +24,10 @@ impl<'a> Attrs<'a> {
             None => Ok(None),
             // Type 0 (UNDEFINED) appears in hand-made models: trust the field.
             Some(a) if a.r#type == ty || a.r#type == 0 => Ok(Some(a)),
-            Some(a) => Err(format!("attribute `{name}` must be {what}, found attribute type {}", a.r#type)),
+            Some(a) => Err(format!(
+                "attribute `{name}` must be {what}, found attribute type {}",
+                a.r#type
+            )),
         }
     }
 
@@ -49,7 +52,9 @@ impl<'a> Attrs<'a> {
     }
 
     pub fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, String> {
-        Ok(self.typed(name, at::FLOATS, "a list of floats")?.map(|a| a.floats.clone()))
+        Ok(self
+            .typed(name, at::FLOATS, "a list of floats")?
+            .map(|a| a.floats.clone()))
     }
 
     pub fn string(&self, name: &str, default: &str) -> Result<String, String> {
@@ -61,7 +66,11 @@ impl<'a> Attrs<'a> {
 
     pub fn tensor(&self, name: &str) -> Result<Option<&'a TensorProto>, String> {
         match self.typed(name, at::TENSOR, "a tensor")? {
-            Some(a) => a.t.as_ref().map(Some).ok_or_else(|| format!("attribute `{name}` has no tensor")),
+            Some(a) => {
+                a.t.as_ref()
+                    .map(Some)
+                    .ok_or_else(|| format!("attribute `{name}` has no tensor"))
+            }
             None => Ok(None),
         }
     }

@@ -79,11 +79,20 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         .ok_or_else(|| format!("shape {shape} is too large"))?;
     let data = if t.data_location == 1 {
         let bytes = read_external(t, base_dir)?;
-        TensorData::from_le_bytes(dtype, &bytes, n)
-            .ok_or_else(|| format!("external data has {} bytes; {dtype}{shape} needs {}", bytes.len(), n * dtype.size_bytes()))?
+        TensorData::from_le_bytes(dtype, &bytes, n).ok_or_else(|| {
+            format!(
+                "external data has {} bytes; {dtype}{shape} needs {}",
+                bytes.len(),
+                n * dtype.size_bytes()
+            )
+        })?
     } else if !t.raw_data.is_empty() || n == 0 {
         TensorData::from_le_bytes(dtype, &t.raw_data, n).ok_or_else(|| {
-            format!("raw_data has {} bytes; {dtype}{shape} needs {}", t.raw_data.len(), n * dtype.size_bytes())
+            format!(
+                "raw_data has {} bytes; {dtype}{shape} needs {}",
+                t.raw_data.len(),
+                n * dtype.size_bytes()
+            )
         })?
     } else {
         typed_data(t, dtype, n)?
@@ -147,14 +156,23 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, St
     let entry = |key: &str| t.external_data.iter().find(|e| e.key == key).map(|e| e.value.as_str());
     let location = entry("location").ok_or("external data without a `location`")?;
     let rel = Path::new(location);
-    if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-        return Err(format!("external data location `{location}` must be a relative path inside the model's folder"));
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "external data location `{location}` must be a relative path inside the model's folder"
+        ));
     }
     let base = base_dir.ok_or("external data needs the model's folder (load the model from a file)")?;
     let path = base.join(rel);
     let parse = |key: &str| -> Result<Option<u64>, String> {
         entry(key)
-            .map(|v| v.parse::<u64>().map_err(|_| format!("external data `{key}` is not a number: `{v}`")))
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("external data `{key}` is not a number: `{v}`"))
+            })
             .transpose()
     };
     let offset = parse("offset")?.unwrap_or(0);
@@ -167,7 +185,10 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, St
         None => size,
     };
     if offset > end || end > size {
-        return Err(format!("external data {offset}..{end} is outside {} ({size} bytes)", path.display()));
+        return Err(format!(
+            "external data {offset}..{end} is outside {} ({size} bytes)",
+            path.display()
+        ));
     }
     let mut bytes = vec![0u8; (end - offset) as usize];
     file.seek(SeekFrom::Start(offset)).map_err(file_err)?;

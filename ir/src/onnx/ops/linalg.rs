@@ -15,8 +15,16 @@ fn matmul<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     if a.rank() == 0 || b.rank() == 0 {
         return Err("MatMul operands must have rank >= 1".into());
     }
-    let a2 = if a.rank() == 1 { a.reshape([1, a.shape().0[0]]) } else { a };
-    let b2 = if b.rank() == 1 { b.reshape([b.shape().0[0], 1]) } else { b };
+    let a2 = if a.rank() == 1 {
+        a.reshape([1, a.shape().0[0]])
+    } else {
+        a
+    };
+    let b2 = if b.rank() == 1 {
+        b.reshape([b.shape().0[0], 1])
+    } else {
+        b
+    };
     let y = a2.matmul(b2);
     let mut dims = y.shape().0;
     if b.rank() == 1 {

@@ -17,7 +17,11 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let (x, w) = (n.input(0)?, n.input(1)?);
     let (xs, ws) = (x.shape().0, w.shape().0);
     if xs.len() < 3 || ws.len() != xs.len() {
-        return Err(format!("Conv needs input [N, C, spatial...] and weights of the same rank, got {} and {}", x.ty(), w.ty()));
+        return Err(format!(
+            "Conv needs input [N, C, spatial...] and weights of the same rank, got {} and {}",
+            x.ty(),
+            w.ty()
+        ));
     }
     let k = xs.len() - 2;
     let (batch, channels, spatial) = (xs[0], xs[1], &xs[2..]);
@@ -62,7 +66,11 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
                 let out = (len + s - 1) / s;
                 let total = ((out - 1) * s + (kk - 1) * d + 1 - len).max(0);
                 let small = total / 2;
-                pads[i] = if auto_pad == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                pads[i] = if auto_pad == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
             }
         }
         other => return Err(format!("Conv auto_pad `{other}` is not supported")),
@@ -72,7 +80,10 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         let span = dilations[i] * (kernel[i] as i64 - 1) + 1;
         let padded = spatial[i] as i64 + pads[i].0 + pads[i].1;
         if padded < span {
-            return Err(format!("Conv kernel (extent {span}) is larger than the padded input ({padded}) on axis {}", i + 2));
+            return Err(format!(
+                "Conv kernel (extent {span}) is larger than the padded input ({padded}) on axis {}",
+                i + 2
+            ));
         }
         out_dims.push(((padded - span) / strides[i] + 1) as usize);
     }
@@ -80,7 +91,11 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
 
     let mut all_pads = vec![(0, 0), (0, 0)];
     all_pads.extend(&pads);
-    let xp = if pads.iter().any(|&p| p != (0, 0)) { x.pad(&all_pads, crate::PadMode::Constant, 0.0) } else { x };
+    let xp = if pads.iter().any(|&p| p != (0, 0)) {
+        x.pad(&all_pads, crate::PadMode::Constant, 0.0)
+    } else {
+        x
+    };
 
     // One strided slice per kernel offset, in row-major kernel order.
     let positions: usize = kernel.iter().product();
@@ -110,7 +125,9 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let mut ys = Vec::with_capacity(group);
     for g in 0..group {
         let cols_g = cols.slice(1, (g * cg * positions) as i64, ((g + 1) * cg * positions) as i64, 1);
-        let w_g = w.slice(0, (g * mg) as i64, ((g + 1) * mg) as i64, 1).reshape([mg, cg * positions]);
+        let w_g = w
+            .slice(0, (g * mg) as i64, ((g + 1) * mg) as i64, 1)
+            .reshape([mg, cg * positions]);
         ys.push(w_g.matmul(cols_g));
     }
     let mut y = if group == 1 { ys[0] } else { b.concat(&ys, 1) };
@@ -130,11 +147,18 @@ fn gather_nd<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let bd = usize::try_from(n.attrs.int("batch_dims", 0)?).map_err(|_| "batch_dims must be >= 0")?;
     let r = is.len();
     if r == 0 || bd >= r || bd > ds.len() || ds[..bd] != is[..bd] {
-        return Err(format!("GatherND batch_dims {bd} does not fit data {} and indices {}", data.ty(), idx.ty()));
+        return Err(format!(
+            "GatherND batch_dims {bd} does not fit data {} and indices {}",
+            data.ty(),
+            idx.ty()
+        ));
     }
     let kk = is[r - 1];
     if bd + kk > ds.len() {
-        return Err(format!("GatherND indices address {kk} axes past the batch, data {} has fewer", data.ty()));
+        return Err(format!(
+            "GatherND indices address {kk} axes past the batch, data {} has fewer",
+            data.ty()
+        ));
     }
     let b = data.builder();
     let idx = idx.cast(DType::I64);
@@ -142,7 +166,9 @@ fn gather_nd<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let inner: Vec<usize> = ds[bd..bd + kk].to_vec();
     let inner_total: usize = inner.iter().product();
     let lead = &is[..r - 1];
-    let mut flat = b.constant(crate::Tensor::scalar(DType::I64, 0.0)).broadcast_to(&crate::Shape::new(lead.to_vec()));
+    let mut flat = b
+        .constant(crate::Tensor::scalar(DType::I64, 0.0))
+        .broadcast_to(&crate::Shape::new(lead.to_vec()));
     let mut stride = 1usize;
     for j in (0..kk).rev() {
         let comp = idx.slice(-1, j as i64, j as i64 + 1, 1).reshape(lead.to_vec());
@@ -152,7 +178,9 @@ fn gather_nd<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         stride *= inner[j];
     }
     if bd > 0 {
-        let mut batch_flat = b.constant(crate::Tensor::scalar(DType::I64, 0.0)).broadcast_to(&crate::Shape::new(lead.to_vec()));
+        let mut batch_flat = b
+            .constant(crate::Tensor::scalar(DType::I64, 0.0))
+            .broadcast_to(&crate::Shape::new(lead.to_vec()));
         let mut s = 1usize;
         for j in (0..bd).rev() {
             batch_flat = batch_flat + b.iota(DType::I64, lead.to_vec(), j as i64) * s as f64;

@@ -1,0 +1,332 @@
+//! Malformed and unsupported ONNX models: every problem is an error that names the
+//! place (input, initializer, node) and the problem; nothing panics.
+
+use std::path::{Path, PathBuf};
+
+use graphc_ir::onnx::proto::{
+    data_type, tensor_shape_proto::dimension, tensor_shape_proto::Dimension, type_proto, AttributeProto, GraphProto,
+    ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
+};
+use graphc_ir::onnx::{import_model, import_onnx, list_unsupported, ImportOptions};
+use prost::Message;
+
+fn value_info(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: elem,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|d| Dimension {
+                            value: Some(match d {
+                                Ok(n) => dimension::Value::DimValue(*n),
+                                Err(p) => dimension::Value::DimParam(p.to_string()),
+                            }),
+                        })
+                        .collect(),
+                }),
+            })),
+        }),
+    }
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        name: name.into(),
+        op_type: op.into(),
+        domain: String::new(),
+        attribute: vec![],
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>) -> ModelProto {
+    ModelProto {
+        ir_version: 10,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 20,
+        }],
+        producer_name: "test".into(),
+        producer_version: String::new(),
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "g".into(),
+            initializer: vec![],
+            sparse_initializer: vec![],
+            input: inputs,
+            output: outputs,
+            value_info: vec![],
+        }),
+        functions: vec![],
+    }
+}
+
+fn f32_in(name: &str, dims: &[i64]) -> ValueInfoProto {
+    value_info(name, data_type::FLOAT, &dims.iter().map(|&d| Ok(d)).collect::<Vec<_>>())
+}
+
+fn err(m: &ModelProto, dir: Option<&Path>, opts: &ImportOptions) -> String {
+    import_model(m, dir, opts).expect_err("must not import").to_string()
+}
+
+fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("graphc-onnx-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn add_model() -> ModelProto {
+    model(
+        vec![node("Add", "add0", &["x", "y"], &["z"])],
+        vec![f32_in("x", &[2, 3]), f32_in("y", &[3])],
+        vec![f32_in("z", &[2, 3])],
+    )
+}
+
+#[test]
+fn a_valid_model_imports() {
+    let g = import_model(&add_model(), None, &ImportOptions::default()).unwrap();
+    assert_eq!(g.inputs().len(), 2);
+    assert_eq!(g.outputs()[0].name, "z");
+}
+
+#[test]
+fn undefined_operand_and_cycles_are_named() {
+    let m = model(
+        vec![
+            node("Neg", "first", &["b"], &["a"]),
+            node("Neg", "second", &["a"], &["b"]),
+        ],
+        vec![],
+        vec![f32_in("b", &[2])],
+    );
+    let e = err(&m, None, &ImportOptions::default());
+    assert!(
+        e.starts_with("node `first` (Neg, opset 20): operand `b` is not defined before this node"),
+        "{e}"
+    );
+    assert!(e.contains("cycle"), "{e}");
+}
+
+#[test]
+fn missing_required_operand() {
+    let m = model(
+        vec![node("Add", "lonely", &["x"], &["z"])],
+        vec![f32_in("x", &[2])],
+        vec![f32_in("z", &[2])],
+    );
+    assert_eq!(
+        err(&m, None, &ImportOptions::default()),
+        "node `lonely` (Add, opset 20): operand 1 is required"
+    );
+}
+
+#[test]
+fn wrong_types_are_named() {
+    let mut m = add_model();
+    m.graph.as_mut().unwrap().input[1] = value_info("y", data_type::INT64, &[Ok(3)]);
+    let e = err(&m, None, &ImportOptions::default());
+    assert!(e.starts_with("node `add0` (Add, opset 20):"), "{e}");
+    assert!(e.contains("one type"), "{e}");
+
+    let mut m = add_model();
+    m.graph.as_mut().unwrap().input[0] = value_info("x", data_type::STRING, &[Ok(2)]);
+    assert_eq!(
+        err(&m, None, &ImportOptions::default()),
+        "graph input `x`: element type STRING is not supported"
+    );
+
+    let mut m = add_model();
+    m.graph.as_mut().unwrap().output[0] = f32_in("z", &[3, 2]);
+    assert_eq!(
+        err(&m, None, &ImportOptions::default()),
+        "output `z` is declared with shape [3,2] but computes [2,3]"
+    );
+}
+
+#[test]
+fn symbolic_dims_must_be_fixed() {
+    let m = model(
+        vec![node("Relu", "r", &["x"], &["y"])],
+        vec![value_info("x", data_type::FLOAT, &[Err("batch"), Ok(4)])],
+        vec![value_info("y", data_type::FLOAT, &[Err("batch"), Ok(4)])],
+    );
+    assert_eq!(
+        err(&m, None, &ImportOptions::default()),
+        "graph input `x`: symbolic dimension `batch` (axis 0) is not set; fix it with --dim batch=N"
+    );
+    let mut opts = ImportOptions::default();
+    opts.dims.insert("batch".into(), 8);
+    let g = import_model(&m, None, &opts).unwrap();
+    assert_eq!(g.node(g.inputs()[0]).ty.to_string(), "f32[8,4]");
+    opts.dims.insert("seq".into(), 3);
+    assert_eq!(
+        err(&m, None, &opts),
+        "--dim seq: the model has no symbolic input dimension `seq` (it has: batch)"
+    );
+}
+
+#[test]
+fn unsupported_ops_name_op_domain_and_opset() {
+    let mut m = model(
+        vec![
+            node("Relu", "ok", &["x"], &["a"]),
+            node("Frobnicate", "f1", &["a"], &["b"]),
+            NodeProto {
+                domain: "com.example".into(),
+                ..node("Custom", "f2", &["b"], &["c"])
+            },
+        ],
+        vec![f32_in("x", &[2])],
+        vec![f32_in("c", &[2])],
+    );
+    m.opset_import.push(OperatorSetIdProto {
+        domain: "com.example".into(),
+        version: 3,
+    });
+    assert_eq!(
+        err(&m, None, &ImportOptions::default()),
+        "node `f1` (Frobnicate, opset 20): unsupported op"
+    );
+    let dir = temp_dir("unsupported");
+    let path = dir.join("m.onnx");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    let listed = list_unsupported(&path).unwrap();
+    let names: Vec<_> = listed
+        .iter()
+        .map(|u| (u.op_type.as_str(), u.domain.as_str(), u.opset))
+        .collect();
+    assert_eq!(names, [("Frobnicate", "", 20), ("Custom", "com.example", 3)]);
+}
+
+#[test]
+fn attributes_of_the_wrong_type() {
+    let mut n = node("LeakyRelu", "lr", &["x"], &["y"]);
+    n.attribute.push(AttributeProto {
+        name: "alpha".into(),
+        r#type: 3, // STRING
+        s: b"oops".to_vec(),
+        ..Default::default()
+    });
+    let m = model(vec![n], vec![f32_in("x", &[2])], vec![f32_in("y", &[2])]);
+    assert_eq!(
+        err(&m, None, &ImportOptions::default()),
+        "node `lr` (LeakyRelu, opset 20): attribute `alpha` must be a float, found attribute type 3"
+    );
+}
+
+fn external_initializer(location: &str, offset: &str, length: &str) -> ModelProto {
+    let mut m = model(
+        vec![node("Add", "add", &["x", "w"], &["y"])],
+        vec![f32_in("x", &[4])],
+        vec![f32_in("y", &[4])],
+    );
+    let entry = |k: &str, v: &str| StringStringEntryProto {
+        key: k.into(),
+        value: v.into(),
+    };
+    m.graph.as_mut().unwrap().initializer.push(TensorProto {
+        dims: vec![4],
+        data_type: data_type::FLOAT,
+        name: "w".into(),
+        data_location: 1,
+        external_data: vec![
+            entry("location", location),
+            entry("offset", offset),
+            entry("length", length),
+        ],
+        ..Default::default()
+    });
+    m
+}
+
+#[test]
+fn external_data_is_read_and_bad_paths_are_errors() {
+    let dir = temp_dir("external");
+    let mut bytes = vec![0u8; 8];
+    for x in [1.0f32, 2.0, 3.0, 4.0] {
+        bytes.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(dir.join("model.onnx.data"), &bytes).unwrap();
+    let opts = ImportOptions::default();
+
+    let g = import_model(&external_initializer("model.onnx.data", "8", "16"), Some(&dir), &opts).unwrap();
+    assert_eq!(g.weight("w").unwrap().to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+
+    let e = err(
+        &external_initializer("../model.onnx.data", "8", "16"),
+        Some(&dir),
+        &opts,
+    );
+    assert!(e.contains("initializer `w`: external data location `../model.onnx.data` must be a relative path inside the model's folder"), "{e}");
+    let e = err(&external_initializer("/etc/passwd", "0", "16"), Some(&dir), &opts);
+    assert!(e.contains("must be a relative path"), "{e}");
+    let e = err(&external_initializer("missing.data", "0", "16"), Some(&dir), &opts);
+    assert!(
+        e.starts_with("initializer `w`: external data file") && e.contains("missing.data"),
+        "{e}"
+    );
+    let e = err(&external_initializer("model.onnx.data", "32", "16"), Some(&dir), &opts);
+    assert!(e.contains("external data 32..48 is outside"), "{e}");
+    let e = err(&external_initializer("model.onnx.data", "8", "12"), Some(&dir), &opts);
+    assert!(e.contains("external data has 12 bytes; f32[4] needs 16"), "{e}");
+    let e = err(&external_initializer("model.onnx.data", "x", "16"), Some(&dir), &opts);
+    assert!(e.contains("external data `offset` is not a number: `x`"), "{e}");
+}
+
+#[test]
+fn typed_data_fields_must_match_the_shape() {
+    let mut m = add_model();
+    let g = m.graph.as_mut().unwrap();
+    g.input.truncate(1);
+    g.initializer.push(TensorProto {
+        dims: vec![3],
+        data_type: data_type::FLOAT,
+        name: "y".into(),
+        float_data: vec![1.0, 2.0],
+        ..Default::default()
+    });
+    assert_eq!(
+        err(&m, None, &ImportOptions::default()),
+        "initializer `y`: float_data has 2 values; f32 tensor needs 3"
+    );
+}
+
+#[test]
+fn truncated_and_corrupted_files_never_panic() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx/gpt2/model.onnx");
+    let bytes = std::fs::read(&path).unwrap();
+    let dir = temp_dir("truncated");
+    let target = dir.join("model.onnx");
+    // External data lives beside the model; mutations of the model must not read past it.
+    std::fs::copy(path.with_extension("onnx.data"), dir.join("model.onnx.data")).unwrap();
+    let opts = ImportOptions::default();
+    let mut rng = graphc_ir::Rng::new(7);
+    let mut errors = 0;
+    for i in 0..300 {
+        let mut b = bytes.clone();
+        if i % 2 == 0 {
+            b.truncate(rng.below(bytes.len() as u64) as usize);
+        } else {
+            for _ in 0..4 {
+                let at = rng.below(b.len() as u64) as usize;
+                b[at] = rng.next_u64() as u8;
+            }
+        }
+        std::fs::write(&target, &b).unwrap();
+        if let Err(e) = import_onnx(&target, &opts) {
+            assert!(!e.to_string().is_empty());
+            errors += 1;
+        }
+    }
+    assert!(errors > 100, "most damaged files must be rejected ({errors})");
+    std::fs::write(&target, b"not a protobuf at all").unwrap();
+    let e = import_onnx(&target, &opts).unwrap_err().to_string();
+    assert!(e.starts_with("not a valid ONNX model"), "{e}");
+}
