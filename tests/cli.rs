@@ -151,7 +151,7 @@ fn bad_models_are_clear_errors() {
     fails_with(&graphc(&["ir", "does/not/exist.gir"]), "does/not/exist.gir");
     let onnx = dir.join("m.onnx");
     std::fs::write(&onnx, b"").unwrap();
-    fails_with(&graphc(&["ir", onnx.to_str().unwrap()]), "ONNX import is not available");
+    fails_with(&graphc(&["ir", onnx.to_str().unwrap()]), "the model has no graph");
     fails_with(
         &graphc(&["ir", "--dim", "batch=8", BLOCK]),
         "no symbolic dimension `batch`",
@@ -167,4 +167,53 @@ fn bad_models_are_clear_errors() {
     let o = graphc(&["ir", truncated.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stdout(&o).is_empty(), "no partial output");
+}
+
+const GPT2: &str = "tests/fixtures/onnx/gpt2/model.onnx";
+
+#[test]
+fn onnx_ir_and_run_with_token_ids() {
+    let o = graphc(&["ir", GPT2]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("input \"input_ids\" : i64[2,16]"), "{text}");
+    parse(&text).expect("the printed IR parses");
+
+    let dir = temp_dir("cli-onnx");
+    let out = dir.join("out.npz");
+    let o = graphc(&[
+        "run",
+        GPT2,
+        "--inputs",
+        "tests/fixtures/onnx/gpt2/inputs.npz",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = graphc::npz::read_arrays(&out).unwrap();
+    let want = graphc::npz::read_arrays(&repo_path("tests/fixtures/onnx/gpt2/outputs.npz")).unwrap();
+    assert_eq!(got.len(), want.len());
+    for ((gn, g), (wn, w)) in got.iter().zip(&want) {
+        assert_eq!(gn, wn);
+        let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
+        let num: f64 = g.iter().zip(&w).map(|(a, b)| (a - b) * (a - b)).sum();
+        let den: f64 = w.iter().map(|b| b * b).sum();
+        assert!((num / den).sqrt() < 1e-4);
+    }
+}
+
+#[test]
+fn onnx_list_unsupported_and_dims() {
+    let o = graphc(&["ir", "--list-unsupported", GPT2]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "0 unsupported node(s)\n");
+    fails_with(&graphc(&["ir", "--list-unsupported", BLOCK]), "--list-unsupported applies to .onnx models");
+    fails_with(
+        &graphc(&["ir", "--dim", "batch=2", GPT2]),
+        "--dim batch: the model has no symbolic input dimension `batch` (it has: none)",
+    );
+    let dir = temp_dir("cli-onnx-bad");
+    let bad = dir.join("bad.onnx");
+    std::fs::write(&bad, b"\x08\x07garbage that is not protobuf").unwrap();
+    fails_with(&graphc(&["ir", bad.to_str().unwrap()]), "not a valid ONNX model");
 }
