@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use super::attrs::Attrs;
 use super::ops::{self, Node};
 use super::proto::{
-    self, type_proto, tensor_shape_proto::dimension, FunctionProto, GraphProto, ModelProto, NodeProto,
-    ValueInfoProto,
+    self, tensor_shape_proto::dimension, type_proto, FunctionProto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 use super::tensor::{dtype_from_onnx, tensor_from_proto};
 use super::{ImportOptions, OnnxError};
@@ -46,7 +45,10 @@ pub struct UnsupportedNode {
 pub fn list_unsupported(path: &Path) -> Result<Vec<UnsupportedNode>, OnnxError> {
     let bytes = std::fs::read(path).map_err(|e| OnnxError::Model(format!("{}: {e}", path.display())))?;
     let model = decode_model(&bytes)?;
-    let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
     let opsets = opsets(&model);
     let functions = functions(&model);
     let mut out = Vec::new();
@@ -70,11 +72,16 @@ pub fn list_unsupported(path: &Path) -> Result<Vec<UnsupportedNode>, OnnxError> 
 
 /// Import a decoded model. `base_dir` is the folder external data paths are relative to.
 pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, OnnxError> {
-    let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
     let opsets = opsets(model);
     let opset = opsets.get("").copied().unwrap_or(0);
     if opset == 0 {
-        return Err(OnnxError::Model("the model imports no version of the default ONNX domain".into()));
+        return Err(OnnxError::Model(
+            "the model imports no version of the default ONNX domain".into(),
+        ));
     }
     let b = GraphBuilder::new();
     let mut imp = Importer {
@@ -90,6 +97,8 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
     };
     imp.bind_initializers(graph)?;
     imp.bind_inputs(graph, opts)?;
+    // Initializer constants are known before the first node asks for them.
+    imp.examine_new_nodes();
     for (i, node) in graph.node.iter().enumerate() {
         imp.lower_node(node, i, "")?;
     }
@@ -106,15 +115,21 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
     }
     let known = std::mem::take(&mut imp.known);
     drop(imp);
-    let mut g = b.finish().map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
+    let mut g = b
+        .finish()
+        .map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
     for (id, value) in known {
-        let is_leaf = matches!(g.node(id).op, Op::Constant { .. } | Op::Input { .. } | Op::Parameter { .. });
+        let is_leaf = matches!(
+            g.node(id).op,
+            Op::Constant { .. } | Op::Input { .. } | Op::Parameter { .. }
+        );
         if !is_leaf && value.numel() <= MAX_FOLDED_ELEMENTS {
             g.replace_with_constant(id, value);
         }
     }
     let (g, _) = crate::dce::eliminate_dead_code(&g);
-    g.verify().map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
+    g.verify()
+        .map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
     Ok(g)
 }
 
@@ -161,7 +176,8 @@ fn check_declared_type(out: &ValueInfoProto, v: Value<'_>) -> Result<(), OnnxErr
     };
     let got = v.ty();
     if t.elem_type != 0 {
-        let declared = dtype_from_onnx(t.elem_type).map_err(|e| OnnxError::Model(format!("output `{}`: {e}", out.name)))?;
+        let declared =
+            dtype_from_onnx(t.elem_type).map_err(|e| OnnxError::Model(format!("output `{}`: {e}", out.name)))?;
         if declared != got.dtype {
             return Err(OnnxError::Model(format!(
                 "output `{}` is declared {declared} but computes {}",
@@ -245,11 +261,18 @@ impl<'b> Importer<'b> {
             let err = |m: String| OnnxError::Model(format!("graph input `{}`: {m}", input.name));
             let t = match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
                 Some(type_proto::Value::TensorType(t)) => t,
-                Some(_) => return Err(err("only tensor inputs are supported (not sequences, maps or optionals)".into())),
+                Some(_) => {
+                    return Err(err(
+                        "only tensor inputs are supported (not sequences, maps or optionals)".into(),
+                    ))
+                }
                 None => return Err(err("has no type".into())),
             };
             let dtype = dtype_from_onnx(t.elem_type).map_err(err)?;
-            let shape = t.shape.as_ref().ok_or_else(|| err("has no shape (its rank is unknown)".into()))?;
+            let shape = t
+                .shape
+                .as_ref()
+                .ok_or_else(|| err("has no shape (its rank is unknown)".into()))?;
             let mut dims = Vec::with_capacity(shape.dim.len());
             for (axis, d) in shape.dim.iter().enumerate() {
                 dims.push(match &d.value {
@@ -294,21 +317,27 @@ impl<'b> Importer<'b> {
                 inputs.push(None);
                 continue;
             }
-            let v = self
-                .values
-                .get(name)
-                .copied()
-                .ok_or_else(|| err(format!("operand `{name}` is not defined before this node (undefined, or a cycle)")))?;
+            let v = self.values.get(name).copied().ok_or_else(|| {
+                err(format!(
+                    "operand `{name}` is not defined before this node (undefined, or a cycle)"
+                ))
+            })?;
             inputs.push(Some(v));
         }
-        if let Some(f) = self.functions.get(&(node.domain.clone(), node.op_type.clone())).cloned() {
+        if let Some(f) = self
+            .functions
+            .get(&(node.domain.clone(), node.op_type.clone()))
+            .cloned()
+        {
             return self.inline_function(node, &f, inputs, prefix).map_err(|e| match e {
                 OnnxError::Model(m) => err(m),
                 e => e,
             });
         }
         if !is_default_domain(&node.domain) {
-            return Err(err("unsupported op: graphc supports the default ONNX domain only".into()));
+            return Err(err(
+                "unsupported op: graphc supports the default ONNX domain only".into()
+            ));
         }
         let lowering = ops::find(&node.op_type).ok_or_else(|| err("unsupported op".into()))?;
         let attrs = Attrs::new(node);
@@ -350,7 +379,11 @@ impl<'b> Importer<'b> {
             return Err(OnnxError::Model(format!("function `{}` recurses too deeply", f.name)));
         }
         self.inline_depth += 1;
-        let prefix = format!("{outer_prefix}{}::{}/", f.name, call.output.first().map(String::as_str).unwrap_or(""));
+        let prefix = format!(
+            "{outer_prefix}{}::{}/",
+            f.name,
+            call.output.first().map(String::as_str).unwrap_or("")
+        );
         for (formal, actual) in f.input.iter().zip(inputs) {
             if let Some(v) = actual {
                 self.values.insert(format!("{prefix}{formal}"), v);
@@ -384,10 +417,9 @@ impl<'b> Importer<'b> {
             self.lower_node(&inner, i, "")?;
         }
         for (formal, actual) in f.output.iter().zip(&call.output) {
-            let v = *self
-                .values
-                .get(&format!("{prefix}{formal}"))
-                .ok_or_else(|| OnnxError::Model(format!("function `{}` does not produce its output `{formal}`", f.name)))?;
+            let v = *self.values.get(&format!("{prefix}{formal}")).ok_or_else(|| {
+                OnnxError::Model(format!("function `{}` does not produce its output `{formal}`", f.name))
+            })?;
             self.values.insert(format!("{outer_prefix}{actual}"), v);
         }
         self.inline_depth -= 1;
