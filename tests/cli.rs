@@ -207,7 +207,10 @@ fn onnx_list_unsupported_and_dims() {
     let o = graphc(&["ir", "--list-unsupported", GPT2]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "0 unsupported node(s)\n");
-    fails_with(&graphc(&["ir", "--list-unsupported", BLOCK]), "--list-unsupported applies to .onnx models");
+    fails_with(
+        &graphc(&["ir", "--list-unsupported", BLOCK]),
+        "--list-unsupported applies to .onnx models",
+    );
     fails_with(
         &graphc(&["ir", "--dim", "batch=2", GPT2]),
         "--dim batch: the model has no symbolic input dimension `batch` (it has: none)",

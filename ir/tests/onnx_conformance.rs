@@ -65,7 +65,10 @@ fn read_tensor(path: &Path) -> Result<Tensor, String> {
     tensor_from_proto(&t, path.parent())
 }
 
-/// Import and run one case on all of its data sets.
+/// Import and run one case on all of its data sets. Operands the importer needs at
+/// compile time (axes, shapes, pads) are graph inputs in many cases; when the import
+/// asks for such a value, each data set is imported again with its integer inputs
+/// bound as initializers (constants).
 fn run_case(dir: &Path) -> (Outcome, String) {
     let bytes = match std::fs::read(dir.join("model.onnx")) {
         Ok(b) => b,
@@ -75,23 +78,15 @@ fn run_case(dir: &Path) -> (Outcome, String) {
         Ok(m) => m,
         Err(e) => return (Outcome::Fail, format!("decoding model: {e}")),
     };
-    let graph = match import_model(&model, Some(dir), &ImportOptions::default()) {
-        Ok(g) => g,
-        Err(e) => {
-            let msg = e.to_string();
-            let unsupported = msg.contains("unsupported") || msg.contains("not supported");
-            let outcome = if unsupported {
-                Outcome::Unsupported
-            } else {
-                Outcome::Fail
-            };
-            return (outcome, msg);
-        }
+    let Some(g) = model.graph.as_ref() else {
+        return (Outcome::Fail, "the model has no graph".into());
     };
-    let input_names: Vec<String> = graph
-        .inputs()
+    // input_k.pb binds the k-th graph input that is not an initializer.
+    let input_names: Vec<String> = g
+        .input
         .iter()
-        .map(|&i| graph.input_name(i).unwrap_or_default().to_string())
+        .filter(|i| !g.initializer.iter().any(|t| t.name == i.name))
+        .map(|i| i.name.clone())
         .collect();
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| {
@@ -101,18 +96,87 @@ fn run_case(dir: &Path) -> (Outcome, String) {
         })
         .unwrap_or_default();
     sets.sort();
+    let import_failure = |e: graphc_ir::onnx::OnnxError| {
+        let msg = e.to_string();
+        let unsupported = msg.contains("unsupported") || msg.contains("not supported");
+        (
+            if unsupported {
+                Outcome::Unsupported
+            } else {
+                Outcome::Fail
+            },
+            msg,
+        )
+    };
+    let graph = match import_model(&model, Some(dir), &ImportOptions::default()) {
+        Ok(g) => Some(g),
+        Err(e) if e.to_string().contains("must be known at compile time") => None,
+        Err(e) => return import_failure(e),
+    };
     for set in sets {
+        let mut protos = Vec::new();
+        for k in 0..input_names.len() {
+            let path = set.join(format!("input_{k}.pb"));
+            let t = std::fs::read(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))
+                .and_then(|b| proto::decode::<TensorProto>(&b));
+            match t {
+                Ok(t) => protos.push(t),
+                Err(e) => return (Outcome::Fail, format!("input {k}: {e}")),
+            }
+        }
+        let set_graph;
+        let graph = match &graph {
+            Some(g) => g,
+            None => {
+                // Bind integer inputs as constants, the last first, until the import succeeds
+                // (the data operands stay inputs where they can).
+                let mut m = model.clone();
+                let mut result = None;
+                for (name, t) in input_names.iter().zip(&protos).rev() {
+                    let is_int = tensor_from_proto(t, Some(&set))
+                        .map(|t| t.dtype().is_int())
+                        .unwrap_or(false);
+                    if !is_int {
+                        continue;
+                    }
+                    m.graph.as_mut().expect("graph").initializer.push(TensorProto {
+                        name: name.clone(),
+                        ..t.clone()
+                    });
+                    match import_model(&m, Some(dir), &ImportOptions::default()) {
+                        Err(e) if e.to_string().contains("must be known at compile time") => result = Some(Err(e)),
+                        r => {
+                            result = Some(r);
+                            break;
+                        }
+                    }
+                }
+                set_graph = match result {
+                    Some(Ok(g)) => g,
+                    Some(Err(e)) => return import_failure(e),
+                    None => return (Outcome::Fail, "no integer input to bind as a constant".into()),
+                };
+                &set_graph
+            }
+        };
         let mut inputs = HashMap::new();
-        // Optional inputs the model omits shift nothing: input_k binds the k-th graph input.
-        for (k, name) in input_names.iter().enumerate() {
-            match read_tensor(&set.join(format!("input_{k}.pb"))) {
+        for &i in graph.inputs() {
+            let name = graph.input_name(i).unwrap_or_default().to_string();
+            let Some(k) = input_names.iter().position(|n| *n == name) else {
+                return (
+                    Outcome::Fail,
+                    format!("graph input `{name}` is not an input of the model"),
+                );
+            };
+            match tensor_from_proto(&protos[k], Some(&set)) {
                 Ok(t) => {
-                    inputs.insert(name.clone(), t);
+                    inputs.insert(name, t);
                 }
                 Err(e) => return (Outcome::Fail, format!("input {k}: {e}")),
             }
         }
-        let outputs = match interpret(&graph, &inputs) {
+        let outputs = match interpret(graph, &inputs) {
             Ok(o) => o,
             Err(e) => return (Outcome::Fail, format!("running: {e}")),
         };

@@ -94,6 +94,8 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
     };
     imp.bind_initializers(graph)?;
     imp.bind_inputs(graph, opts)?;
+    // Initializer constants are known before the first node asks for them.
+    imp.examine_new_nodes();
     for (i, node) in graph.node.iter().enumerate() {
         imp.lower_node(node, i, "")?;
     }
