@@ -40,30 +40,37 @@ type Out<'b> = Result<Vec<Value<'b>>, String>;
 /// The value of `v` if it is known at import. Constant nodes count even before the
 /// importer has examined them (initializers used by the graph's first node).
 fn known<'b>(imp: &Importer<'b>, v: Value<'b>) -> Option<Tensor> {
-    imp.known(v).or_else(|| {
-        imp.b.with_graph(|g| match &g.node(v.id()).op {
-            crate::Op::Constant { value } => Some(value.clone()),
-            _ => None,
-        })
+    imp.known(v).or_else(|| unexamined_constant(imp, v))
+}
+
+fn unexamined_constant<'b>(imp: &Importer<'b>, v: Value<'b>) -> Option<Tensor> {
+    imp.b.with_graph(|g| match &g.node(v.id()).op {
+        crate::Op::Constant { value } => Some(value.clone()),
+        _ => None,
     })
 }
 
 /// The integers of an operand that decides an output shape; not known at import means a
 /// data-dependent output shape.
 fn shape_ints<'b>(imp: &Importer<'b>, v: Value<'b>, what: &str) -> Result<Vec<i64>, String> {
-    let t = known(imp, v).ok_or_else(|| data_dependent(what))?;
+    if imp.known(v).is_some() {
+        return imp.static_ints(v, what);
+    }
+    let t = unexamined_constant(imp, v).ok_or_else(|| data_dependent(what))?;
     if !t.dtype().is_int() {
         return Err(format!("{what} must be integers, got {}", t.dtype()));
     }
-    Ok(match t.data() {
-        TensorData::I64(v) => v.clone(),
-        other => other.to_f64_vec().iter().map(|&x| x as i64).collect(),
-    })
+    Ok(t.to_f64_vec().iter().map(|&x| x as i64).collect())
 }
 
 /// The numbers of an operand that must be known at import, as f64.
 fn known_f64s<'b>(imp: &Importer<'b>, v: Value<'b>, what: &str) -> Result<Vec<f64>, String> {
-    known(imp, v).map(|t| t.to_f64_vec()).ok_or_else(|| data_dependent(what))
+    if imp.known(v).is_some() {
+        return imp.static_f64s(v, what);
+    }
+    unexamined_constant(imp, v)
+        .map(|t| t.to_f64_vec())
+        .ok_or_else(|| data_dependent(what))
 }
 
 fn data_dependent(what: &str) -> String {
@@ -75,8 +82,12 @@ fn data_dependent(what: &str) -> String {
 
 /// A possibly negative axis of a tensor of rank `rank`.
 fn norm_axis(axis: i64, rank: usize, what: &str) -> Result<usize, String> {
-    crate::shape::normalize_axis(axis, rank)
-        .ok_or_else(|| format!("{what} {axis} is out of range for rank {rank} (valid: {}..{rank})", -(rank as i64)))
+    crate::shape::normalize_axis(axis, rank).ok_or_else(|| {
+        format!(
+            "{what} {axis} is out of range for rank {rank} (valid: {}..{rank})",
+            -(rank as i64)
+        )
+    })
 }
 
 /// Distinct normalized axes (order kept).
@@ -85,7 +96,7 @@ fn norm_axes(axes: &[i64], rank: usize, what: &str) -> Result<Vec<usize>, String
     for &a in axes {
         let a = norm_axis(a, rank, what)?;
         if out.contains(&a) {
-            return Err(format!("{what}s {axes:?} repeat axis {a}"));
+            return Err(format!("{what} list {axes:?} repeats axis {a}"));
         }
         out.push(a);
     }
@@ -287,7 +298,9 @@ fn gather_elements<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         return Err(format!("indices must be i64 or i32, got {}", idx.dtype()));
     }
     if is.rank() != rank || (0..rank).any(|i| i != axis && is.0[i] > xs.0[i]) {
-        return Err(format!("indices of shape {is} do not fit data of shape {xs} (axis {axis})"));
+        return Err(format!(
+            "indices of shape {is} do not fit data of shape {xs} (axis {axis})"
+        ));
     }
     let b = imp.b;
     let extent = xs.0[axis] as f64;
@@ -327,7 +340,10 @@ fn squeeze<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
             return Err(format!("cannot squeeze axis {a} of shape {shape}: its extent is not 1"));
         }
     }
-    let dims: Vec<usize> = (0..shape.rank()).filter(|i| !axes.contains(i)).map(|i| shape.0[i]).collect();
+    let dims: Vec<usize> = (0..shape.rank())
+        .filter(|i| !axes.contains(i))
+        .map(|i| shape.0[i])
+        .collect();
     Ok(vec![x.reshape(dims)])
 }
 
@@ -387,7 +403,9 @@ fn split<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
                 (0..parts).map(|i| chunk.min(d - chunk * i)).collect()
             } else {
                 if d % parts != 0 {
-                    return Err(format!("axis {axis} of extent {d} does not split into {parts} equal parts"));
+                    return Err(format!(
+                        "axis {axis} of extent {d} does not split into {parts} equal parts"
+                    ));
                 }
                 vec![d / parts; parts]
             }
@@ -413,7 +431,10 @@ fn flatten<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let axis = n.attrs.int("axis", 1)?;
     let a = if axis < 0 { axis + rank } else { axis };
     if !(0..=rank).contains(&a) {
-        return Err(format!("axis {axis} is out of range for rank {rank} (valid: {}..={rank})", -rank));
+        return Err(format!(
+            "axis {axis} is out of range for rank {rank} (valid: {}..={rank})",
+            -rank
+        ));
     }
     let a = a as usize;
     let outer: usize = shape.0[..a].iter().product();
@@ -446,7 +467,9 @@ fn tile<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let reps = shape_ints(imp, n.input(1)?, "repeats")?;
     let shape = x.shape();
     if reps.len() != shape.rank() {
-        return Err(format!("repeats {reps:?} must have one entry per axis of the input {shape}"));
+        return Err(format!(
+            "repeats {reps:?} must have one entry per axis of the input {shape}"
+        ));
     }
     let reps = dims_of(&reps, "repeats")?.0;
     if reps.iter().all(|&r| r == 1) {
@@ -489,7 +512,10 @@ fn pad<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         None => (0..rank).collect(),
     };
     if pads.len() != 2 * axes.len() {
-        return Err(format!("pads {pads:?} must have 2 entries per padded axis ({} axes)", axes.len()));
+        return Err(format!(
+            "pads {pads:?} must have 2 entries per padded axis ({} axes)",
+            axes.len()
+        ));
     }
     let mut pairs = vec![(0i64, 0i64); rank];
     for (i, &a) in axes.iter().enumerate() {
@@ -541,7 +567,9 @@ fn pad_wrap<'b>(x: Value<'b>, pairs: &[(i64, i64)]) -> Result<Value<'b>, String>
         let (start, end) = (if lo < 0 { -lo } else { 0 }, if hi < 0 { d + hi } else { d });
         if start > 0 || end < d {
             if start > end {
-                return Err(format!("pads ({lo}, {hi}) crop more than the extent {d} of axis {axis}"));
+                return Err(format!(
+                    "pads ({lo}, {hi}) crop more than the extent {d} of axis {axis}"
+                ));
             }
             v = v.slice(ax, start, end, 1);
         }
@@ -584,7 +612,7 @@ fn range<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         return Err(format!("invalid range start {start}, limit {limit}, delta {delta}"));
     }
     let count = ((limit - start) / delta).ceil().max(0.0);
-    if count > (1u64 << 31) as f64 {
+    if count > (1u64 << 24) as f64 {
         return Err(format!("range of {count} elements is too large"));
     }
     let count = count as usize;
@@ -635,7 +663,7 @@ fn trilu<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let upper = n.attrs.int("upper", 1)? != 0;
     let b = imp.b;
     let k = match n.opt_input(1) {
-        None => b.scalar(DType::I64, 0.0),
+        None => imp.scalar(DType::I64, 0.0),
         Some(k) => {
             if k.shape().numel() != 1 || !k.dtype().is_int() {
                 return Err(format!("k must be an integer scalar, got {}", k.ty()));
@@ -654,7 +682,7 @@ fn trilu<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let mat = Shape::new([shape.0[rank - 2], shape.0[rank - 1]]);
     let diff = b.iota(DType::I64, mat.clone(), 1) - b.iota(DType::I64, mat, 0);
     let keep = if upper { diff.ge(k) } else { diff.le(k) };
-    let zero = b.scalar(x.dtype(), 0.0);
+    let zero = imp.scalar(x.dtype(), 0.0);
     Ok(vec![b.select(keep, x, zero)])
 }
 
@@ -678,7 +706,10 @@ fn one_hot<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let axis = n.attrs.int("axis", -1)?;
     let a = if axis < 0 { axis + rank as i64 + 1 } else { axis };
     if !(0..=rank as i64).contains(&a) {
-        return Err(format!("axis {axis} is out of range for an output of rank {}", rank + 1));
+        return Err(format!(
+            "axis {axis} is out of range for an output of rank {}",
+            rank + 1
+        ));
     }
     let a = a as usize;
     let mut out_dims = in_shape.0.clone();
