@@ -1,5 +1,728 @@
-//! shape ops.
+//! Tier (d): shape and data-movement ops. Operands that decide an output shape (Reshape's
+//! shape, Slice's bounds, Pad's pads, ...) must be known at import; when they are computed
+//! from the model's inputs the output shape is data-dependent, which graphc does not
+//! support (static shapes).
 
-use super::Lowering;
+use super::{Lowering, Node};
+use crate::onnx::import::Importer;
+use crate::onnx::tensor::tensor_from_proto;
+use crate::shape::{broadcast_shapes, MAX_ELEMENTS};
+use crate::{DType, PadMode, Shape, SliceRange, Tensor, TensorData, Value};
 
-pub const OPS: &[(&str, Lowering)] = &[];
+pub const OPS: &[(&str, Lowering)] = &[
+    ("Reshape", reshape),
+    ("Transpose", transpose),
+    ("Concat", concat),
+    ("Slice", slice),
+    ("Gather", gather),
+    ("GatherElements", gather_elements),
+    ("Unsqueeze", unsqueeze),
+    ("Squeeze", squeeze),
+    ("Expand", expand),
+    ("Split", split),
+    ("Flatten", flatten),
+    ("Shape", shape_op),
+    ("Size", size),
+    ("Tile", tile),
+    ("Pad", pad),
+    ("Range", range),
+    ("ConstantOfShape", constant_of_shape),
+    ("Trilu", trilu),
+    ("OneHot", one_hot),
+    ("Identity", identity),
+];
+
+type Out<'b> = Result<Vec<Value<'b>>, String>;
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+/// The value of `v` if it is known at import. Constant nodes count even before the
+/// importer has examined them (initializers used by the graph's first node).
+fn known<'b>(imp: &Importer<'b>, v: Value<'b>) -> Option<Tensor> {
+    imp.known(v).or_else(|| unexamined_constant(imp, v))
+}
+
+fn unexamined_constant<'b>(imp: &Importer<'b>, v: Value<'b>) -> Option<Tensor> {
+    imp.b.with_graph(|g| match &g.node(v.id()).op {
+        crate::Op::Constant { value } => Some(value.clone()),
+        _ => None,
+    })
+}
+
+/// The integers of an operand that decides an output shape; not known at import means a
+/// data-dependent output shape.
+fn shape_ints<'b>(imp: &Importer<'b>, v: Value<'b>, what: &str) -> Result<Vec<i64>, String> {
+    if imp.known(v).is_some() {
+        return imp.static_ints(v, what);
+    }
+    let t = unexamined_constant(imp, v).ok_or_else(|| data_dependent(what))?;
+    if !t.dtype().is_int() {
+        return Err(format!("{what} must be integers, got {}", t.dtype()));
+    }
+    Ok(t.to_f64_vec().iter().map(|&x| x as i64).collect())
+}
+
+/// The numbers of an operand that must be known at import, as f64.
+fn known_f64s<'b>(imp: &Importer<'b>, v: Value<'b>, what: &str) -> Result<Vec<f64>, String> {
+    if imp.known(v).is_some() {
+        return imp.static_f64s(v, what);
+    }
+    unexamined_constant(imp, v)
+        .map(|t| t.to_f64_vec())
+        .ok_or_else(|| data_dependent(what))
+}
+
+fn data_dependent(what: &str) -> String {
+    format!(
+        "data-dependent output shapes are not supported: {what} must be known at compile time, \
+         but it is computed from the model's inputs"
+    )
+}
+
+/// A possibly negative axis of a tensor of rank `rank`.
+fn norm_axis(axis: i64, rank: usize, what: &str) -> Result<usize, String> {
+    crate::shape::normalize_axis(axis, rank).ok_or_else(|| {
+        format!(
+            "{what} {axis} is out of range for rank {rank} (valid: {}..{rank})",
+            -(rank as i64)
+        )
+    })
+}
+
+/// Distinct normalized axes (order kept).
+fn norm_axes(axes: &[i64], rank: usize, what: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let a = norm_axis(a, rank, what)?;
+        if out.contains(&a) {
+            return Err(format!("{what} list {axes:?} repeats axis {a}"));
+        }
+        out.push(a);
+    }
+    Ok(out)
+}
+
+/// Dims from ints, which must be non-negative, with a total size graphc can hold.
+fn dims_of(v: &[i64], what: &str) -> Result<Shape, String> {
+    let dims = v
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("{what} {v:?} has a negative dimension {d}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    checked(Shape::new(dims), what)
+}
+
+fn checked(s: Shape, what: &str) -> Result<Shape, String> {
+    if s.checked_numel().is_none() {
+        return Err(format!("{what} {s} is too large (more than {MAX_ELEMENTS} elements)"));
+    }
+    Ok(s)
+}
+
+fn i64_tensor(v: Vec<i64>) -> Tensor {
+    let n = v.len();
+    Tensor::new([n], TensorData::I64(v)).expect("length matches")
+}
+
+/// Axes of an op that takes them as an attribute before opset 13 and as an input after.
+fn axes_operand<'b>(imp: &Importer<'b>, n: &Node<'_, 'b>, input: usize) -> Result<Option<Vec<i64>>, String> {
+    if n.opset < 13 {
+        n.attrs.ints("axes")
+    } else {
+        n.opt_input(input).map(|v| shape_ints(imp, v, "axes")).transpose()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Lowerings
+
+fn identity<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    Ok(vec![n.input(0)?])
+}
+
+/// `Reshape`: 0 copies the input dim (unless `allowzero`), one -1 is inferred.
+fn reshape<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let spec = if n.opset < 5 {
+        n.attrs.ints("shape")?.ok_or("attribute `shape` is required")?
+    } else {
+        shape_ints(imp, n.input(1)?, "the target shape")?
+    };
+    let allowzero = n.attrs.int("allowzero", 0)? != 0;
+    let in_dims = x.shape().0;
+    let numel = x.shape().numel();
+    let mut dims = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (i, &d) in spec.iter().enumerate() {
+        dims.push(match d {
+            -1 => {
+                if infer.replace(i).is_some() {
+                    return Err(format!("shape {spec:?} has more than one -1"));
+                }
+                1
+            }
+            0 if !allowzero => *in_dims.get(i).ok_or_else(|| {
+                format!(
+                    "shape {spec:?} copies dim {i} (0) of an input of rank {}",
+                    in_dims.len()
+                )
+            })?,
+            d if d < 0 => return Err(format!("shape {spec:?} has an invalid dimension {d}")),
+            d => usize::try_from(d).map_err(|_| format!("shape {spec:?} is too large"))?,
+        });
+    }
+    if allowzero && infer.is_some() && spec.contains(&0) {
+        return Err(format!("shape {spec:?} has both 0 and -1 with allowzero=1"));
+    }
+    let known = checked(Shape::new(dims.clone()), "target shape")?.numel();
+    if let Some(i) = infer {
+        if known == 0 || numel % known != 0 {
+            return Err(format!(
+                "cannot infer the -1 of shape {spec:?} for an input of shape {} ({numel} elements)",
+                x.shape()
+            ));
+        }
+        dims[i] = numel / known;
+    } else if known != numel {
+        return Err(format!(
+            "cannot reshape {} ({numel} elements) to {spec:?} ({known} elements)",
+            x.shape()
+        ));
+    }
+    Ok(vec![x.reshape(dims)])
+}
+
+/// `Transpose`: `perm` defaults to reversing the axes.
+fn transpose<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let rank = x.rank();
+    let perm: Vec<usize> = match n.attrs.ints("perm")? {
+        None => (0..rank).rev().collect(),
+        Some(p) => {
+            let perm = norm_axes(&p, rank, "perm axis")?;
+            if perm.len() != rank {
+                return Err(format!("perm {p:?} is not a permutation of {rank} axes"));
+            }
+            perm
+        }
+    };
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(vec![x]);
+    }
+    Ok(vec![x.transpose(&perm)])
+}
+
+fn concat<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let parts: Vec<Value<'b>> = n.inputs.iter().flatten().copied().collect();
+    let first = *parts.first().ok_or("Concat needs at least one operand")?;
+    let axis = n.attrs.int_opt("axis")?.ok_or("attribute `axis` is required")?;
+    let rank = first.rank();
+    let ax = norm_axis(axis, rank, "axis")?;
+    for p in &parts[1..] {
+        let (a, b) = (first.ty(), p.ty());
+        let ok = a.dtype == b.dtype
+            && a.shape.rank() == b.shape.rank()
+            && (0..rank).all(|i| i == ax || a.shape.0[i] == b.shape.0[i]);
+        if !ok {
+            return Err(format!("operands {a} and {b} do not concatenate along axis {axis}"));
+        }
+    }
+    if parts.len() == 1 {
+        return Ok(vec![first]);
+    }
+    Ok(vec![imp.b.concat(&parts, ax as i64)])
+}
+
+/// `Slice`: bounds as attributes before opset 10, as inputs after.
+fn slice<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let rank = x.rank();
+    let (starts, ends, axes, steps) = if n.opset < 10 {
+        (
+            n.attrs.ints("starts")?.ok_or("attribute `starts` is required")?,
+            n.attrs.ints("ends")?.ok_or("attribute `ends` is required")?,
+            n.attrs.ints("axes")?,
+            None,
+        )
+    } else {
+        let get = |i: usize, what: &str| n.opt_input(i).map(|v| shape_ints(imp, v, what)).transpose();
+        (
+            shape_ints(imp, n.input(1)?, "starts")?,
+            shape_ints(imp, n.input(2)?, "ends")?,
+            get(3, "axes")?,
+            get(4, "steps")?,
+        )
+    };
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(format!(
+            "starts {starts:?}, ends {ends:?}, axes {axes:?} and steps {steps:?} differ in length"
+        ));
+    }
+    let axes = norm_axes(&axes, rank, "axis")?;
+    let mut ranges = vec![SliceRange::full(); rank];
+    for (i, &a) in axes.iter().enumerate() {
+        if steps[i] == 0 {
+            return Err(format!("step of axis {a} is 0"));
+        }
+        ranges[a] = SliceRange {
+            start: starts[i],
+            end: ends[i],
+            step: steps[i],
+        };
+    }
+    if ranges.iter().all(|r| *r == SliceRange::full()) {
+        return Ok(vec![x]);
+    }
+    Ok(vec![x.slice_ranges(ranges)])
+}
+
+fn gather<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let (x, idx) = (n.input(0)?, n.input(1)?);
+    let axis = norm_axis(n.attrs.int("axis", 0)?, x.rank(), "axis")?;
+    if !matches!(idx.dtype(), DType::I64 | DType::I32) {
+        return Err(format!("indices must be i64 or i32, got {}", idx.dtype()));
+    }
+    Ok(vec![x.gather(idx, axis as i64)])
+}
+
+/// `GatherElements`: `out[i] = data[i with i[axis] = indices[i]]`, as a gather of the
+/// flattened data at flat indices built from iotas.
+fn gather_elements<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let (x, idx) = (n.input(0)?, n.input(1)?);
+    let (xs, is) = (x.shape(), idx.shape());
+    let rank = xs.rank();
+    let axis = norm_axis(n.attrs.int("axis", 0)?, rank, "axis")?;
+    if !matches!(idx.dtype(), DType::I64 | DType::I32) {
+        return Err(format!("indices must be i64 or i32, got {}", idx.dtype()));
+    }
+    if is.rank() != rank || (0..rank).any(|i| i != axis && is.0[i] > xs.0[i]) {
+        return Err(format!(
+            "indices of shape {is} do not fit data of shape {xs} (axis {axis})"
+        ));
+    }
+    let b = imp.b;
+    let extent = xs.0[axis] as f64;
+    let i = idx.cast(DType::I64);
+    let i = b.select(i.lt(0.0), i + extent, i);
+    let strides = xs.strides();
+    let mut flat = i * strides[axis] as f64;
+    for (k, &stride) in strides.iter().enumerate() {
+        if k != axis && is.0[k] > 1 {
+            flat = flat + b.iota(DType::I64, is.clone(), k as i64) * stride as f64;
+        }
+    }
+    Ok(vec![x.reshape([xs.numel()]).gather(flat, 0)])
+}
+
+fn unsqueeze<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let axes = axes_operand(imp, n, 1)?.ok_or("axes are required")?;
+    let out_rank = x.rank() + axes.len();
+    let axes = norm_axes(&axes, out_rank, "axis")?;
+    let mut rest = x.shape().0.into_iter();
+    let dims: Vec<usize> = (0..out_rank)
+        .map(|i| if axes.contains(&i) { 1 } else { rest.next().unwrap_or(1) })
+        .collect();
+    Ok(vec![x.reshape(dims)])
+}
+
+fn squeeze<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let shape = x.shape();
+    let axes = match axes_operand(imp, n, 1)? {
+        None => (0..shape.rank()).filter(|&i| shape.0[i] == 1).collect(),
+        Some(a) => norm_axes(&a, shape.rank(), "axis")?,
+    };
+    for &a in &axes {
+        if shape.0[a] != 1 {
+            return Err(format!("cannot squeeze axis {a} of shape {shape}: its extent is not 1"));
+        }
+    }
+    let dims: Vec<usize> = (0..shape.rank())
+        .filter(|i| !axes.contains(i))
+        .map(|i| shape.0[i])
+        .collect();
+    Ok(vec![x.reshape(dims)])
+}
+
+/// `Expand`: numpy broadcast of the input and the shape, both ways.
+fn expand<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let spec = shape_ints(imp, n.input(1)?, "the target shape")?;
+    let target = dims_of(&spec, "target shape")?;
+    let out = broadcast_shapes(x.shape().dims(), target.dims())
+        .ok_or_else(|| format!("input of shape {} does not broadcast with shape {spec:?}", x.shape()))?;
+    let out = checked(Shape::new(out), "output shape")?;
+    Ok(vec![x.broadcast_to(&out)])
+}
+
+/// `Split`: sizes from the `split` attribute (before opset 13) or input (after), else
+/// equal parts (`num_outputs` at opset 18, whose last part may be smaller).
+fn split<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let rank = x.rank();
+    let axis = norm_axis(n.attrs.int("axis", 0)?, rank, "axis")?;
+    let d = x.shape().0[axis];
+    let outputs = n.num_outputs();
+    let sizes = if n.opset < 13 {
+        n.attrs.ints("split")?
+    } else {
+        n.opt_input(1).map(|v| shape_ints(imp, v, "split")).transpose()?
+    };
+    let sizes: Vec<usize> = match sizes {
+        Some(s) => {
+            let sizes = dims_of(&s, "split")?.0;
+            if sizes.len() != outputs {
+                return Err(format!("split {s:?} has {} parts for {outputs} outputs", s.len()));
+            }
+            if sizes.iter().sum::<usize>() != d {
+                return Err(format!("split {s:?} does not sum to the extent {d} of axis {axis}"));
+            }
+            sizes
+        }
+        None => {
+            let parts = match n.attrs.int_opt("num_outputs")? {
+                Some(k) if n.opset >= 18 => {
+                    if k < 1 || k as usize != outputs {
+                        return Err(format!("num_outputs {k} does not match the node's {outputs} outputs"));
+                    }
+                    k as usize
+                }
+                _ => outputs,
+            };
+            if parts == 0 {
+                return Err("Split has no outputs".into());
+            }
+            if n.opset >= 18 {
+                let chunk = d.div_ceil(parts);
+                if chunk * (parts - 1) > d {
+                    return Err(format!("axis {axis} of extent {d} cannot be split into {parts} parts"));
+                }
+                (0..parts).map(|i| chunk.min(d - chunk * i)).collect()
+            } else {
+                if d % parts != 0 {
+                    return Err(format!(
+                        "axis {axis} of extent {d} does not split into {parts} equal parts"
+                    ));
+                }
+                vec![d / parts; parts]
+            }
+        }
+    };
+    let mut start = 0;
+    let mut outs = Vec::with_capacity(sizes.len());
+    for s in sizes {
+        outs.push(if s == d {
+            x
+        } else {
+            x.slice(axis as i64, start as i64, (start + s) as i64, 1)
+        });
+        start += s;
+    }
+    Ok(outs)
+}
+
+fn flatten<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let shape = x.shape();
+    let rank = shape.rank() as i64;
+    let axis = n.attrs.int("axis", 1)?;
+    let a = if axis < 0 { axis + rank } else { axis };
+    if !(0..=rank).contains(&a) {
+        return Err(format!(
+            "axis {axis} is out of range for rank {rank} (valid: {}..={rank})",
+            -rank
+        ));
+    }
+    let a = a as usize;
+    let outer: usize = shape.0[..a].iter().product();
+    let inner: usize = shape.0[a..].iter().product();
+    Ok(vec![x.reshape([outer, inner])])
+}
+
+/// `Shape`: a constant (shapes are static), with `start`/`end` (opset 15) clamped.
+fn shape_op<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let dims = x.shape().0;
+    let rank = dims.len() as i64;
+    let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+    let start = clamp(n.attrs.int("start", 0)?);
+    let end = clamp(n.attrs.int("end", rank)?);
+    let v: Vec<i64> = dims[start..end.max(start)].iter().map(|&d| d as i64).collect();
+    Ok(vec![imp.constant(i64_tensor(v))])
+}
+
+fn size<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let t = Tensor::new([], TensorData::I64(vec![x.shape().numel() as i64])).expect("scalar");
+    Ok(vec![imp.constant(t)])
+}
+
+/// `Tile`: `[d0, d1, ..]` → reshape `[1, d0, 1, d1, ..]` → broadcast `[r0, d0, r1, d1, ..]`
+/// → reshape `[r0 d0, r1 d1, ..]`.
+fn tile<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let reps = shape_ints(imp, n.input(1)?, "repeats")?;
+    let shape = x.shape();
+    if reps.len() != shape.rank() {
+        return Err(format!(
+            "repeats {reps:?} must have one entry per axis of the input {shape}"
+        ));
+    }
+    let reps = dims_of(&reps, "repeats")?.0;
+    if reps.iter().all(|&r| r == 1) {
+        return Ok(vec![x]);
+    }
+    let out: Vec<usize> = shape.0.iter().zip(&reps).map(|(&d, &r)| d.saturating_mul(r)).collect();
+    let out = checked(Shape::new(out), "output shape")?;
+    let split: Vec<usize> = shape.0.iter().flat_map(|&d| [1, d]).collect();
+    let wide: Vec<usize> = shape.0.iter().zip(&reps).flat_map(|(&d, &r)| [r, d]).collect();
+    Ok(vec![x.reshape(split).broadcast_to(&Shape::new(wide)).reshape(out)])
+}
+
+/// `Pad`: pads (and the constant value and axes, opset 11/18) as inputs, or attributes
+/// before opset 11. Modes constant, reflect, edge and wrap.
+fn pad<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let rank = x.rank();
+    let mode = n.attrs.string("mode", "constant")?;
+    let (pads, value, axes) = if n.opset < 11 {
+        let pads = match n.attrs.ints("pads")? {
+            Some(p) => p,
+            None => n.attrs.ints("paddings")?.ok_or("attribute `pads` is required")?,
+        };
+        (pads, Ok(n.attrs.float("value", 0.0)? as f64), None)
+    } else {
+        let pads = shape_ints(imp, n.input(1)?, "pads")?;
+        let value = match n.opt_input(2) {
+            None => Ok(0.0),
+            Some(v) => match known(imp, v) {
+                Some(t) if t.numel() == 1 => Ok(t.to_f64_vec()[0]),
+                Some(t) => return Err(format!("constant_value must have one element, got {}", t.ty())),
+                None => Err(v),
+            },
+        };
+        let axes = n.opt_input(3).map(|v| shape_ints(imp, v, "axes")).transpose()?;
+        (pads, value, axes)
+    };
+    let axes = match axes {
+        Some(a) => norm_axes(&a, rank, "axis")?,
+        None => (0..rank).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(format!(
+            "pads {pads:?} must have 2 entries per padded axis ({} axes)",
+            axes.len()
+        ));
+    }
+    let mut pairs = vec![(0i64, 0i64); rank];
+    for (i, &a) in axes.iter().enumerate() {
+        pairs[a] = (pads[i], pads[i + axes.len()]);
+    }
+    if pairs.iter().all(|&p| p == (0, 0)) {
+        return Ok(vec![x]);
+    }
+    let mode = match mode.as_str() {
+        "constant" => PadMode::Constant,
+        "reflect" => PadMode::Reflect,
+        "edge" => PadMode::Edge,
+        "wrap" => return pad_wrap(x, &pairs).map(|v| vec![v]),
+        m => return Err(format!("pad mode `{m}` is not supported")),
+    };
+    match value {
+        Ok(v) => Ok(vec![x.pad(&pairs, mode, v)]),
+        Err(dynamic) if mode == PadMode::Constant => {
+            // The value is computed at run time: pad with 0, then select it where a padded
+            // mask of the input's extent is false.
+            let dynamic = if dynamic.dtype() != x.dtype() {
+                return Err(format!(
+                    "constant_value of type {} does not match the input's {}",
+                    dynamic.ty(),
+                    x.dtype()
+                ));
+            } else if dynamic.shape().numel() != 1 {
+                return Err(format!("constant_value must have one element, got {}", dynamic.ty()));
+            } else {
+                dynamic.reshape(Shape::scalar())
+            };
+            let b = imp.b;
+            let ones = b.constant(Tensor::new([], TensorData::Bool(vec![true])).expect("scalar"));
+            let mask = ones.broadcast_to(&x.shape()).pad(&pairs, PadMode::Constant, 0.0);
+            Ok(vec![b.select(mask, x.pad(&pairs, mode, 0.0), dynamic)])
+        }
+        Err(_) => Ok(vec![x.pad(&pairs, mode, 0.0)]),
+    }
+}
+
+/// Wrap padding from slices and concats: crop negative pads, then take the tail (head)
+/// of enough copies of each axis.
+fn pad_wrap<'b>(x: Value<'b>, pairs: &[(i64, i64)]) -> Result<Value<'b>, String> {
+    let b = x.builder();
+    let mut v = x;
+    for (axis, &(lo, hi)) in pairs.iter().enumerate() {
+        let ax = axis as i64;
+        let d = v.shape().0[axis] as i64;
+        let (start, end) = (if lo < 0 { -lo } else { 0 }, if hi < 0 { d + hi } else { d });
+        if start > 0 || end < d {
+            if start > end {
+                return Err(format!(
+                    "pads ({lo}, {hi}) crop more than the extent {d} of axis {axis}"
+                ));
+            }
+            v = v.slice(ax, start, end, 1);
+        }
+        let (lo, hi) = (lo.max(0), hi.max(0));
+        if lo == 0 && hi == 0 {
+            continue;
+        }
+        let d = v.shape().0[axis] as i64;
+        if d == 0 {
+            return Err(format!("wrap pad of empty axis {axis}"));
+        }
+        let before = (lo + d - 1) / d;
+        let after = (hi + d - 1) / d;
+        let copies = before + 1 + after;
+        if copies.saturating_mul(d) > 1 << 32 {
+            return Err(format!("wrap pads ({lo}, {hi}) of axis {axis} are too large"));
+        }
+        let parts = vec![v; copies as usize];
+        let all = b.concat(&parts, ax);
+        let s = before * d - lo;
+        v = all.slice(ax, s, s + lo + d + hi, 1);
+    }
+    Ok(v)
+}
+
+/// `Range`: start, limit and delta must be known at import; the output is a constant.
+fn range<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let (s, l, d) = (n.input(0)?, n.input(1)?, n.input(2)?);
+    let dtype = s.dtype();
+    let mut vals = [0.0; 3];
+    for (slot, (v, what)) in vals.iter_mut().zip([(s, "start"), (l, "limit"), (d, "delta")]) {
+        let t = known_f64s(imp, v, &format!("Range's {what}"))?;
+        if t.len() != 1 || v.dtype() != dtype {
+            return Err(format!("{what} must be a scalar of type {dtype}, got {}", v.ty()));
+        }
+        *slot = t[0];
+    }
+    let [start, limit, delta] = vals;
+    if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
+        return Err(format!("invalid range start {start}, limit {limit}, delta {delta}"));
+    }
+    let count = ((limit - start) / delta).ceil().max(0.0);
+    if count > (1u64 << 24) as f64 {
+        return Err(format!("range of {count} elements is too large"));
+    }
+    let count = count as usize;
+    let t = if dtype.is_float() {
+        // Elements accumulate in the output type, as the ONNX definition's loop does.
+        let mut out = Vec::with_capacity(count);
+        let mut acc = Tensor::scalar(dtype, start).to_f64_vec()[0];
+        let step = Tensor::scalar(dtype, delta).to_f64_vec()[0];
+        for _ in 0..count {
+            out.push(acc);
+            acc = Tensor::scalar(dtype, acc + step).to_f64_vec()[0];
+        }
+        Tensor::from_f64(dtype, [count], &out)
+    } else if dtype.is_int() {
+        let v: Vec<f64> = (0..count).map(|i| start + i as f64 * delta).collect();
+        Tensor::from_f64(dtype, [count], &v)
+    } else {
+        return Err(format!("Range does not accept {dtype}"));
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(vec![imp.constant(t)])
+}
+
+/// `ConstantOfShape`: the one-element `value` (default f32 0) broadcast to the shape.
+fn constant_of_shape<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let spec = shape_ints(imp, n.input(0)?, "the shape")?;
+    let shape = dims_of(&spec, "shape")?;
+    let value = match n.attrs.tensor("value")? {
+        Some(t) => tensor_from_proto(t, None)?,
+        None => Tensor::scalar(DType::F32, 0.0),
+    };
+    if value.numel() != 1 {
+        return Err(format!("`value` must have one element, got {}", value.ty()));
+    }
+    let value = value.reshape(Shape::scalar()).map_err(|e| e.to_string())?;
+    Ok(vec![imp.constant(value).broadcast_to(&shape)])
+}
+
+/// `Trilu`: keep elements with `col - row >= k` (upper) or `<= k` (lower); `k` may be
+/// computed at run time.
+fn trilu<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let x = n.input(0)?;
+    let shape = x.shape();
+    let rank = shape.rank();
+    if rank < 2 {
+        return Err(format!("Trilu needs an input of rank 2 or more, got {}", x.ty()));
+    }
+    let upper = n.attrs.int("upper", 1)? != 0;
+    let b = imp.b;
+    let k = match n.opt_input(1) {
+        None => imp.scalar(DType::I64, 0.0),
+        Some(k) => {
+            if k.shape().numel() != 1 || !k.dtype().is_int() {
+                return Err(format!("k must be an integer scalar, got {}", k.ty()));
+            }
+            match known(imp, k) {
+                Some(_) => {
+                    let v = shape_ints(imp, k, "k")?[0];
+                    // Clamp so the i64 comparison below cannot overflow.
+                    let v = v.clamp(-(1 << 62), 1 << 62);
+                    b.constant(Tensor::new([], TensorData::I64(vec![v])).expect("scalar"))
+                }
+                None => k.reshape(Shape::scalar()).cast(DType::I64),
+            }
+        }
+    };
+    let mat = Shape::new([shape.0[rank - 2], shape.0[rank - 1]]);
+    let diff = b.iota(DType::I64, mat.clone(), 1) - b.iota(DType::I64, mat, 0);
+    let keep = if upper { diff.ge(k) } else { diff.le(k) };
+    let zero = imp.scalar(x.dtype(), 0.0);
+    Ok(vec![b.select(keep, x, zero)])
+}
+
+/// `OneHot`: `values[1]` where the (wrapped) index equals the position along `axis`, else
+/// `values[0]`. Depth must be known at import; indices and values may not be.
+fn one_hot<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
+    let (idx, depth, values) = (n.input(0)?, n.input(1)?, n.input(2)?);
+    let dv = known_f64s(imp, depth, "depth")?;
+    if dv.len() != 1 || !(dv[0] >= 1.0 && dv[0] <= (1u64 << 31) as f64) {
+        return Err(format!("depth must be one positive number, got {dv:?}"));
+    }
+    let depth = dv[0] as usize;
+    if values.shape().0 != [2] {
+        return Err(format!("values must be [off, on] (2 elements), got {}", values.ty()));
+    }
+    if !idx.dtype().is_numeric() {
+        return Err(format!("indices must be numbers, got {}", idx.dtype()));
+    }
+    let in_shape = idx.shape();
+    let rank = in_shape.rank();
+    let axis = n.attrs.int("axis", -1)?;
+    let a = if axis < 0 { axis + rank as i64 + 1 } else { axis };
+    if !(0..=rank as i64).contains(&a) {
+        return Err(format!(
+            "axis {axis} is out of range for an output of rank {}",
+            rank + 1
+        ));
+    }
+    let a = a as usize;
+    let mut out_dims = in_shape.0.clone();
+    out_dims.insert(a, depth);
+    let out_shape = checked(Shape::new(out_dims.clone()), "output shape")?;
+    let b = imp.b;
+    let i = idx.cast(DType::I64);
+    let i = b.select(i.lt(0.0), i + depth as f64, i);
+    let mut unsq = out_dims;
+    unsq[a] = 1;
+    let i = i.reshape(unsq);
+    let hot = i.eq(b.iota(DType::I64, out_shape, a as i64));
+    let off = values.slice(0, 0, 1, 1).reshape(Shape::scalar());
+    let on = values.slice(0, 1, 2, 1).reshape(Shape::scalar());
+    Ok(vec![b.select(hot, on, off)])
+}
