@@ -67,8 +67,8 @@ fn read_tensor(path: &Path) -> Result<Tensor, String> {
 
 /// Import and run one case on all of its data sets. Operands the importer needs at
 /// compile time (axes, shapes, pads) are graph inputs in many cases; when the import
-/// asks for such a value, each data set is imported again with its integer inputs
-/// bound as initializers (constants).
+/// asks for such a value, each data set is imported again with its integer and scalar
+/// inputs bound as initializers (constants), as TensorRT binds shape tensors.
 fn run_case(dir: &Path) -> (Outcome, String) {
     let bytes = match std::fs::read(dir.join("model.onnx")) {
         Ok(b) => b,
@@ -129,15 +129,15 @@ fn run_case(dir: &Path) -> (Outcome, String) {
         let graph = match &graph {
             Some(g) => g,
             None => {
-                // Bind integer inputs as constants, the last first, until the import succeeds
+                // Bind integer and scalar inputs as constants, the last first, until the import succeeds
                 // (the data operands stay inputs where they can).
                 let mut m = model.clone();
                 let mut result = None;
                 for (name, t) in input_names.iter().zip(&protos).rev() {
-                    let is_int = tensor_from_proto(t, Some(&set))
-                        .map(|t| t.dtype().is_int())
+                    let shape_like = tensor_from_proto(t, Some(&set))
+                        .map(|t| t.dtype().is_int() || t.numel() <= 1)
                         .unwrap_or(false);
-                    if !is_int {
+                    if !shape_like {
                         continue;
                     }
                     m.graph.as_mut().expect("graph").initializer.push(TensorProto {
@@ -155,7 +155,7 @@ fn run_case(dir: &Path) -> (Outcome, String) {
                 set_graph = match result {
                     Some(Ok(g)) => g,
                     Some(Err(e)) => return import_failure(e),
-                    None => return (Outcome::Fail, "no integer input to bind as a constant".into()),
+                    None => return (Outcome::Fail, "no integer or scalar input to bind as a constant".into()),
                 };
                 &set_graph
             }
