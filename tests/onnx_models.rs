@@ -50,3 +50,9 @@ fn bert_matches_pytorch() {
 fn vit_matches_pytorch() {
     check_fixture("vit");
 }
+
+#[test]
+fn snapshot_imported_gpt2_ir() {
+    let graph = graphc::load_model(&repo_path("tests/fixtures/onnx/gpt2/model.onnx"), &[]).unwrap();
+    insta::assert_snapshot!("gpt2_imported", graphc::ir::print(&graph));
+}

@@ -170,7 +170,7 @@ fn graph_ir_unsupported(model: &std::path::Path) -> Result<Vec<ir::onnx::Unsuppo
     if model.extension().is_none_or(|e| e != "onnx") {
         bail!("--list-unsupported applies to .onnx models");
     }
-    Ok(ir::onnx::list_unsupported(model).with_context(|| model.display().to_string())?)
+    ir::onnx::list_unsupported(model).with_context(|| model.display().to_string())
 }
 
 fn describe(g: &Graph) -> String {

@@ -75,11 +75,6 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    /// Names of attributes present, for "unsupported attribute" checks.
-    pub fn names(&self) -> impl Iterator<Item = &'a str> {
-        self.attrs.iter().map(|a| a.name.as_str())
-    }
-
     /// Whether any attribute is a subgraph (If/Loop/Scan bodies).
     pub fn has_graph(&self) -> bool {
         self.attrs.iter().any(|a| a.r#type == at::GRAPH || a.g.is_some())

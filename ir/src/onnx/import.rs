@@ -79,14 +79,12 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
     let opsets = opsets(model);
     // A model importing no default-domain opset can still hold other domains' nodes;
     // they then fail one by one, naming their domain.
-    let opset = opsets.get("").copied().unwrap_or(0);
     let b = GraphBuilder::new();
     let mut imp = Importer {
         b: &b,
         values: HashMap::new(),
         known: HashMap::new(),
         examined: 0,
-        opset,
         opsets,
         base_dir: base_dir.map(Path::to_path_buf),
         functions: functions(model),
@@ -116,11 +114,13 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
         .finish()
         .map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
     for (id, value) in known {
-        let is_leaf = matches!(
+        // Leaves stay; so do broadcasts and iotas, which are cheaper than the tensors
+        // they would materialize.
+        let keep = matches!(
             g.node(id).op,
-            Op::Constant { .. } | Op::Input { .. } | Op::Parameter { .. }
+            Op::Constant { .. } | Op::Input { .. } | Op::Parameter { .. } | Op::Broadcast { .. } | Op::Iota { .. }
         );
-        if !is_leaf && value.numel() <= MAX_FOLDED_ELEMENTS {
+        if !keep && value.numel() <= MAX_FOLDED_ELEMENTS {
             g.replace_with_constant(id, value);
         }
     }
@@ -224,8 +224,6 @@ pub struct Importer<'b> {
     known: HashMap<NodeId, Tensor>,
     /// IR nodes below this index have been examined for known values.
     examined: usize,
-    /// Version of the default domain.
-    pub opset: i64,
     opsets: HashMap<String, i64>,
     base_dir: Option<PathBuf>,
     functions: HashMap<(String, String), FunctionProto>,
