@@ -1,73 +1,27 @@
 //! Malformed and unsupported ONNX models: every problem is an error that names the
 //! place (input, initializer, node) and the problem; nothing panics.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::{node, symbolic_info, value_info};
 use graphc_ir::onnx::proto::{
-    data_type, tensor_shape_proto::dimension, tensor_shape_proto::Dimension, type_proto, AttributeProto, GraphProto,
-    ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
+    data_type, AttributeProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
     ValueInfoProto,
 };
 use graphc_ir::onnx::{import_model, import_onnx, list_unsupported, ImportOptions};
 use prost::Message;
 
-fn value_info(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: elem,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|d| Dimension {
-                            value: Some(match d {
-                                Ok(n) => dimension::Value::DimValue(*n),
-                                Err(p) => dimension::Value::DimParam(p.to_string()),
-                            }),
-                        })
-                        .collect(),
-                }),
-            })),
-        }),
-    }
-}
-
-fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        name: name.into(),
-        op_type: op.into(),
-        domain: String::new(),
-        attribute: vec![],
-    }
-}
-
-fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>) -> ModelProto {
-    ModelProto {
-        ir_version: 10,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 20,
-        }],
-        producer_name: "test".into(),
-        producer_version: String::new(),
-        graph: Some(GraphProto {
-            node: nodes,
-            name: "g".into(),
-            initializer: vec![],
-            sparse_initializer: vec![],
-            input: inputs,
-            output: outputs,
-            value_info: vec![],
-        }),
-        functions: vec![],
-    }
-}
-
 fn f32_in(name: &str, dims: &[i64]) -> ValueInfoProto {
-    value_info(name, data_type::FLOAT, &dims.iter().map(|&d| Ok(d)).collect::<Vec<_>>())
+    value_info(name, data_type::FLOAT, dims)
+}
+
+/// A model at opset 20 whose outputs are declared with their types.
+fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>) -> ModelProto {
+    let mut m = common::model(20, nodes, inputs, vec![], &[]);
+    m.graph.as_mut().expect("graph").output = outputs;
+    m
 }
 
 fn err(m: &ModelProto, dir: Option<&Path>, opts: &ImportOptions) -> String {
@@ -83,7 +37,7 @@ fn temp_dir(test: &str) -> PathBuf {
 
 fn add_model() -> ModelProto {
     model(
-        vec![node("Add", "add0", &["x", "y"], &["z"])],
+        vec![node("Add", "add0", &["x", "y"], &["z"], vec![])],
         vec![f32_in("x", &[2, 3]), f32_in("y", &[3])],
         vec![f32_in("z", &[2, 3])],
     )
@@ -100,8 +54,8 @@ fn a_valid_model_imports() {
 fn undefined_operand_and_cycles_are_named() {
     let m = model(
         vec![
-            node("Neg", "first", &["b"], &["a"]),
-            node("Neg", "second", &["a"], &["b"]),
+            node("Neg", "first", &["b"], &["a"], vec![]),
+            node("Neg", "second", &["a"], &["b"], vec![]),
         ],
         vec![],
         vec![f32_in("b", &[2])],
@@ -117,7 +71,7 @@ fn undefined_operand_and_cycles_are_named() {
 #[test]
 fn missing_required_operand() {
     let m = model(
-        vec![node("Add", "lonely", &["x"], &["z"])],
+        vec![node("Add", "lonely", &["x"], &["z"], vec![])],
         vec![f32_in("x", &[2])],
         vec![f32_in("z", &[2])],
     );
@@ -130,13 +84,13 @@ fn missing_required_operand() {
 #[test]
 fn wrong_types_are_named() {
     let mut m = add_model();
-    m.graph.as_mut().unwrap().input[1] = value_info("y", data_type::INT64, &[Ok(3)]);
+    m.graph.as_mut().unwrap().input[1] = value_info("y", data_type::INT64, &[3]);
     let e = err(&m, None, &ImportOptions::default());
     assert!(e.starts_with("node `add0` (Add, opset 20):"), "{e}");
     assert!(e.contains("one type"), "{e}");
 
     let mut m = add_model();
-    m.graph.as_mut().unwrap().input[0] = value_info("x", data_type::STRING, &[Ok(2)]);
+    m.graph.as_mut().unwrap().input[0] = value_info("x", data_type::STRING, &[2]);
     assert_eq!(
         err(&m, None, &ImportOptions::default()),
         "graph input `x`: element type STRING is not supported"
@@ -153,9 +107,9 @@ fn wrong_types_are_named() {
 #[test]
 fn symbolic_dims_must_be_fixed() {
     let m = model(
-        vec![node("Relu", "r", &["x"], &["y"])],
-        vec![value_info("x", data_type::FLOAT, &[Err("batch"), Ok(4)])],
-        vec![value_info("y", data_type::FLOAT, &[Err("batch"), Ok(4)])],
+        vec![node("Relu", "r", &["x"], &["y"], vec![])],
+        vec![symbolic_info("x", data_type::FLOAT, &[Err("batch"), Ok(4)])],
+        vec![symbolic_info("y", data_type::FLOAT, &[Err("batch"), Ok(4)])],
     );
     assert_eq!(
         err(&m, None, &ImportOptions::default()),
@@ -176,11 +130,11 @@ fn symbolic_dims_must_be_fixed() {
 fn unsupported_ops_name_op_domain_and_opset() {
     let mut m = model(
         vec![
-            node("Relu", "ok", &["x"], &["a"]),
-            node("Frobnicate", "f1", &["a"], &["b"]),
+            node("Relu", "ok", &["x"], &["a"], vec![]),
+            node("Frobnicate", "f1", &["a"], &["b"], vec![]),
             NodeProto {
                 domain: "com.example".into(),
-                ..node("Custom", "f2", &["b"], &["c"])
+                ..node("Custom", "f2", &["b"], &["c"], vec![])
             },
         ],
         vec![f32_in("x", &[2])],
@@ -207,7 +161,7 @@ fn unsupported_ops_name_op_domain_and_opset() {
 
 #[test]
 fn attributes_of_the_wrong_type() {
-    let mut n = node("LeakyRelu", "lr", &["x"], &["y"]);
+    let mut n = node("LeakyRelu", "lr", &["x"], &["y"], vec![]);
     n.attribute.push(AttributeProto {
         name: "alpha".into(),
         r#type: 3, // STRING
@@ -223,7 +177,7 @@ fn attributes_of_the_wrong_type() {
 
 fn external_initializer(location: &str, offset: &str, length: &str) -> ModelProto {
     let mut m = model(
-        vec![node("Add", "add", &["x", "w"], &["y"])],
+        vec![node("Add", "add", &["x", "w"], &["y"], vec![])],
         vec![f32_in("x", &[4])],
         vec![f32_in("y", &[4])],
     );

@@ -1,104 +1,14 @@
 //! ONNX tier (b) lowerings on hand-made models: opset-dependent operands and attributes,
 //! error messages, and numerics the node suite does not cover.
 
+mod common;
+
 use std::collections::HashMap;
 
-use graphc_ir::onnx::proto::{
-    attribute_type as at, data_type as dt, tensor_shape_proto::dimension, tensor_shape_proto::Dimension, type_proto,
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
-};
+use common::{i64_init, int_attr, ints_attr, model, node, value_info};
+use graphc_ir::onnx::proto::{data_type as dt, ModelProto};
 use graphc_ir::onnx::{import_model, ImportOptions};
 use graphc_ir::{interpret, DType, Tensor, TensorData};
-
-fn int_attr(name: &str, i: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: at::INT,
-        i,
-        ..Default::default()
-    }
-}
-
-fn ints_attr(name: &str, ints: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: at::INTS,
-        ints: ints.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        op_type: op.into(),
-        attribute: attrs,
-        ..Default::default()
-    }
-}
-
-fn input(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d)),
-                        })
-                        .collect(),
-                }),
-            })),
-        }),
-    }
-}
-
-fn i64_init(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
-    TensorProto {
-        name: name.into(),
-        dims: dims.to_vec(),
-        data_type: dt::INT64,
-        int64_data: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-/// A model of `nodes` with graph inputs `inputs`, integer initializers `inits` and
-/// outputs `outputs` (untyped), in the default domain at `opset`.
-fn model(
-    opset: i64,
-    nodes: Vec<NodeProto>,
-    inputs: Vec<ValueInfoProto>,
-    inits: Vec<TensorProto>,
-    outputs: &[&str],
-) -> ModelProto {
-    ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: opset,
-        }],
-        graph: Some(GraphProto {
-            node: nodes,
-            initializer: inits,
-            input: inputs,
-            output: outputs
-                .iter()
-                .map(|o| ValueInfoProto {
-                    name: o.to_string(),
-                    r#type: None,
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 /// Import and run `m` on `inputs`; the outputs in order.
 fn run(m: &ModelProto, inputs: &[(&str, Tensor)]) -> Vec<Tensor> {
@@ -138,11 +48,12 @@ const X23: [f32; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
 
 #[test]
 fn reduce_sum_axes_attribute_before_opset_13_and_operand_after() {
-    let x = || input("x", dt::FLOAT, &[2, 3]);
+    let x = || value_info("x", dt::FLOAT, &[2, 3]);
     let old = model(
         11,
         vec![node(
             "ReduceSum",
+            "",
             &["x"],
             &["y"],
             vec![ints_attr("axes", &[1]), int_attr("keepdims", 0)],
@@ -153,7 +64,13 @@ fn reduce_sum_axes_attribute_before_opset_13_and_operand_after() {
     );
     let new = model(
         13,
-        vec![node("ReduceSum", &["x", "axes"], &["y"], vec![int_attr("keepdims", 0)])],
+        vec![node(
+            "ReduceSum",
+            "",
+            &["x", "axes"],
+            &["y"],
+            vec![int_attr("keepdims", 0)],
+        )],
         vec![x()],
         vec![i64_init("axes", &[1], &[-1])],
         &["y"],
@@ -170,8 +87,8 @@ fn reduce_mean_axes_attribute_until_opset_17() {
     let m = |opset| {
         model(
             opset,
-            vec![node("ReduceMean", &["x"], &["y"], vec![ints_attr("axes", &[0])])],
-            vec![input("x", dt::FLOAT, &[2, 3])],
+            vec![node("ReduceMean", "", &["x"], &["y"], vec![ints_attr("axes", &[0])])],
+            vec![value_info("x", dt::FLOAT, &[2, 3])],
             vec![],
             &["y"],
         )
@@ -182,8 +99,8 @@ fn reduce_mean_axes_attribute_until_opset_17() {
     // No axes at all: every axis.
     let all = model(
         18,
-        vec![node("ReduceMean", &["x"], &["y"], vec![])],
-        vec![input("x", dt::FLOAT, &[2, 3])],
+        vec![node("ReduceMean", "", &["x"], &["y"], vec![])],
+        vec![value_info("x", dt::FLOAT, &[2, 3])],
         vec![],
         &["y"],
     );
@@ -198,11 +115,12 @@ fn empty_axes_with_noop_is_the_identity() {
         18,
         vec![node(
             "ReduceMax",
+            "",
             &["x", "axes"],
             &["y"],
             vec![int_attr("noop_with_empty_axes", 1)],
         )],
-        vec![input("x", dt::FLOAT, &[2, 3])],
+        vec![value_info("x", dt::FLOAT, &[2, 3])],
         vec![i64_init("axes", &[0], &[])],
         &["y"],
     );
@@ -215,8 +133,8 @@ fn empty_axes_with_noop_is_the_identity() {
 fn runtime_axes_are_not_supported() {
     let m = model(
         18,
-        vec![node("ReduceSum", &["x", "axes"], &["y"], vec![])],
-        vec![input("x", dt::FLOAT, &[2, 3]), input("axes", dt::INT64, &[1])],
+        vec![node("ReduceSum", "", &["x", "axes"], &["y"], vec![])],
+        vec![value_info("x", dt::FLOAT, &[2, 3]), value_info("axes", dt::INT64, &[1])],
         vec![],
         &["y"],
     );
@@ -231,8 +149,8 @@ fn runtime_axes_are_not_supported() {
 fn out_of_range_axes_are_errors() {
     let bad_reduce = model(
         13,
-        vec![node("ReduceProd", &["x"], &["y"], vec![ints_attr("axes", &[2])])],
-        vec![input("x", dt::FLOAT, &[2, 3])],
+        vec![node("ReduceProd", "", &["x"], &["y"], vec![ints_attr("axes", &[2])])],
+        vec![value_info("x", dt::FLOAT, &[2, 3])],
         vec![],
         &["y"],
     );
@@ -240,8 +158,8 @@ fn out_of_range_axes_are_errors() {
     assert!(e.contains("ReduceProd") && e.contains("axis 2 is out of range"), "{e}");
     let twice = model(
         13,
-        vec![node("ReduceMin", &["x"], &["y"], vec![ints_attr("axes", &[1, -1])])],
-        vec![input("x", dt::FLOAT, &[2, 3])],
+        vec![node("ReduceMin", "", &["x"], &["y"], vec![ints_attr("axes", &[1, -1])])],
+        vec![value_info("x", dt::FLOAT, &[2, 3])],
         vec![],
         &["y"],
     );
@@ -253,8 +171,8 @@ fn out_of_range_axes_are_errors() {
     ] {
         let m = model(
             17,
-            vec![node(op, &["x"], &["y"], attrs)],
-            vec![input("x", dt::FLOAT, &[2, 3])],
+            vec![node(op, "", &["x"], &["y"], attrs)],
+            vec![value_info("x", dt::FLOAT, &[2, 3])],
             vec![],
             &["y"],
         );
@@ -263,8 +181,8 @@ fn out_of_range_axes_are_errors() {
     }
     let cumsum = model(
         14,
-        vec![node("CumSum", &["x", "axis"], &["y"], vec![])],
-        vec![input("x", dt::FLOAT, &[2, 3])],
+        vec![node("CumSum", "", &["x", "axis"], &["y"], vec![])],
+        vec![value_info("x", dt::FLOAT, &[2, 3])],
         vec![i64_init("axis", &[], &[-3])],
         &["y"],
     );
@@ -279,8 +197,8 @@ fn softmax_flattens_before_opset_13() {
     let m = |opset| {
         model(
             opset,
-            vec![node("Softmax", &["x"], &["y"], vec![int_attr("axis", 1)])],
-            vec![input("x", dt::FLOAT, &[1, 2, 2])],
+            vec![node("Softmax", "", &["x"], &["y"], vec![int_attr("axis", 1)])],
+            vec![value_info("x", dt::FLOAT, &[1, 2, 2])],
             vec![],
             &["y"],
         )
@@ -300,11 +218,15 @@ fn layer_norm_outputs_mean_and_inv_std_in_stash_type() {
         17,
         vec![node(
             "LayerNormalization",
+            "",
             &["x", "scale"],
             &["y", "mean", "inv_std"],
             vec![int_attr("axis", 1)],
         )],
-        vec![input("x", dt::FLOAT16, &[2, 2]), input("scale", dt::FLOAT16, &[2])],
+        vec![
+            value_info("x", dt::FLOAT16, &[2, 2]),
+            value_info("scale", dt::FLOAT16, &[2]),
+        ],
         vec![],
         &["y", "mean", "inv_std"],
     );
@@ -327,6 +249,7 @@ fn argmax_select_last_index() {
             13,
             vec![node(
                 "ArgMax",
+                "",
                 &["x"],
                 &["y"],
                 vec![
@@ -335,7 +258,7 @@ fn argmax_select_last_index() {
                     int_attr("select_last_index", last),
                 ],
             )],
-            vec![input("x", dt::FLOAT, &[2, 3])],
+            vec![value_info("x", dt::FLOAT, &[2, 3])],
             vec![],
             &["y"],
         )
@@ -353,11 +276,12 @@ fn cumsum_is_exact_for_integers_in_all_modes() {
             14,
             vec![node(
                 "CumSum",
+                "",
                 &["x", "axis"],
                 &["y"],
                 vec![int_attr("exclusive", exclusive), int_attr("reverse", reverse)],
             )],
-            vec![input("x", dt::INT64, &[1, 7])],
+            vec![value_info("x", dt::INT64, &[1, 7])],
             vec![i64_init("axis", &[1], &[-1])],
             &["y"],
         );
@@ -384,11 +308,12 @@ fn log_sum_exp_is_stable_and_handles_minus_infinity() {
         18,
         vec![node(
             "ReduceLogSumExp",
+            "",
             &["x", "axes"],
             &["y"],
             vec![int_attr("keepdims", 0)],
         )],
-        vec![input("x", dt::FLOAT, &[3, 2])],
+        vec![value_info("x", dt::FLOAT, &[3, 2])],
         vec![i64_init("axes", &[1], &[1])],
         &["y"],
     );
@@ -408,8 +333,8 @@ fn log_sum_exp_is_stable_and_handles_minus_infinity() {
 fn reduce_max_of_bool() {
     let m = model(
         20,
-        vec![node("ReduceMax", &["x"], &["y"], vec![int_attr("keepdims", 0)])],
-        vec![input("x", dt::BOOL, &[2, 2])],
+        vec![node("ReduceMax", "", &["x"], &["y"], vec![int_attr("keepdims", 0)])],
+        vec![value_info("x", dt::BOOL, &[2, 2])],
         vec![],
         &["y"],
     );

@@ -1,113 +1,16 @@
 //! ONNX shape ops (tier d): shape subgraphs fold at import, data-dependent shapes and bad
 //! axes are errors naming the node, and a few lowerings checked against known values.
 
+mod common;
+
 use std::collections::HashMap;
 
+use common::{i64_init, int_attr, ints_attr, model, node, string_attr, value_info};
 use graphc_ir::onnx::proto::{
-    attribute_type as at, data_type as dt, tensor_shape_proto::dimension, tensor_shape_proto::Dimension, type_proto,
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
+    attribute_type as at, data_type as dt, AttributeProto, ModelProto, TensorProto, ValueInfoProto,
 };
 use graphc_ir::onnx::{import_model, ImportOptions, OnnxError};
 use graphc_ir::{interpret, Graph, Op, Tensor, TensorData};
-
-fn value_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d)),
-                        })
-                        .collect(),
-                }),
-            })),
-        }),
-    }
-}
-
-fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        name: name.into(),
-        op_type: op.into(),
-        attribute: attrs,
-        ..Default::default()
-    }
-}
-
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: at::INTS,
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: at::INT,
-        i: v,
-        ..Default::default()
-    }
-}
-
-fn string(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: at::STRING,
-        s: v.as_bytes().to_vec(),
-        ..Default::default()
-    }
-}
-
-fn i64_init(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
-    TensorProto {
-        name: name.into(),
-        dims: dims.to_vec(),
-        data_type: dt::INT64,
-        int64_data: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn model(
-    opset: i64,
-    nodes: Vec<NodeProto>,
-    inputs: Vec<ValueInfoProto>,
-    inits: Vec<TensorProto>,
-    outputs: &[&str],
-) -> ModelProto {
-    ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: opset,
-        }],
-        graph: Some(GraphProto {
-            node: nodes,
-            name: "g".into(),
-            initializer: inits,
-            input: inputs,
-            output: outputs
-                .iter()
-                .map(|n| ValueInfoProto {
-                    name: n.to_string(),
-                    r#type: None,
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 fn import(m: &ModelProto) -> Result<Graph, OnnxError> {
     import_model(m, None, &ImportOptions::default())
@@ -145,13 +48,19 @@ fn shape_subgraph_folds_to_a_static_reshape() {
         13,
         vec![
             node("Shape", "shape", &["x"], &["s"], vec![]),
-            node("Gather", "gather", &["s", "zero"], &["batch"], vec![int("axis", 0)]),
+            node(
+                "Gather",
+                "gather",
+                &["s", "zero"],
+                &["batch"],
+                vec![int_attr("axis", 0)],
+            ),
             node(
                 "Concat",
                 "concat",
                 &["batch", "minus_one"],
                 &["target"],
-                vec![int("axis", 0)],
+                vec![int_attr("axis", 0)],
             ),
             node("Reshape", "reshape", &["x", "target"], &["y"], vec![]),
         ],
@@ -247,26 +156,29 @@ fn bad_axes_are_errors_naming_the_node() {
     let cases = vec![
         (
             "Transpose",
-            one_op(13, "Transpose", &[], vec![ints("perm", &[0, 2])], vec![]),
+            one_op(13, "Transpose", &[], vec![ints_attr("perm", &[0, 2])], vec![]),
         ),
         (
             "Transpose",
-            one_op(13, "Transpose", &[], vec![ints("perm", &[0, 0])], vec![]),
+            one_op(13, "Transpose", &[], vec![ints_attr("perm", &[0, 0])], vec![]),
         ),
-        ("Concat", one_op(13, "Concat", &[], vec![int("axis", 2)], vec![])),
+        ("Concat", one_op(13, "Concat", &[], vec![int_attr("axis", 2)], vec![])),
         (
             "Gather",
             one_op(
                 13,
                 "Gather",
                 &["i"],
-                vec![int("axis", -3)],
+                vec![int_attr("axis", -3)],
                 vec![i64_init("i", &[1], &[0])],
             ),
         ),
-        ("Flatten", one_op(13, "Flatten", &[], vec![int("axis", 3)], vec![])),
-        ("Split", one_op(13, "Split", &[], vec![int("axis", 2)], vec![])),
-        ("Squeeze", one_op(11, "Squeeze", &[], vec![ints("axes", &[5])], vec![])),
+        ("Flatten", one_op(13, "Flatten", &[], vec![int_attr("axis", 3)], vec![])),
+        ("Split", one_op(13, "Split", &[], vec![int_attr("axis", 2)], vec![])),
+        (
+            "Squeeze",
+            one_op(11, "Squeeze", &[], vec![ints_attr("axes", &[5])], vec![]),
+        ),
         (
             "Squeeze",
             one_op(13, "Squeeze", &["a"], vec![], vec![i64_init("a", &[1], &[0])]),
@@ -338,7 +250,7 @@ fn bad_axes_are_errors_naming_the_node() {
                 13,
                 "Pad",
                 &["p"],
-                vec![string("mode", "reflect")],
+                vec![string_attr("mode", "reflect")],
                 vec![i64_init("p", &[4], &[0, 3, 0, 0])],
             ),
         ),
@@ -367,9 +279,9 @@ fn slice_split_and_pad_from_attributes() {
         "Slice",
         &[],
         vec![
-            ints("starts", &[1, -1]),
-            ints("ends", &[2, i64::MAX]),
-            ints("axes", &[0, 1]),
+            ints_attr("starts", &[1, -1]),
+            ints_attr("ends", &[2, i64::MAX]),
+            ints_attr("axes", &[0, 1]),
         ],
         vec![],
     );
@@ -377,7 +289,13 @@ fn slice_split_and_pad_from_attributes() {
     assert_eq!(f32s(y), [5.0]);
 
     // Split before opset 13: sizes as an attribute.
-    let mut m = one_op(11, "Split", &[], vec![int("axis", 1), ints("split", &[1, 2])], vec![]);
+    let mut m = one_op(
+        11,
+        "Split",
+        &[],
+        vec![int_attr("axis", 1), ints_attr("split", &[1, 2])],
+        vec![],
+    );
     let g = m.graph.as_mut().unwrap();
     g.node[0].output = vec!["a".into(), "b".into()];
     g.output = ["a", "b"]
@@ -398,7 +316,7 @@ fn slice_split_and_pad_from_attributes() {
         f: 9.0,
         ..Default::default()
     };
-    let m = one_op(2, "Pad", &[], vec![ints("pads", &[0, 1, 0, 0]), value], vec![]);
+    let m = one_op(2, "Pad", &[], vec![ints_attr("pads", &[0, 1, 0, 0]), value], vec![]);
     let y = &run(&import(&m).unwrap(), &[("x", iota_f32(&[2, 3]))])[0];
     assert_eq!(f32s(y), [9.0, 0.0, 1.0, 2.0, 9.0, 3.0, 4.0, 5.0]);
 
@@ -407,7 +325,7 @@ fn slice_split_and_pad_from_attributes() {
         13,
         "Pad",
         &["p"],
-        vec![string("mode", "wrap")],
+        vec![string_attr("mode", "wrap")],
         vec![i64_init("p", &[4], &[0, 4, 0, 1])],
     );
     let y = &run(&import(&m).unwrap(), &[("x", iota_f32(&[2, 3]))])[0];
