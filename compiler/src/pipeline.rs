@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use graphc_ir::{Graph, GraphError};
 
+use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
 
 /// Knobs of the pipeline.
@@ -11,6 +12,8 @@ use crate::passes::dce::eliminate_dead_code;
 pub struct CompileOptions {
     /// Verify the graph after every pass (always on in debug builds).
     pub verify_each_pass: bool,
+    /// Limits of the e-graph optimizer.
+    pub optimize: OptimizeOptions,
 }
 
 /// What one pass did.
@@ -28,6 +31,8 @@ pub struct PassReport {
 pub struct Compiled {
     pub graph: Graph,
     pub passes: Vec<PassReport>,
+    /// The optimizer's full report.
+    pub optimize: OptimizeReport,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +63,34 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     });
     check(&graph, "dce", opts)?;
 
-    Ok(Compiled { graph, passes })
+    let (graph, report) = optimize(&graph, &opts.optimize).map_err(|error| CompileError::Pass {
+        pass: "optimize",
+        error,
+    })?;
+    let mut notes = vec![format!(
+        "{} constants folded, {} rule applications, {} iterations, stopped: {}",
+        report.constants_folded,
+        report.rules_fired.values().sum::<usize>(),
+        report.iterations,
+        report.stop_reason
+    )];
+    if !report.weights_dropped.is_empty() {
+        notes.push(format!("unused weights dropped: {}", report.weights_dropped.join(", ")));
+    }
+    passes.push(PassReport {
+        pass: "optimize",
+        nodes_before: report.nodes_before,
+        nodes_after: report.nodes_after,
+        time: report.time,
+        notes,
+    });
+    check(&graph, "optimize", opts)?;
+
+    Ok(Compiled {
+        graph,
+        passes,
+        optimize: report,
+    })
 }
 
 fn check(graph: &Graph, pass: &'static str, opts: &CompileOptions) -> Result<(), CompileError> {

@@ -46,8 +46,15 @@ fn pipeline_reports_each_pass() {
     let x = b.input("x", DType::F32, [2]);
     b.output("y", x.exp());
     let g = b.finish().unwrap();
-    let c = compile(&g, &CompileOptions { verify_each_pass: true }).unwrap();
-    assert_eq!(c.passes.len(), 1);
+    let c = compile(
+        &g,
+        &CompileOptions {
+            verify_each_pass: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(c.passes.len(), 2);
     assert_eq!(c.passes[0].pass, "dce");
     assert_eq!((c.passes[0].nodes_before, c.passes[0].nodes_after), (2, 2));
 }

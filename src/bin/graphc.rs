@@ -31,6 +31,12 @@ enum Command {
         #[arg(long)]
         list_unsupported: bool,
     },
+    /// Print the optimized graph in text IR, then a summary of what the optimizer did.
+    Opt {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+    },
     /// Run the model on inputs from an .npz file.
     Run {
         model: PathBuf,
@@ -104,6 +110,42 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 print!("{}", ir::print(&graph));
             }
+        }
+        Command::Opt { model, dims } => {
+            let graph = graphc::load_model(&model, &dims)?;
+            let compiled = graphc::compile(&graph)?;
+            print!("{}", ir::print(&compiled.graph));
+            let r = &compiled.optimize;
+            println!(
+                "# optimized {} in {:.2} ms",
+                model.display(),
+                r.time.as_secs_f64() * 1e3
+            );
+            println!("# nodes: {} -> {}", graph.len(), compiled.graph.len());
+            println!("# constants folded: {}", r.constants_folded);
+            println!(
+                "# weights: {} -> {} bytes{}",
+                r.weight_bytes_before,
+                r.weight_bytes_after,
+                if r.weights_dropped.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (unused: {})", r.weights_dropped.join(", "))
+                }
+            );
+            println!(
+                "# e-graph: {} nodes in {} classes after {} iterations; stopped: {}",
+                r.egraph_nodes, r.egraph_classes, r.iterations, r.stop_reason
+            );
+            let fired: Vec<String> = r.rules_fired.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!(
+                "# rules fired: {}",
+                if fired.is_empty() {
+                    "none".to_string()
+                } else {
+                    fired.join(", ")
+                }
+            );
         }
         Command::Run {
             model,

@@ -1,0 +1,193 @@
+//! The e-class analysis: every class's type, and its value when it is known at compile
+//! time. Known values are computed by the reference interpreter's `eval_op`, so folded
+//! constants are bit-identical to what the interpreter would compute at run time.
+//!
+//! Size rule: a broadcast of a single value stays a *splat* (one element and a shape)
+//! and is never materialized; other values are materialized only up to
+//! [`MAX_FOLDED_BYTES`], or up to the size of their largest known operand (folding then
+//! never makes constants grow).
+
+use std::sync::Arc;
+
+use egg::{Analysis, DidMerge, EGraph, Id};
+use graphc_ir::interp::eval_op;
+use graphc_ir::{infer_type, Op, Shape, Tensor, TensorType};
+
+use super::lang::TNode;
+
+/// Materialized folded values are kept up to this size (or their largest operand's).
+pub const MAX_FOLDED_BYTES: usize = 64 << 10;
+
+pub type TEGraph = EGraph<TNode, TensorAnalysis>;
+
+/// A value known at compile time.
+#[derive(Clone, Debug)]
+pub enum Known {
+    /// Every element; the tensor has the class's type.
+    Full(Arc<Tensor>),
+    /// Every element equal to this rank-0 tensor (of the class's dtype).
+    Splat(Arc<Tensor>),
+}
+
+impl Known {
+    /// The single element value, if every element is equal.
+    pub fn splat(&self) -> Option<f64> {
+        match self {
+            Known::Splat(t) => Some(t.to_f64_vec()[0]),
+            Known::Full(t) => {
+                let v = t.to_f64_vec();
+                let first = *v.first()?;
+                v.iter().all(|&x| x.to_bits() == first.to_bits()).then_some(first)
+            }
+        }
+    }
+
+    /// The value as a dense tensor of type `ty`.
+    pub fn materialize(&self, ty: &TensorType) -> Tensor {
+        match self {
+            Known::Full(t) => (**t).clone(),
+            Known::Splat(s) => {
+                let one = s.data().clone();
+                let idx = vec![0usize; ty.numel()];
+                Tensor::new(ty.shape.clone(), one.take(&idx)).expect("splat fills its type")
+            }
+        }
+    }
+
+    fn bytes(&self, ty: &TensorType) -> usize {
+        match self {
+            Known::Full(_) => ty.size_bytes(),
+            Known::Splat(_) => ty.dtype.size_bytes(),
+        }
+    }
+}
+
+/// Per-class facts.
+#[derive(Clone, Debug)]
+pub struct Data {
+    pub ty: TensorType,
+    pub known: Option<Known>,
+}
+
+#[derive(Default)]
+pub struct TensorAnalysis {
+    /// Number of values folded to constants (classes that gained a known value).
+    pub folded: usize,
+}
+
+impl Analysis<TNode> for TensorAnalysis {
+    type Data = Data;
+
+    fn make(egraph: &mut TEGraph, enode: &TNode, _id: Id) -> Data {
+        let child = |i: Id| &egraph[i].data;
+        let tys: Vec<&TensorType> = enode.children.iter().map(|&c| &child(c).ty).collect();
+        let ty = infer_type(enode.op(), &tys)
+            .unwrap_or_else(|e| panic!("optimizer built an ill-typed {} node: {e}", enode.op().name()));
+        let knowns: Option<Vec<&Known>> = enode.children.iter().map(|&c| child(c).known.as_ref()).collect();
+        let known = knowns.and_then(|ks| fold(enode.op(), &ks, &tys, &ty));
+        Data { ty, known }
+    }
+
+    fn merge(&mut self, a: &mut Data, b: Data) -> DidMerge {
+        assert_eq!(
+            a.ty, b.ty,
+            "unsound rewrite: merged classes of types {} and {}",
+            a.ty, b.ty
+        );
+        match (&a.known, b.known) {
+            (None, Some(k)) => {
+                a.known = Some(k);
+                DidMerge(true, false)
+            }
+            (Some(_), None) => DidMerge(false, true),
+            _ => DidMerge(false, false),
+        }
+    }
+
+    fn modify(egraph: &mut TEGraph, id: Id) {
+        let Some(known) = egraph[id].data.known.clone() else {
+            return;
+        };
+        let has_constant = egraph[id].nodes.iter().any(|n| match n.op() {
+            Op::Constant { .. } => true,
+            Op::Broadcast { .. } => {
+                matches!(egraph[n.children[0]].data.known, Some(Known::Splat(_)))
+                    || egraph[n.children[0]].data.ty.numel() == 1
+                        && egraph[n.children[0]]
+                            .nodes
+                            .iter()
+                            .any(|c| matches!(c.op(), Op::Constant { .. }))
+            }
+            _ => false,
+        });
+        if has_constant {
+            return;
+        }
+        let ty = egraph[id].data.ty.clone();
+        let new = match &known {
+            Known::Full(t) => egraph.add(TNode::new(Op::Constant { value: (**t).clone() }, vec![])),
+            Known::Splat(s) => {
+                let scalar = egraph.add(TNode::new(Op::Constant { value: (**s).clone() }, vec![]));
+                if ty.shape.rank() == 0 {
+                    scalar
+                } else {
+                    egraph.add(TNode::new(
+                        Op::Broadcast {
+                            shape: ty.shape.clone(),
+                        },
+                        vec![scalar],
+                    ))
+                }
+            }
+        };
+        egraph.analysis.folded += 1;
+        egraph.union(id, new);
+    }
+}
+
+/// The value of `op` on known operands, within the size rule.
+fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType) -> Option<Known> {
+    match op {
+        Op::Constant { value } => return Some(Known::Full(Arc::new(value.clone()))),
+        Op::Input { .. } | Op::Parameter { .. } => return None,
+        _ => {}
+    }
+    // Elementwise ops and broadcasts of single values stay single values.
+    let splats: Option<Vec<Tensor>> = args
+        .iter()
+        .zip(arg_tys)
+        .map(|(k, t)| match k {
+            Known::Splat(s) => Some((**s).clone()),
+            Known::Full(f) if t.numel() == 1 => (**f).clone().reshape(Shape::scalar()).ok(),
+            _ => None,
+        })
+        .collect();
+    if let Some(scalars) = splats {
+        if op.is_elementwise() || matches!(op, Op::Broadcast { .. } | Op::Reshape { .. }) {
+            let scalar_ty = TensorType::new(ty.dtype, Shape::scalar());
+            let scalar_op = match op {
+                Op::Broadcast { .. } | Op::Reshape { .. } => None,
+                _ => Some(op),
+            };
+            let value = match scalar_op {
+                None => scalars.into_iter().next()?,
+                Some(op) => {
+                    let refs: Vec<&Tensor> = scalars.iter().collect();
+                    eval_op(op, &refs, &scalar_ty).ok()?
+                }
+            };
+            return Some(if ty.numel() == 1 {
+                Known::Full(Arc::new(value.reshape(ty.shape.clone()).ok()?))
+            } else {
+                Known::Splat(Arc::new(value))
+            });
+        }
+    }
+    let largest_arg = args.iter().zip(arg_tys).map(|(k, t)| k.bytes(t)).max().unwrap_or(0);
+    if ty.size_bytes() > MAX_FOLDED_BYTES.max(largest_arg) {
+        return None;
+    }
+    let dense: Vec<Tensor> = args.iter().zip(arg_tys).map(|(k, t)| k.materialize(t)).collect();
+    let refs: Vec<&Tensor> = dense.iter().collect();
+    eval_op(op, &refs, ty).ok().map(|t| Known::Full(Arc::new(t)))
+}

@@ -1,0 +1,97 @@
+//! Graph to e-graph and back.
+
+use std::collections::HashMap;
+
+use egg::Id;
+use graphc_ir::{Graph, GraphError, Node, NodeId, Op};
+
+use super::analysis::TEGraph;
+use super::lang::TNode;
+
+/// Add every node of `graph` to `eg`; returns the class of each node (by node index).
+pub fn to_egraph(graph: &Graph, eg: &mut TEGraph) -> Result<Vec<Id>, GraphError> {
+    let mut class = vec![Id::from(0usize); graph.len()];
+    for id in graph.topo_order()? {
+        let node = graph.node(id);
+        let children = node.inputs.iter().map(|i| class[i.index()]).collect();
+        class[id.index()] = eg.add(TNode::new(node.op.clone(), children));
+    }
+    Ok(class)
+}
+
+/// Build the graph of the chosen nodes reachable from the outputs, keeping every graph
+/// input (in order), the output names, node names where a class kept one, and the
+/// weights of the parameters still used.
+pub fn from_egraph(
+    original: &Graph,
+    classes: &[Id],
+    eg: &TEGraph,
+    chosen: &HashMap<Id, TNode>,
+) -> Result<Graph, GraphError> {
+    let mut names: HashMap<Id, &str> = HashMap::new();
+    for (i, n) in original.nodes().iter().enumerate() {
+        if let Some(name) = &n.name {
+            names.entry(eg.find(classes[i])).or_insert(name);
+        }
+    }
+    let mut out = Graph::new();
+    let mut built: HashMap<Id, NodeId> = HashMap::new();
+    let build = |root: Id, out: &mut Graph, built: &mut HashMap<Id, NodeId>| -> Result<NodeId, GraphError> {
+        let root = eg.find(root);
+        // Iterative post-order: (class, children pushed?).
+        let mut stack = vec![(root, false)];
+        while let Some((c, expanded)) = stack.pop() {
+            if built.contains_key(&c) {
+                continue;
+            }
+            let node = chosen
+                .get(&c)
+                .ok_or_else(|| GraphError::Graph(format!("extraction chose no node for e-class {c}")))?;
+            if !expanded {
+                stack.push((c, true));
+                for &k in node.children.iter().rev() {
+                    let k = eg.find(k);
+                    if !built.contains_key(&k) {
+                        stack.push((k, false));
+                    }
+                }
+                continue;
+            }
+            let inputs = node
+                .children
+                .iter()
+                .map(|&k| built.get(&eg.find(k)).copied())
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| GraphError::Graph(format!("extraction of e-class {c} is cyclic")))?;
+            let id = out.push(Node {
+                op: node.op().clone(),
+                inputs,
+                ty: eg[c].data.ty.clone(),
+                name: names.get(&c).map(|s| s.to_string()),
+            });
+            built.insert(c, id);
+        }
+        Ok(built[&root])
+    };
+    for &i in original.inputs() {
+        build(classes[i.index()], &mut out, &mut built)?;
+    }
+    for o in original.outputs() {
+        let id = build(classes[o.node.index()], &mut out, &mut built)?;
+        out.add_output(o.name.clone(), id);
+    }
+    let used: Vec<String> = out
+        .nodes()
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Parameter { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    for name in used {
+        if let Some(w) = original.weight(&name) {
+            out.set_weight(name, w.clone());
+        }
+    }
+    Ok(out)
+}

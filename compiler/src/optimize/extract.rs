@@ -1,0 +1,99 @@
+//! Extraction: one e-node per e-class, chosen by a sharing-aware cost, acyclic by
+//! construction.
+//!
+//! Classes are finalized in rounds: a node becomes eligible once all its children's
+//! classes are finalized, and a class is finalized, in the round it first has eligible
+//! nodes, with the cheapest of them. A class's cost is its node's own cost plus each
+//! child's cost divided by the child's number of parent classes, so a value used in
+//! many places is paid for about once (tree costs count it once per use and blow up
+//! exponentially on residual chains). Finalizing children first makes the selection
+//! acyclic without a separate check. Linear in the e-graph's size.
+
+use std::collections::HashMap;
+
+use egg::Id;
+use graphc_ir::Op;
+
+use super::analysis::TEGraph;
+use super::lang::TNode;
+
+/// Own cost of an e-node: views and leaves are cheap; computing ops cost a launch plus
+/// their output size; materialized constants cost their size.
+pub fn node_cost(eg: &TEGraph, class: Id, node: &TNode) -> f64 {
+    let bytes = eg[class].data.ty.size_bytes() as f64 / (1 << 20) as f64;
+    match node.op() {
+        Op::Input { .. } | Op::Parameter { .. } => 0.1,
+        Op::Constant { .. } => 0.1 + bytes,
+        Op::Iota { .. } => 0.5,
+        Op::Reshape { .. } | Op::Broadcast { .. } => 0.5,
+        _ => 1.0 + bytes,
+    }
+}
+
+/// The chosen node of every class reachable from the graph (finalized classes).
+pub fn extract(eg: &TEGraph) -> HashMap<Id, TNode> {
+    let classes: Vec<Id> = eg.classes().map(|c| c.id).collect();
+    // Parent classes of each class, and for each (class, node index) its pending children.
+    let mut parents: HashMap<Id, Vec<(Id, usize)>> = HashMap::new();
+    let mut pending: HashMap<(Id, usize), usize> = HashMap::new();
+    let mut eligible: Vec<(Id, usize)> = Vec::new();
+    let mut fan_out: HashMap<Id, usize> = HashMap::new();
+    for &c in &classes {
+        for (i, n) in eg[c].nodes.iter().enumerate() {
+            let mut kids: Vec<Id> = n.children.iter().map(|&k| eg.find(k)).collect();
+            kids.sort();
+            kids.dedup();
+            for &k in &kids {
+                parents.entry(k).or_default().push((c, i));
+                *fan_out.entry(k).or_default() += 1;
+            }
+            if kids.is_empty() {
+                eligible.push((c, i));
+            } else {
+                pending.insert((c, i), kids.len());
+            }
+        }
+    }
+    let mut cost: HashMap<Id, f64> = HashMap::new();
+    let mut chosen: HashMap<Id, TNode> = HashMap::new();
+    while !eligible.is_empty() {
+        // Best eligible node per not-yet-finalized class this round.
+        let mut best: HashMap<Id, (f64, usize)> = HashMap::new();
+        for &(c, i) in &eligible {
+            if chosen.contains_key(&c) {
+                continue;
+            }
+            let n = &eg[c].nodes[i];
+            let shared: f64 = n
+                .children
+                .iter()
+                .map(|&k| {
+                    let k = eg.find(k);
+                    cost[&k] / fan_out.get(&k).copied().unwrap_or(1).max(1) as f64
+                })
+                .sum();
+            let total = node_cost(eg, c, n) + shared;
+            let entry = best.entry(c).or_insert((f64::INFINITY, i));
+            if total < entry.0 || (total == entry.0 && i < entry.1) {
+                *entry = (total, i);
+            }
+        }
+        let mut next = Vec::new();
+        let mut finalized: Vec<(Id, f64, usize)> = best.into_iter().map(|(c, (t, i))| (c, t, i)).collect();
+        finalized.sort_by_key(|&(c, _, _)| c);
+        for (c, total, i) in finalized {
+            cost.insert(c, total);
+            chosen.insert(c, eg[c].nodes[i].clone());
+            for &(p, j) in parents.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
+                if let Some(left) = pending.get_mut(&(p, j)) {
+                    *left -= 1;
+                    if *left == 0 {
+                        next.push((p, j));
+                    }
+                }
+            }
+        }
+        eligible = next;
+    }
+    chosen
+}

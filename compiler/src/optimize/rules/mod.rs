@@ -1,0 +1,13 @@
+//! Rewrite rules, one file per topic. See README.md for the policy.
+
+mod identities;
+
+use egg::Rewrite;
+
+use super::analysis::TensorAnalysis;
+use super::lang::TNode;
+
+/// Every rule, in a fixed order.
+pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
+    identities::rules()
+}
