@@ -56,3 +56,28 @@ fn snapshot_imported_gpt2_ir() {
     let graph = graphc::load_model(&repo_path("tests/fixtures/onnx/gpt2/model.onnx"), &[]).unwrap();
     insta::assert_snapshot!("gpt2_imported", graphc::ir::print(&graph));
 }
+
+/// After optimization, no node computes from constants and weights alone, except
+/// broadcasts (which the size rule keeps, rather than materializing their result).
+#[test]
+fn optimized_fixtures_have_no_shape_arithmetic_or_constant_only_subgraphs() {
+    use graphc::ir::Op;
+    for name in ["gpt2", "llama", "bert", "vit"] {
+        let graph = graphc::load_model(&repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx")), &[]).unwrap();
+        let g = graphc::compile(&graph).unwrap().graph;
+        let mut constant = vec![false; g.len()];
+        for id in g.topo_order().unwrap() {
+            let node = g.node(id);
+            let leaf = matches!(node.op, Op::Constant { .. } | Op::Parameter { .. } | Op::Iota { .. });
+            let from_constants = !node.inputs.is_empty() && node.inputs.iter().all(|i| constant[i.index()]);
+            constant[id.index()] = leaf || from_constants;
+            if from_constants {
+                assert!(
+                    matches!(node.op, Op::Broadcast { .. }),
+                    "{name}: {id} ({}) computes from constants only",
+                    node.op.name()
+                );
+            }
+        }
+    }
+}

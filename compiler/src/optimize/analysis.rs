@@ -2,11 +2,17 @@
 //! time. Known values are computed by the reference interpreter's `eval_op`, so folded
 //! constants are bit-identical to what the interpreter would compute at run time.
 //!
+//! Weights count as known: a chain computed only from weights and constants (a
+//! transposed, reshaped, cast or scaled weight) folds into a new weight, a parameter
+//! named after its source (`fc0.weight:transpose`).
+//!
 //! Size rule: a broadcast of a single value stays a *splat* (one element and a shape)
-//! and is never materialized; other values are materialized only up to
-//! [`MAX_FOLDED_BYTES`], or up to the size of their largest known operand (folding then
-//! never makes constants grow).
+//! and is never materialized; other constant values are materialized only up to
+//! [`MAX_FOLDED_BYTES`], or up to the size of their largest known operand; values that
+//! depend on weights only up to the size of their largest operand (folding never makes
+//! the weights grow: a bias broadcast to the activations' shape stays a broadcast).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use egg::{Analysis, DidMerge, EGraph, Id};
@@ -67,11 +73,18 @@ impl Known {
 pub struct Data {
     pub ty: TensorType,
     pub known: Option<Known>,
+    /// The known value depends on weights: it folds into a new weight (a parameter),
+    /// not an inline constant, and only where it does not grow.
+    pub from_weights: bool,
 }
 
 #[derive(Default)]
 pub struct TensorAnalysis {
-    /// Number of values folded to constants (classes that gained a known value).
+    /// Weight data by parameter name; weight-only chains fold when this is set.
+    pub weights: HashMap<String, Arc<Tensor>>,
+    /// Weights made by folding weight-only chains, by their new parameter name.
+    pub folded_weights: BTreeMap<String, Arc<Tensor>>,
+    /// Number of values folded to constants or weights (classes that gained a known value).
     pub folded: usize,
 }
 
@@ -83,9 +96,22 @@ impl Analysis<TNode> for TensorAnalysis {
         let tys: Vec<&TensorType> = enode.children.iter().map(|&c| &child(c).ty).collect();
         let ty = infer_type(enode.op(), &tys)
             .unwrap_or_else(|e| panic!("optimizer built an ill-typed {} node: {e}", enode.op().name()));
+        if let Op::Parameter { name, .. } = enode.op() {
+            let known = egraph.analysis.weights.get(name).map(|w| Known::Full(w.clone()));
+            return Data {
+                ty,
+                known,
+                from_weights: true,
+            };
+        }
+        let from_weights = enode.children.iter().any(|&c| child(c).from_weights);
         let knowns: Option<Vec<&Known>> = enode.children.iter().map(|&c| child(c).known.as_ref()).collect();
-        let known = knowns.and_then(|ks| fold(enode.op(), &ks, &tys, &ty));
-        Data { ty, known }
+        let known = knowns.and_then(|ks| fold(enode.op(), &ks, &tys, &ty, from_weights));
+        Data {
+            ty,
+            known,
+            from_weights,
+        }
     }
 
     fn merge(&mut self, a: &mut Data, b: Data) -> DidMerge {
@@ -97,6 +123,7 @@ impl Analysis<TNode> for TensorAnalysis {
         match (&a.known, b.known) {
             (None, Some(k)) => {
                 a.known = Some(k);
+                a.from_weights = b.from_weights;
                 DidMerge(true, false)
             }
             (Some(_), None) => DidMerge(false, true),
@@ -109,7 +136,7 @@ impl Analysis<TNode> for TensorAnalysis {
             return;
         };
         let has_constant = egraph[id].nodes.iter().any(|n| match n.op() {
-            Op::Constant { .. } => true,
+            Op::Constant { .. } | Op::Parameter { .. } => true,
             Op::Broadcast { .. } => {
                 matches!(egraph[n.children[0]].data.known, Some(Known::Splat(_)))
                     || egraph[n.children[0]].data.ty.numel() == 1
@@ -125,6 +152,11 @@ impl Analysis<TNode> for TensorAnalysis {
         }
         let ty = egraph[id].data.ty.clone();
         let new = match &known {
+            Known::Full(t) if egraph[id].data.from_weights => {
+                let name = derived_weight_name(egraph, id);
+                egraph.analysis.folded_weights.insert(name.clone(), t.clone());
+                egraph.add(TNode::new(Op::Parameter { name, ty: ty.clone() }, vec![]))
+            }
             Known::Full(t) => egraph.add(TNode::new(Op::Constant { value: (**t).clone() }, vec![])),
             Known::Splat(s) => {
                 let scalar = egraph.add(TNode::new(Op::Constant { value: (**s).clone() }, vec![]));
@@ -145,8 +177,37 @@ impl Analysis<TNode> for TensorAnalysis {
     }
 }
 
+/// A name for a weight folded into class `id`: the first weight it derives from, the
+/// op that made it, and a number that keeps names unique.
+fn derived_weight_name(egraph: &TEGraph, id: Id) -> String {
+    let node = egraph[id].nodes.iter().find(|n| !n.children.is_empty());
+    let (op, base) = match node {
+        Some(n) => {
+            let base = n
+                .children
+                .iter()
+                .find_map(|&c| {
+                    egraph[c].nodes.iter().find_map(|m| match m.op() {
+                        Op::Parameter { name, .. } => Some(name.clone()),
+                        _ => None,
+                    })
+                })
+                .unwrap_or_else(|| "weight".to_string());
+            (n.op().name(), base)
+        }
+        None => ("folded", "weight".to_string()),
+    };
+    let mut name = format!("{base}:{op}");
+    let mut k = 1;
+    while egraph.analysis.folded_weights.contains_key(&name) || egraph.analysis.weights.contains_key(&name) {
+        k += 1;
+        name = format!("{base}:{op}{k}");
+    }
+    name
+}
+
 /// The value of `op` on known operands, within the size rule.
-fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType) -> Option<Known> {
+fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from_weights: bool) -> Option<Known> {
     match op {
         Op::Constant { value } => return Some(Known::Full(Arc::new(value.clone()))),
         Op::Input { .. } | Op::Parameter { .. } => return None,
@@ -184,7 +245,8 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType) -> O
         }
     }
     let largest_arg = args.iter().zip(arg_tys).map(|(k, t)| k.bytes(t)).max().unwrap_or(0);
-    if ty.size_bytes() > MAX_FOLDED_BYTES.max(largest_arg) {
+    let allowance = if from_weights { 0 } else { MAX_FOLDED_BYTES };
+    if ty.size_bytes() > allowance.max(largest_arg) {
         return None;
     }
     let dense: Vec<Tensor> = args.iter().zip(arg_tys).map(|(k, t)| k.materialize(t)).collect();

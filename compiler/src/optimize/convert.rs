@@ -1,9 +1,10 @@
 //! Graph to e-graph and back.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use egg::Id;
-use graphc_ir::{Graph, GraphError, Node, NodeId, Op};
+use graphc_ir::{Graph, GraphError, Node, NodeId, Op, Tensor};
 
 use super::analysis::TEGraph;
 use super::lang::TNode;
@@ -27,6 +28,7 @@ pub fn from_egraph(
     classes: &[Id],
     eg: &TEGraph,
     chosen: &HashMap<Id, TNode>,
+    folded_weights: &BTreeMap<String, Arc<Tensor>>,
 ) -> Result<Graph, GraphError> {
     let mut names: HashMap<Id, &str> = HashMap::new();
     for (i, n) in original.nodes().iter().enumerate() {
@@ -91,6 +93,8 @@ pub fn from_egraph(
     for name in used {
         if let Some(w) = original.weight(&name) {
             out.set_weight(name, w.clone());
+        } else if let Some(w) = folded_weights.get(&name) {
+            out.set_weight(name, (**w).clone());
         }
     }
     Ok(out)

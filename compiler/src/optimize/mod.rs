@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use egg::{Runner, StopReason};
-use graphc_ir::{Graph, GraphError, Op};
+use graphc_ir::{Graph, GraphError};
 
 pub use analysis::{Known, TensorAnalysis, MAX_FOLDED_BYTES};
 pub use lang::TNode;
@@ -26,6 +26,8 @@ pub use lang::TNode;
 /// Limits of one optimization; `None` fields are derived from the graph's size.
 #[derive(Clone, Debug, Default)]
 pub struct OptimizeOptions {
+    /// Keep weights as they are (no folding of weight-only chains).
+    pub keep_weights: bool,
     pub node_limit: Option<usize>,
     pub iter_limit: Option<usize>,
     pub time_limit: Option<Duration>,
@@ -60,6 +62,13 @@ pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, Optimiz
         .with_node_limit(opts.node_limit.unwrap_or(4 * n + 10_000))
         .with_iter_limit(opts.iter_limit.unwrap_or(30))
         .with_time_limit(opts.time_limit.unwrap_or(Duration::from_secs(10)));
+    if !opts.keep_weights {
+        runner.egraph.analysis.weights = graph
+            .weights()
+            .iter()
+            .map(|(k, v)| (k.clone(), std::sync::Arc::new(v.clone())))
+            .collect();
+    }
     let classes = convert::to_egraph(graph, &mut runner.egraph)?;
     runner.egraph.rebuild();
     let runner = runner.run(&rules::all());
@@ -78,7 +87,7 @@ pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, Optimiz
     }
     let eg = &runner.egraph;
     let chosen = extract::extract(eg);
-    let out = convert::from_egraph(graph, &classes, eg, &chosen)?;
+    let out = convert::from_egraph(graph, &classes, eg, &chosen, &eg.analysis.folded_weights)?;
     out.verify()?;
     let weights_dropped = graph
         .parameters()
@@ -99,6 +108,5 @@ pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, Optimiz
         stop_reason,
         time: start.elapsed(),
     };
-    let _ = Op::MatMul;
     Ok((out, report))
 }

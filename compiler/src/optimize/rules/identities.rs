@@ -2,7 +2,7 @@
 //! conditions, and exact cast chains.
 
 use egg::{Id, Rewrite};
-use graphc_ir::{BinaryOp, DType, Op, UnaryOp};
+use graphc_ir::{BinaryOp, DType, Op, Shape, SliceRange, UnaryOp};
 
 use crate::optimize::analysis::{TEGraph, TensorAnalysis};
 use crate::optimize::lang::TNode;
@@ -37,6 +37,7 @@ pub fn rules() -> Vec<Rewrite<TNode, TensorAnalysis>> {
         rule("select-const", select_const),
         rule("cast-same", cast_same),
         rule("cast-chain", cast_chain),
+        rule("gather-splat-index", gather_splat_index),
     ]
 }
 
@@ -194,6 +195,43 @@ fn cast_chain(eg: &TEGraph, id: Id) -> Vec<Term> {
                 });
             }
         }
+    }
+    out
+}
+
+/// `gather(data, idx)` with every index equal to `k`: the slice `k` of `data`, broadcast
+/// to the output (a lookup with constant indices is a broadcast, and the slice of a
+/// weight folds into a smaller weight).
+fn gather_splat_index(eg: &TEGraph, id: Id) -> Vec<Term> {
+    let mut out = Vec::new();
+    for n in nodes_where(eg, id, |o| matches!(o, Op::Gather { .. })) {
+        let Op::Gather { axis } = *n.op() else { continue };
+        let (data, idx) = (n.children[0], n.children[1]);
+        let Some(k) = splat(eg, idx) else { continue };
+        let dims = eg[data].data.ty.shape.0.clone();
+        let extent = dims[axis] as i64;
+        let k = if k < 0.0 { k as i64 + extent } else { k as i64 };
+        if !(0..extent).contains(&k) {
+            continue; // an out-of-range index is a run-time error; keep it
+        }
+        let mut ranges = vec![SliceRange::full(); dims.len()];
+        ranges[axis] = SliceRange {
+            start: k,
+            end: k + 1,
+            step: 1,
+        };
+        let idx_rank = eg[idx].data.ty.shape.rank();
+        let mut kept: Vec<usize> = dims[..axis].to_vec();
+        kept.extend(std::iter::repeat_n(1, idx_rank));
+        kept.extend_from_slice(&dims[axis + 1..]);
+        let slice = Term::node(Op::Slice { ranges }, vec![Term::Class(data)]);
+        let reshaped = Term::node(Op::Reshape { shape: Shape(kept) }, vec![slice]);
+        out.push(Term::node(
+            Op::Broadcast {
+                shape: eg[id].data.ty.shape.clone(),
+            },
+            vec![reshaped],
+        ));
     }
     out
 }
