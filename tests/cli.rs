@@ -220,3 +220,23 @@ fn onnx_list_unsupported_and_dims() {
     std::fs::write(&bad, b"\x08\x07garbage that is not protobuf").unwrap();
     fails_with(&graphc(&["ir", bad.to_str().unwrap()]), "not a valid ONNX model");
 }
+
+#[test]
+fn opt_prints_the_optimized_graph_and_a_summary() {
+    let o = graphc(&["opt", GPT2]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let optimized = parse(&text).expect("the printed IR parses (the summary lines are comments)");
+    let original = graphc::load_model(&repo_path(GPT2), &[]).unwrap();
+    assert!(optimized.len() < original.len());
+    for line in [
+        "# nodes: ",
+        "# constants folded: ",
+        "# weights: ",
+        "# e-graph: ",
+        "# rules fired: ",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+    }
+    assert!(text.contains("stopped: saturated"), "{text}");
+}

@@ -1,0 +1,87 @@
+//! Every ONNX backend node-test model that imports: the optimized graph computes what
+//! the imported graph computes, on the suite's own inputs (bitwise, NaN equal to NaN,
+//! and the sign of zero ignored, which `x + 0 -> x` does not keep).
+//!
+//! Reads the suite materialized by `scripts/onnx_node_tests.py` (see
+//! `ir/tests/onnx_conformance.rs`); skips without it unless GRAPHC_REQUIRE_ONNX_TESTS.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use graphc_compiler::optimize::optimize;
+use graphc_ir::onnx::proto::{self, ModelProto, TensorProto};
+use graphc_ir::onnx::tensor::tensor_from_proto;
+use graphc_ir::onnx::{import_model, ImportOptions};
+use graphc_ir::{interpret, Tensor};
+
+fn suite_dir() -> PathBuf {
+    match std::env::var_os("GRAPHC_ONNX_NODE_TESTS") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/onnx-node-tests"),
+    }
+}
+
+fn read_tensor(path: &Path) -> Option<Tensor> {
+    let bytes = std::fs::read(path).ok()?;
+    let t: TensorProto = proto::decode(&bytes).ok()?;
+    tensor_from_proto(&t, path.parent()).ok()
+}
+
+fn same(a: &Tensor, b: &Tensor) -> bool {
+    a.ty() == b.ty()
+        && a.to_f64_vec()
+            .iter()
+            .zip(b.to_f64_vec())
+            .all(|(x, y)| *x == y || (x.is_nan() && y.is_nan()))
+}
+
+#[test]
+fn optimized_conformance_models_compute_the_same() {
+    let dir = suite_dir();
+    let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
+        assert!(
+            std::env::var_os("GRAPHC_REQUIRE_ONNX_TESTS").is_none(),
+            "no ONNX node tests at {}",
+            dir.display()
+        );
+        println!("skipped: no ONNX node tests at {}", dir.display());
+        return;
+    };
+    let (mut checked, mut changed) = (0, 0);
+    let mut mismatches = Vec::new();
+    for line in index.lines() {
+        let case = line.split('\t').next().unwrap_or_default();
+        let case_dir = dir.join(case);
+        let Some(model) = std::fs::read(case_dir.join("model.onnx"))
+            .ok()
+            .and_then(|b| proto::decode::<ModelProto>(&b).ok())
+        else {
+            continue;
+        };
+        let Ok(graph) = import_model(&model, Some(&case_dir), &ImportOptions::default()) else {
+            continue;
+        };
+        let (opt, _) = optimize(&graph, &Default::default()).unwrap_or_else(|e| panic!("{case}: {e}"));
+        opt.verify().unwrap_or_else(|e| panic!("{case}: optimized graph: {e}"));
+        let set = case_dir.join("test_data_set_0");
+        let mut inputs = HashMap::new();
+        for (k, &id) in graph.inputs().iter().enumerate() {
+            let Some(t) = read_tensor(&set.join(format!("input_{k}.pb"))) else {
+                continue;
+            };
+            inputs.insert(graph.input_name(id).unwrap_or_default().to_string(), t);
+        }
+        let Ok(want) = interpret(&graph, &inputs) else { continue };
+        let got = interpret(&opt, &inputs).unwrap_or_else(|e| panic!("{case}: optimized graph fails: {e}"));
+        checked += 1;
+        if opt.len() < graph.len() {
+            changed += 1;
+        }
+        if want.len() != got.len() || want.iter().zip(&got).any(|((_, a), (_, b))| !same(a, b)) {
+            mismatches.push(case.to_string());
+        }
+    }
+    println!("{checked} imported models checked, {changed} made smaller by the optimizer");
+    assert!(checked > 500, "only {checked} models checked");
+    assert!(mismatches.is_empty(), "optimized outputs differ: {mismatches:?}");
+}
