@@ -38,6 +38,8 @@ pub fn rules() -> Vec<Rewrite<TNode, TensorAnalysis>> {
         rule("cast-same", cast_same),
         rule("cast-chain", cast_chain),
         rule("gather-splat-index", gather_splat_index),
+        rule("one-over", one_over),
+        rule("reciprocal-sqrt", reciprocal_sqrt),
     ]
 }
 
@@ -232,6 +234,34 @@ fn gather_splat_index(eg: &TEGraph, id: Id) -> Vec<Term> {
             },
             vec![reshaped],
         ));
+    }
+    out
+}
+
+/// `1 / x -> reciprocal(x)` (floats; the interpreter's reciprocal is `1 / x`): the
+/// canonical form norms and softmaxes are recognized in.
+fn one_over(eg: &TEGraph, id: Id) -> Vec<Term> {
+    if !eg[id].data.ty.dtype.is_float() {
+        return vec![];
+    }
+    nodes_where(eg, id, |o| *o == Op::Binary(BinaryOp::Div))
+        .filter(|n| splat(eg, n.children[0]) == Some(1.0))
+        .map(|n| Term::node(Op::Unary(UnaryOp::Reciprocal), vec![Term::Class(n.children[1])]))
+        .collect()
+}
+
+/// `reciprocal(sqrt(x)) -> rsqrt(x)`, exact for f32 and f64 (rsqrt is `1 / sqrt(x)`
+/// with one rounding; f16/bf16 would round the square root first, so they keep both).
+/// This is how exported RMSNorm and LayerNorm statistics reach the builder's form.
+fn reciprocal_sqrt(eg: &TEGraph, id: Id) -> Vec<Term> {
+    if !matches!(eg[id].data.ty.dtype, DType::F32 | DType::F64) {
+        return vec![];
+    }
+    let mut out = Vec::new();
+    for n in nodes_where(eg, id, |o| *o == Op::Unary(UnaryOp::Reciprocal)) {
+        for m in nodes_where(eg, n.children[0], |o| *o == Op::Unary(UnaryOp::Sqrt)) {
+            out.push(Term::node(Op::Unary(UnaryOp::Rsqrt), vec![Term::Class(m.children[0])]));
+        }
     }
     out
 }
