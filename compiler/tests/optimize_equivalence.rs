@@ -134,7 +134,7 @@ fn splat(g: &mut Graph, rng: &mut Rng, ty: &TensorType, value: f64) -> Option<No
 /// that the rules fire far more often than on purely random graphs. Patterns whose
 /// ops do not accept the operand's dtype are skipped.
 fn add_rule_patterns(g: &mut Graph, seed: u64) {
-    let mut rng = Rng::new(seed ^ 0x5eed_0f_1d);
+    let mut rng = Rng::new(seed ^ 0x5eed_0f1d);
     for k in 0..1 + rng.below(6) {
         let x = NodeId(rng.below(g.len() as u64) as u32);
         let ty = g.node(x).ty.clone();
@@ -313,7 +313,9 @@ fn compare_ignores_nan_payload_and_zero_sign_only() {
 }
 
 /// Optimize `g` and interpret both on `inputs`; returns (original, optimized) outputs.
-fn run_both(g: &Graph, inputs: &[(&str, Tensor)]) -> (Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+type Outputs = Vec<(String, Tensor)>;
+
+fn run_both(g: &Graph, inputs: &[(&str, Tensor)]) -> (Outputs, Outputs) {
     let (opt, _) = optimize(g, &OptimizeOptions::default()).unwrap();
     let inputs: HashMap<String, Tensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
     (interpret(g, &inputs).unwrap(), interpret(&opt, &inputs).unwrap())
