@@ -7,13 +7,10 @@
 //! add-zero rule rewrites `x + 0 -> x`, which is exact except that `-0.0 + 0.0` is
 //! `+0.0`; like XLA's algebraic simplifier, the optimizer ignores the sign of zero.
 //!
-//! Known mismatches (see the ignored regression tests at the end, which fail until the
-//! rules are fixed): `pow-half` (`pow(-inf, 0.5)` is `inf`, `sqrt(-inf)` is NaN),
-//! `pow-two` (the platform's `pow(x, 2)` is not always correctly rounded, `x * x` is:
-//! 1 ulp apart for about 0.1% of f64 values), and `cast-chain` (int -> float -> int is
-//! not int -> int: float-to-int casts saturate, int-to-int casts wrap). A mismatch in a
-//! graph where one of these rules fired is reported but does not fail the property
-//! test; any other mismatch does.
+//! Regression tests at the end hold the mismatches this test once found: `pow(-inf,
+//! 0.5)` against `sqrt`, the platform's `pow(x, 2)` against `x * x`, and int -> float ->
+//! int cast chains (float-to-int casts saturate, int-to-int casts wrap). A rule listed
+//! in `KNOWN_BAD_RULES` would have its mismatches reported without failing the test.
 
 #[path = "../../ir/tests/common/random_graph.rs"]
 mod random_graph;
@@ -218,7 +215,7 @@ fn add_rule_patterns(g: &mut Graph, seed: u64) {
 }
 
 /// Rules with known mismatches (see the module doc); remove one when it is fixed.
-const KNOWN_BAD_RULES: &[&str] = &["pow-half", "pow-two", "cast-chain"];
+const KNOWN_BAD_RULES: &[&str] = &[];
 
 /// Optimize graph `seed` and compare on a few inputs; `Err` describes a mismatch.
 /// Returns how many inputs were compared (inputs the original fails on are skipped).
@@ -328,10 +325,8 @@ fn binary_with_splat(dtype: DType, op: BinaryOp, c: f64) -> Graph {
     b.finish().unwrap()
 }
 
-/// `pow(x, 0.5) -> sqrt(x)` is wrong at -inf: pow gives +inf, sqrt NaN (and at -0.0,
-/// +0.0 vs -0.0).
+/// `pow(x, 0.5)` at -inf is +inf (a bare `sqrt` would give NaN).
 #[test]
-#[ignore = "known optimizer bug: pow-half"]
 fn pow_half_at_negative_infinity() {
     let g = binary_with_splat(DType::F32, BinaryOp::Pow, 0.5);
     let x = Tensor::from_f32([1], vec![f32::NEG_INFINITY]).unwrap();
@@ -343,19 +338,16 @@ fn pow_half_at_negative_infinity() {
 /// rounded (glibc 2.36: `pow(-0.37286379598015307, 2)` is `0.13902741035272922`, the
 /// product `0.1390274103527292`).
 #[test]
-#[ignore = "known optimizer bug: pow-two is not exact against the interpreter's pow"]
-fn pow_two_is_not_exact() {
+fn pow_two_matches_the_interpreters_square() {
     let g = binary_with_splat(DType::F64, BinaryOp::Pow, 2.0);
     let x = Tensor::new([1], TensorData::F64(vec![f64::from_bits(13823760573783226392)])).unwrap();
     let (want, got) = run_both(&g, &[("x", x)]);
     compare(&want[0].1, &got[0].1).unwrap();
 }
 
-/// `cast(cast(x: i8, f16), u8) -> cast(x, u8)` is wrong for negative `x`: through f16
-/// the cast saturates (-1 -> 0), directly it wraps (-1 -> 255). Same for i32 -> f64 ->
-/// i8 (-514659505: -128 vs 79).
+/// `cast(cast(x: i8, f16), u8)` must not become `cast(x, u8)`: through f16 the cast
+/// saturates (-1 -> 0), directly it wraps (-1 -> 255).
 #[test]
-#[ignore = "known optimizer bug: cast-chain through a float into an integer"]
 fn cast_chain_through_float_into_int() {
     let b = graphc_ir::GraphBuilder::new();
     let x = b.input("x", DType::I8, [1]);

@@ -121,9 +121,12 @@ fn add_neg(eg: &TEGraph, id: Id) -> Vec<Term> {
     out
 }
 
-/// `pow(x, 2) -> x * x`; `pow(x, 0.5) -> sqrt(x)` (floats).
+/// `pow(x, 2) -> x * x` (the interpreter's square is `x * x`); `pow(x, 0.5) ->
+/// select(x == -inf, inf, sqrt(x))` (`pow(-inf, 0.5)` is `+inf`, `sqrt(-inf)` NaN; the
+/// two differ only in the sign of `pow(-0, 0.5)`, which is `+0`). Floats only.
 fn pow_const(eg: &TEGraph, id: Id, exponent: f64) -> Vec<Term> {
-    if !eg[id].data.ty.dtype.is_float() {
+    let ty = &eg[id].data.ty;
+    if !ty.dtype.is_float() {
         return vec![];
     }
     let mut out = Vec::new();
@@ -135,7 +138,31 @@ fn pow_const(eg: &TEGraph, id: Id, exponent: f64) -> Vec<Term> {
         out.push(if exponent == 2.0 {
             Term::node(Op::Binary(BinaryOp::Mul), vec![Term::Class(x), Term::Class(x)])
         } else {
-            Term::node(Op::Unary(UnaryOp::Sqrt), vec![Term::Class(x)])
+            let splat_of = |v: f64, dtype: DType| {
+                let scalar = Term::node(
+                    Op::Constant {
+                        value: graphc_ir::Tensor::scalar(dtype, v),
+                    },
+                    vec![],
+                );
+                if ty.shape.rank() == 0 {
+                    scalar
+                } else {
+                    Term::node(Op::Broadcast { shape: ty.shape.clone() }, vec![scalar])
+                }
+            };
+            let is_neg_inf = Term::node(
+                Op::Binary(BinaryOp::Eq),
+                vec![Term::Class(x), splat_of(f64::NEG_INFINITY, ty.dtype)],
+            );
+            Term::node(
+                Op::Select,
+                vec![
+                    is_neg_inf,
+                    splat_of(f64::INFINITY, ty.dtype),
+                    Term::node(Op::Unary(UnaryOp::Sqrt), vec![Term::Class(x)]),
+                ],
+            )
         });
     }
     out
@@ -180,7 +207,10 @@ pub fn lossless(from: DType, to: DType) -> bool {
 }
 
 /// `cast(cast(x, T1), T2) -> cast(x, T2)` when `x -> T1` is exact (f32 -> f16 -> f32 is
-/// not the identity, and is left alone).
+/// not the identity, and is left alone), and the last cast treats the value the same
+/// way from either type: into an integer, float sources saturate and integer sources
+/// wrap, so an integer -> float -> integer chain is kept (i8 -1 -> f16 -> u8 is 0,
+/// i8 -1 -> u8 is 255).
 fn cast_chain(eg: &TEGraph, id: Id) -> Vec<Term> {
     let to = eg[id].data.ty.dtype;
     let mut out = Vec::new();
@@ -189,7 +219,9 @@ fn cast_chain(eg: &TEGraph, id: Id) -> Vec<Term> {
         let mid_ty = eg[mid].data.ty.dtype;
         for m in nodes_where(eg, mid, |o| matches!(o, Op::Cast { .. })) {
             let x = m.children[0];
-            if lossless(eg[x].data.ty.dtype, mid_ty) {
+            let from = eg[x].data.ty.dtype;
+            let same_treatment = !to.is_int() || from == DType::Bool || from.is_float() == mid_ty.is_float();
+            if lossless(from, mid_ty) && same_treatment {
                 out.push(if eg[x].data.ty.dtype == to {
                     Term::Class(x)
                 } else {
