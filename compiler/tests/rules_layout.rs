@@ -379,3 +379,37 @@ fn concat_of_slices_not_adjacent_or_strided_kept() {
     assert!(!fired(&report, "concat-of-slices"));
     assert_eq!(count(&out, is_concat), 3);
 }
+
+/// Many slice chains and slices of a concat, with negative and out-of-range bounds and
+/// negative steps: every output stays bit-identical (checked by `run`).
+#[test]
+fn slice_rules_exact_over_many_ranges() {
+    let ranges = [
+        r(0, i64::MAX, 1),
+        r(1, 6, 2),
+        r(-2, -9, -1),
+        r(-1, i64::MIN, -2),
+        r(5, 1, -3),
+        r(2, 3, 1),
+        r(3, 3, 1),
+        r(-100, 100, 3),
+        r(6, 0, -1),
+    ];
+    let b = GraphBuilder::new();
+    let x = input(&b, &[7]);
+    let a = b.input("a", DType::F32, [3]);
+    let c = b.input("c", DType::F32, [4]);
+    let cat = b.concat(&[a, c], 0);
+    let mut k = 0;
+    for &r1 in &ranges {
+        for &r2 in &ranges {
+            b.output(&format!("s{k}"), x.slice_ranges(vec![r1]).slice_ranges(vec![r2]));
+            k += 1;
+        }
+        b.output(&format!("c{k}"), cat.slice_ranges(vec![r1]));
+        k += 1;
+    }
+    let (_, report) = run(&b.finish().unwrap());
+    assert!(fired(&report, "slice-slice"));
+    assert!(fired(&report, "slice-of-concat"));
+}
