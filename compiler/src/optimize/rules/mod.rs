@@ -1,6 +1,7 @@
 //! Rewrite rules, one file per topic. See README.md for the policy.
 
 mod identities;
+mod layout;
 
 use egg::Rewrite;
 
@@ -9,5 +10,5 @@ use super::lang::TNode;
 
 /// Every rule, in a fixed order.
 pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
-    identities::rules()
+    identities::rules().into_iter().chain(layout::rules()).collect()
 }
