@@ -334,9 +334,8 @@ fn pow_half_at_negative_infinity() {
     compare(&want[0].1, &got[0].1).unwrap();
 }
 
-/// `pow(x, 2) -> x * x` differs by 1 ulp where the platform `pow` is not correctly
-/// rounded (glibc 2.36: `pow(-0.37286379598015307, 2)` is `0.13902741035272922`, the
-/// product `0.1390274103527292`).
+/// `pow(x, 2) -> x * x` agrees with the interpreter, whose square is `x * x` (glibc
+/// 2.36's `pow(-0.37286379598015307, 2)` is 1 ulp off the product).
 #[test]
 fn pow_two_matches_the_interpreters_square() {
     let g = binary_with_splat(DType::F64, BinaryOp::Pow, 2.0);

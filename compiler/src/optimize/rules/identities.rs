@@ -122,11 +122,11 @@ fn add_neg(eg: &TEGraph, id: Id) -> Vec<Term> {
 }
 
 /// `pow(x, 2) -> x * x` (the interpreter's square is `x * x`); `pow(x, 0.5) ->
-/// select(x == -inf, inf, sqrt(x))` (`pow(-inf, 0.5)` is `+inf`, `sqrt(-inf)` NaN; the
-/// two differ only in the sign of `pow(-0, 0.5)`, which is `+0`). Floats only.
+/// sqrt(x)` where `x` is known not to be negative (`pow(-inf, 0.5)` is `+inf` but
+/// `sqrt(-inf)` NaN; the two agree on every other value up to the sign of zero).
+/// Floats only.
 fn pow_const(eg: &TEGraph, id: Id, exponent: f64) -> Vec<Term> {
-    let ty = &eg[id].data.ty;
-    if !ty.dtype.is_float() {
+    if !eg[id].data.ty.dtype.is_float() {
         return vec![];
     }
     let mut out = Vec::new();
@@ -135,37 +135,28 @@ fn pow_const(eg: &TEGraph, id: Id, exponent: f64) -> Vec<Term> {
         if splat(eg, e) != Some(exponent) {
             continue;
         }
-        out.push(if exponent == 2.0 {
-            Term::node(Op::Binary(BinaryOp::Mul), vec![Term::Class(x), Term::Class(x)])
-        } else {
-            let splat_of = |v: f64, dtype: DType| {
-                let scalar = Term::node(
-                    Op::Constant {
-                        value: graphc_ir::Tensor::scalar(dtype, v),
-                    },
-                    vec![],
-                );
-                if ty.shape.rank() == 0 {
-                    scalar
-                } else {
-                    Term::node(Op::Broadcast { shape: ty.shape.clone() }, vec![scalar])
-                }
-            };
-            let is_neg_inf = Term::node(
-                Op::Binary(BinaryOp::Eq),
-                vec![Term::Class(x), splat_of(f64::NEG_INFINITY, ty.dtype)],
-            );
-            Term::node(
-                Op::Select,
-                vec![
-                    is_neg_inf,
-                    splat_of(f64::INFINITY, ty.dtype),
-                    Term::node(Op::Unary(UnaryOp::Sqrt), vec![Term::Class(x)]),
-                ],
-            )
-        });
+        if exponent == 2.0 {
+            out.push(Term::node(
+                Op::Binary(BinaryOp::Mul),
+                vec![Term::Class(x), Term::Class(x)],
+            ));
+        } else if non_negative(eg, x) {
+            out.push(Term::node(Op::Unary(UnaryOp::Sqrt), vec![Term::Class(x)]));
+        }
     }
     out
+}
+
+/// Whether every value of class `id` is `>= 0` or NaN, by the ops that compute it.
+fn non_negative(eg: &TEGraph, id: Id) -> bool {
+    if let Some(v) = splat(eg, id) {
+        return v >= 0.0 || v.is_nan();
+    }
+    eg[id].nodes.iter().any(|n| match n.op() {
+        Op::Unary(UnaryOp::Abs | UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Sigmoid) => true,
+        Op::Binary(BinaryOp::Mul) => eg.find(n.children[0]) == eg.find(n.children[1]),
+        _ => false,
+    })
 }
 
 /// `select(c, a, b)` with `c` all true or all false.
