@@ -78,3 +78,15 @@ fn gpt_outputs_are_finite_and_depend_on_every_position_causally() {
     assert_eq!(&y0[..3 * 32], &y1[..3 * 32]);
     assert_ne!(&y0[3 * 32..], &y1[3 * 32..]);
 }
+
+#[test]
+fn snapshot_optimized_transformer_block_ir() {
+    let compiled = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
+    insta::assert_snapshot!("transformer_block_optimized", print(&compiled.graph));
+}
+
+#[test]
+fn snapshot_optimized_mlp_ir() {
+    let compiled = graphc::compile(&mlp(&MlpConfig::default()).unwrap()).unwrap();
+    insta::assert_snapshot!("mlp_optimized", print(&compiled.graph));
+}

@@ -81,3 +81,12 @@ fn optimized_fixtures_have_no_shape_arithmetic_or_constant_only_subgraphs() {
         }
     }
 }
+
+#[test]
+fn snapshot_optimized_fixture_ir() {
+    for name in ["gpt2", "llama"] {
+        let graph = graphc::load_model(&repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx")), &[]).unwrap();
+        let compiled = graphc::compile(&graph).unwrap();
+        insta::assert_snapshot!(format!("{name}_optimized"), graphc::ir::print(&compiled.graph));
+    }
+}

@@ -6,8 +6,8 @@
 //! transposed, reshaped, cast or scaled weight) folds into a new weight, a parameter
 //! named after its source (`fc0.weight:transpose`).
 //!
-//! Size rule: a broadcast of a single value stays a *splat* (one element and a shape)
-//! and is never materialized; other constant values are materialized only up to
+//! Size rule: broadcasts are never materialized (their operand is folded instead; a
+//! broadcast of a single value is a *splat*, one element and a shape); other constant values are materialized only up to
 //! [`MAX_FOLDED_BYTES`], or up to the size of their largest known operand; values that
 //! depend on weights only up to the size of their largest operand (folding never makes
 //! the weights grow: a bias broadcast to the activations' shape stays a broadcast).
@@ -36,14 +36,26 @@ pub enum Known {
 }
 
 impl Known {
-    /// The single element value, if every element is equal.
+    /// The single element value, if every element is equal (bitwise).
     pub fn splat(&self) -> Option<f64> {
         match self {
-            Known::Splat(t) => Some(t.to_f64_vec()[0]),
+            Known::Splat(t) => t.to_f64_vec().first().copied(),
             Known::Full(t) => {
-                let v = t.to_f64_vec();
-                let first = *v.first()?;
-                v.iter().all(|&x| x.to_bits() == first.to_bits()).then_some(first)
+                let size = t.dtype().size_bytes();
+                let bytes = t.data().to_le_bytes();
+                let first = bytes.get(..size)?;
+                bytes.chunks_exact(size).all(|c| c == first).then(|| t.to_f64_vec()[0])
+            }
+        }
+    }
+
+    /// The single element as a rank-0 tensor, if every element is equal (bitwise).
+    pub fn as_scalar(&self) -> Option<Tensor> {
+        match self {
+            Known::Splat(s) => Some((**s).clone()),
+            Known::Full(t) => {
+                self.splat()?;
+                Tensor::new(Shape::scalar(), t.data().take(&[0])).ok()
             }
         }
     }
@@ -214,15 +226,7 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
         _ => {}
     }
     // Elementwise ops and broadcasts of single values stay single values.
-    let splats: Option<Vec<Tensor>> = args
-        .iter()
-        .zip(arg_tys)
-        .map(|(k, t)| match k {
-            Known::Splat(s) => Some((**s).clone()),
-            Known::Full(f) if t.numel() == 1 => (**f).clone().reshape(Shape::scalar()).ok(),
-            _ => None,
-        })
-        .collect();
+    let splats: Option<Vec<Tensor>> = args.iter().map(|k| k.as_scalar()).collect();
     if let Some(scalars) = splats {
         if op.is_elementwise() || matches!(op, Op::Broadcast { .. } | Op::Reshape { .. }) {
             let scalar_ty = TensorType::new(ty.dtype, Shape::scalar());
@@ -243,6 +247,9 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
                 Known::Splat(Arc::new(value))
             });
         }
+    }
+    if matches!(op, Op::Broadcast { .. }) {
+        return None; // a view: its operand is what gets folded
     }
     let largest_arg = args.iter().zip(arg_tys).map(|(k, t)| k.bytes(t)).max().unwrap_or(0);
     let allowance = if from_weights { 0 } else { MAX_FOLDED_BYTES };
