@@ -1,4 +1,4 @@
-//! A test per identity rule: the rewrite fires, the result has the expected shape, and
+//! A test per identity and scale rule: the rewrite fires, the result has the expected shape, and
 //! outputs are unchanged through the reference interpreter on random inputs.
 
 use std::collections::HashMap;
@@ -223,4 +223,37 @@ fn hitting_a_limit_still_gives_an_equivalent_graph_and_says_which() {
     let (opt, r) = optimize(&g, &opts).unwrap();
     assert!(r.stop_reason.starts_with("node limit"), "{}", r.stop_reason);
     assert_eq!(interpret(&g, &inputs).unwrap(), interpret(&opt, &inputs).unwrap());
+}
+
+#[test]
+fn division_by_a_power_of_two_is_a_multiplication() {
+    let (g, r) = check(DType::F32, &[4], |x| x / 8.0);
+    assert!(fired(&r, "div-pow2"));
+    assert_eq!(*output_op(&g), Op::Binary(BinaryOp::Mul));
+    let (g, r) = check(DType::F32, &[4], |x| x / 3.0);
+    assert!(!fired(&r, "div-pow2"), "1/3 is not exact");
+    assert_eq!(*output_op(&g), Op::Binary(BinaryOp::Div));
+}
+
+#[test]
+fn integer_scale_chains_fold() {
+    let (g, r) = check(DType::I32, &[4], |x| (x * 3.0) * 5.0);
+    assert!(fired(&r, "mul-const-int"));
+    assert_eq!(count(&g, |o| *o == Op::Binary(BinaryOp::Mul)), 1);
+    let (g, r) = check(DType::F32, &[4], |x| (x * 3.0) * 5.0);
+    assert!(!fired(&r, "mul-const-int"), "float products do not reassociate exactly");
+    assert_eq!(count(&g, |o| *o == Op::Binary(BinaryOp::Mul)), 2);
+}
+
+#[test]
+fn transposed_matmul_of_a_weight_folds_the_transposes() {
+    // (x W)^T = W^T x^T: with x itself a transpose, both operand transposes vanish or fold.
+    let (g, r) = check(DType::F32, &[3, 2], |x| {
+        let b = x.builder();
+        let w = b.param("w", Tensor::random(&TensorType::new(DType::F32, [3, 4]), 5));
+        x.t().matmul(w).t()
+    });
+    assert!(fired(&r, "transpose-of-matmul"));
+    assert_eq!(count(&g, |o| matches!(o, Op::Transpose { .. })), 0);
+    assert_eq!(*output_op(&g), Op::MatMul);
 }

@@ -18,14 +18,30 @@ use super::analysis::TEGraph;
 use super::lang::TNode;
 
 /// Own cost of an e-node: views and leaves are cheap; computing ops cost a launch plus
-/// their output size; materialized constants cost their size.
+/// their output size, scaled up for the slow ones (division, powers, transcendental
+/// functions); materialized constants cost their size.
 pub fn node_cost(eg: &TEGraph, class: Id, node: &TNode) -> f64 {
+    use graphc_ir::{BinaryOp, UnaryOp};
     let bytes = eg[class].data.ty.size_bytes() as f64 / (1 << 20) as f64;
     match node.op() {
         Op::Input { .. } | Op::Parameter { .. } => 0.1,
         Op::Constant { .. } => 0.1 + bytes,
         Op::Iota { .. } => 0.5,
         Op::Reshape { .. } | Op::Broadcast { .. } => 0.5,
+        Op::Binary(BinaryOp::Pow) => 2.0 * (1.0 + bytes),
+        Op::Binary(BinaryOp::Div | BinaryOp::Mod | BinaryOp::Fmod) => 1.2 * (1.0 + bytes),
+        Op::Unary(
+            UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Tanh
+            | UnaryOp::Erf
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Sigmoid
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::Silu,
+        ) => 1.2 * (1.0 + bytes),
         _ => 1.0 + bytes,
     }
 }

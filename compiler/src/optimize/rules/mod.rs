@@ -2,6 +2,7 @@
 
 mod identities;
 mod layout;
+mod scale;
 
 use egg::Rewrite;
 
@@ -10,5 +11,9 @@ use super::lang::TNode;
 
 /// Every rule, in a fixed order.
 pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
-    identities::rules().into_iter().chain(layout::rules()).collect()
+    identities::rules()
+        .into_iter()
+        .chain(layout::rules())
+        .chain(scale::rules())
+        .collect()
 }
