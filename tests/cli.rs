@@ -195,10 +195,7 @@ fn onnx_ir_and_run_with_token_ids() {
     assert_eq!(got.len(), want.len());
     for ((gn, g), (wn, w)) in got.iter().zip(&want) {
         assert_eq!(gn, wn);
-        let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
-        let num: f64 = g.iter().zip(&w).map(|(a, b)| (a - b) * (a - b)).sum();
-        let den: f64 = w.iter().map(|b| b * b).sum();
-        assert!((num / den).sqrt() < 1e-4);
+        assert!(common::rel_l2(&g.to_f64_vec(), &w.to_f64_vec()) < 1e-4);
     }
 }
 

@@ -4,15 +4,8 @@
 
 mod common;
 
-use common::repo_path;
+use common::{rel_l2, repo_path};
 use graphc::ir::interpret;
-
-/// Relative L2 error ||got - want|| / ||want||.
-fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
-    let num: f64 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
-    let den: f64 = want.iter().map(|b| b * b).sum();
-    (num / den.max(f64::MIN_POSITIVE)).sqrt()
-}
 
 fn check_fixture(name: &str) {
     let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));

@@ -30,3 +30,10 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<String, Tensor> {
 pub fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
+
+/// Relative L2 error ||got - want|| / ||want||.
+pub fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = want.iter().map(|b| b * b).sum();
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}

@@ -9,16 +9,16 @@ use crate::shape::normalize_axis;
 use crate::{nn, DType, PadMode, Value};
 
 pub const OPS: &[(&str, Lowering)] = &[
-    ("ReduceSum", reduce_sum),
-    ("ReduceMean", reduce_mean),
-    ("ReduceMax", reduce_max),
-    ("ReduceMin", reduce_min),
-    ("ReduceProd", reduce_prod),
-    ("ReduceL1", reduce_l1),
-    ("ReduceL2", reduce_l2),
-    ("ReduceLogSum", reduce_log_sum),
-    ("ReduceLogSumExp", reduce_log_sum_exp),
-    ("ReduceSumSquare", reduce_sum_square),
+    ("ReduceSum", |imp, n| lower_reduce(imp, n, Reduce::Sum)),
+    ("ReduceMean", |imp, n| lower_reduce(imp, n, Reduce::Mean)),
+    ("ReduceMax", |imp, n| lower_reduce(imp, n, Reduce::Max)),
+    ("ReduceMin", |imp, n| lower_reduce(imp, n, Reduce::Min)),
+    ("ReduceProd", |imp, n| lower_reduce(imp, n, Reduce::Prod)),
+    ("ReduceL1", |imp, n| lower_reduce(imp, n, Reduce::L1)),
+    ("ReduceL2", |imp, n| lower_reduce(imp, n, Reduce::L2)),
+    ("ReduceLogSum", |imp, n| lower_reduce(imp, n, Reduce::LogSum)),
+    ("ReduceLogSumExp", |imp, n| lower_reduce(imp, n, Reduce::LogSumExp)),
+    ("ReduceSumSquare", |imp, n| lower_reduce(imp, n, Reduce::SumSquare)),
     ("Softmax", softmax),
     ("LogSoftmax", log_softmax),
     ("LayerNormalization", layer_normalization),
@@ -197,37 +197,6 @@ fn lower_reduce<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>, kind: Reduce) -> O
         }
     };
     Ok(vec![y])
-}
-
-fn reduce_sum<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::Sum)
-}
-fn reduce_mean<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::Mean)
-}
-fn reduce_max<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::Max)
-}
-fn reduce_min<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::Min)
-}
-fn reduce_prod<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::Prod)
-}
-fn reduce_l1<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::L1)
-}
-fn reduce_l2<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::L2)
-}
-fn reduce_log_sum<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::LogSum)
-}
-fn reduce_log_sum_exp<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::LogSumExp)
-}
-fn reduce_sum_square<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
-    lower_reduce(imp, n, Reduce::SumSquare)
 }
 
 // ---------------------------------------------------------------------------------
