@@ -74,8 +74,11 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         report.iterations,
         report.stop_reason
     )];
+    if !report.weights_added.is_empty() {
+        notes.push(format!("weights folded: {}", report.weights_added.join(", ")));
+    }
     if !report.weights_dropped.is_empty() {
-        notes.push(format!("unused weights dropped: {}", report.weights_dropped.join(", ")));
+        notes.push(format!("weights no longer used: {}", report.weights_dropped.join(", ")));
     }
     passes.push(PassReport {
         pass: "optimize",

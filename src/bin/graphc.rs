@@ -127,16 +127,19 @@ fn run(cli: Cli) -> Result<()> {
                 "# weights: {} -> {} bytes{}",
                 r.weight_bytes_before,
                 r.weight_bytes_after,
-                if r.weights_dropped.is_empty() {
+                if r.weights_added.is_empty() {
                     String::new()
                 } else {
-                    format!(" (unused: {})", r.weights_dropped.join(", "))
+                    format!(" (folded: {})", r.weights_added.join(", "))
                 }
             );
             println!(
                 "# e-graph: {} nodes in {} classes after {} iterations; stopped: {}",
                 r.egraph_nodes, r.egraph_classes, r.iterations, r.stop_reason
             );
+            if !r.weights_dropped.is_empty() {
+                println!("# weights no longer used: {}", r.weights_dropped.join(", "));
+            }
             let fired: Vec<String> = r.rules_fired.iter().map(|(k, v)| format!("{k} {v}")).collect();
             println!(
                 "# rules fired: {}",

@@ -42,8 +42,10 @@ pub struct OptimizeReport {
     pub constants_folded: usize,
     pub weight_bytes_before: usize,
     pub weight_bytes_after: usize,
-    /// Parameters no output uses any more.
+    /// Parameters no output uses any more (unused, or replaced by a folded weight).
     pub weights_dropped: Vec<String>,
+    /// Weights made by folding weight-only chains (`fc0.weight:transpose`).
+    pub weights_added: Vec<String>,
     /// Times each rule fired, by rule name.
     pub rules_fired: BTreeMap<String, usize>,
     pub iterations: usize,
@@ -94,6 +96,11 @@ pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, Optimiz
         .filter(|(_, name, _)| out.weight(name).is_none() && graph.weight(name).is_some())
         .map(|(_, name, _)| name.to_string())
         .collect();
+    let weights_added = out
+        .parameters()
+        .filter(|(_, name, _)| graph.weight(name).is_none())
+        .map(|(_, name, _)| name.to_string())
+        .collect();
     let report = OptimizeReport {
         nodes_before: graph.len(),
         nodes_after: out.len(),
@@ -101,6 +108,7 @@ pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, Optimiz
         weight_bytes_before: graph.weights_bytes(),
         weight_bytes_after: out.weights_bytes(),
         weights_dropped,
+        weights_added,
         rules_fired,
         iterations: runner.iterations.len(),
         egraph_nodes: eg.total_number_of_nodes(),
