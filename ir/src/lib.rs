@@ -31,6 +31,12 @@
 //! Integer arithmetic wraps; integer division truncates toward zero and division by
 //! zero is an error. See each op's docs for its exact meaning.
 //!
+//! ## Front ends
+//!
+//! Graphs come from the [`GraphBuilder`] (with the composite layers of [`nn`]), from
+//! the `.gir` text form below, or from ONNX files through [`onnx`], which lowers every
+//! ONNX operator to these primitives and folds shape computations at import.
+//!
 //! ## Text form
 //!
 //! [`print`] and [`parse`] convert to and from the `.gir` text format, which
