@@ -39,7 +39,7 @@
 //!
 //! ## Text form
 //!
-//! [`print`] and [`parse`] convert to and from the `.gir` text format, which
+//! [`print()`] and [`parse()`] convert to and from the `.gir` text format, which
 //! round-trips exactly and numbers nodes canonically ([`Graph::canonical_order`]).
 //! Weights live in a safetensors file beside the `.gir`, named in its header.
 
