@@ -167,7 +167,9 @@ impl Gen {
         self.g.add(op, inputs, name).ok()
     }
 
-    fn input(&mut self) -> Option<NodeId> {
+    /// An input or parameter (`make` builds the op from its binding name and type),
+    /// with a node name one time in five.
+    fn binding(&mut self, make: fn(String, TensorType) -> Op) -> Option<NodeId> {
         let dtype = rand_dtype(&mut self.rng);
         let ty = TensorType::new(dtype, rand_shape(&mut self.rng, 3));
         let name = self.unique_name();
@@ -176,19 +178,7 @@ impl Gen {
         } else {
             None
         };
-        self.g.add(Op::Input { name, ty }, vec![], node_name).ok()
-    }
-
-    fn param(&mut self) -> Option<NodeId> {
-        let dtype = rand_dtype(&mut self.rng);
-        let ty = TensorType::new(dtype, rand_shape(&mut self.rng, 3));
-        let name = self.unique_name();
-        let node_name = if self.rng.below(5) == 0 {
-            Some(odd_name(&mut self.rng))
-        } else {
-            None
-        };
-        self.g.add(Op::Parameter { name, ty }, vec![], node_name).ok()
+        self.g.add(make(name, ty), vec![], node_name).ok()
     }
 
     fn constant(&mut self) -> Option<NodeId> {
@@ -367,8 +357,8 @@ impl Gen {
                 )
             }
             16 => self.constant(),
-            17 => self.input(),
-            18 => self.param(),
+            17 => self.binding(|name, ty| Op::Input { name, ty }),
+            18 => self.binding(|name, ty| Op::Parameter { name, ty }),
             _ => {
                 let x = self.pick_where(|t| t.dtype.is_float())?;
                 self.add(Op::Unary(UnaryOp::Exp), vec![x])
@@ -386,10 +376,10 @@ pub fn random_graph(seed: u64) -> Graph {
         uniq: 0,
     };
     for _ in 0..1 + gen.rng.below(3) {
-        gen.input();
+        gen.binding(|name, ty| Op::Input { name, ty });
     }
     for _ in 0..gen.rng.below(3) {
-        gen.param();
+        gen.binding(|name, ty| Op::Parameter { name, ty });
     }
     for _ in 0..1 + gen.rng.below(2) {
         gen.constant();
