@@ -1,0 +1,283 @@
+//! The kernel IR: a fused program as a list of kernels over buffers.
+//!
+//! Fusion ([`crate::fuse`]) turns an optimized [`graphc_ir::Graph`] into a [`Program`].
+//! Every kernel reads whole buffers through affine [`Access`]es (views are folded into
+//! indexing) and writes whole, contiguous buffers. The per-element computation of a
+//! kernel is a small SSA expression list ([`Body`]). The same IR is printed to CUDA C
+//! (`crate::codegen`) and executed by the CPU executor in `graphc-runtime`; the CPU
+//! execution is what tests fused semantics without a GPU.
+//!
+//! Iteration spaces are row-major: index `i` of a space with dims `d` is the
+//! multi-index `(i_0, .., i_{r-1})`, and an access reads element
+//! `offset + sum_k i_k * strides[k]` of its buffer (strides in elements; 0 broadcasts,
+//! negative strides walk a reversed slice).
+
+mod print;
+
+use serde::{Deserialize, Serialize};
+
+use graphc_ir::{BinaryOp, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp};
+
+pub use print::print_program;
+
+/// Index of a buffer in [`Program::buffers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BufferId(pub u32);
+
+impl BufferId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Where a buffer's bytes come from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BufferKind {
+    /// A graph input, bound by name.
+    Input { name: String },
+    /// A weight, bound by name to the graph's weights.
+    Weight { name: String },
+    /// A literal tensor (too large to inline into a kernel body).
+    Constant { value: Tensor },
+    /// Written by exactly one kernel; an intermediate or a graph output.
+    Temp,
+}
+
+/// A dense, row-major tensor in memory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub ty: TensorType,
+    pub kind: BufferKind,
+    /// The name of the IR node that defined it, if any (for reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// An affine read (or write) of a buffer from an iteration space: the element at
+/// multi-index `i` is `offset + sum_k i[k] * strides[k]` (in elements).
+/// `strides.len()` equals the rank of the space it is used in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Access {
+    pub buffer: BufferId,
+    pub offset: i64,
+    pub strides: Vec<i64>,
+}
+
+impl Access {
+    /// The contiguous row-major access of a buffer of shape `dims` (identity indexing).
+    pub fn contiguous(buffer: BufferId, dims: &[usize]) -> Access {
+        Access {
+            buffer,
+            offset: 0,
+            strides: contiguous_strides(dims),
+        }
+    }
+
+    /// Whether this access reads a space of shape `dims` in plain row-major order.
+    pub fn is_contiguous(&self, dims: &[usize]) -> bool {
+        self.offset == 0 && strides_equal(&self.strides, &contiguous_strides(dims), dims)
+    }
+}
+
+/// Row-major strides of `dims`, in elements.
+pub fn contiguous_strides(dims: &[usize]) -> Vec<i64> {
+    let mut s = vec![0i64; dims.len()];
+    let mut acc = 1i64;
+    for k in (0..dims.len()).rev() {
+        s[k] = acc;
+        acc = acc.saturating_mul(dims[k] as i64);
+    }
+    s
+}
+
+/// Stride vectors equal where it matters (dims of extent 1 are never stepped).
+pub fn strides_equal(a: &[i64], b: &[i64], dims: &[usize]) -> bool {
+    a.len() == b.len() && dims.len() == a.len() && (0..a.len()).all(|k| dims[k] == 1 || a[k] == b[k])
+}
+
+/// Index of an expression in [`Body::exprs`].
+pub type ExprId = u32;
+
+/// One SSA expression of a kernel body, computed per element of its space.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expr {
+    /// Element of kernel input `n` (an index into the kernel's `inputs`).
+    Load(u32),
+    /// A literal scalar (a 0-d tensor of the expression's dtype).
+    Const(Tensor),
+    /// The index along axis `n` of the iteration space (as `Iota` gives it).
+    Index(u32),
+    Unary(UnaryOp, ExprId),
+    Binary(BinaryOp, ExprId, ExprId),
+    Select(ExprId, ExprId, ExprId),
+    Cast(ExprId),
+    /// Row kernels: the result of stage `n` for the current row.
+    Stage(u32),
+    /// Matmul kernels: the product for the current output element, in the matmul's
+    /// output dtype (accumulated as [`Op::MatMul`] defines), before the epilogue.
+    Acc,
+}
+
+/// A typed expression list in SSA order: operands precede their users.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Body {
+    pub exprs: Vec<(Expr, DType)>,
+}
+
+impl Body {
+    pub fn push(&mut self, e: Expr, dtype: DType) -> ExprId {
+        self.exprs.push((e, dtype));
+        (self.exprs.len() - 1) as ExprId
+    }
+
+    pub fn dtype(&self, id: ExprId) -> DType {
+        self.exprs[id as usize].1
+    }
+}
+
+/// A store of an expression to a whole output buffer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Store {
+    pub value: ExprId,
+    /// Where element `i` of the store's space goes; covers the buffer exactly once.
+    pub access: Access,
+}
+
+/// One reduction of a row kernel: `op` over the inner dims of `value` (an expression of
+/// the full space), giving one value per row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub op: ReduceOp,
+    pub value: ExprId,
+}
+
+/// What a kernel computes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelKind {
+    /// Per element of `space`: `body` over `inputs` (accesses of rank `space.len()`),
+    /// stored by `stores` (each an access of rank `space.len()`).
+    Elementwise {
+        space: Vec<usize>,
+        inputs: Vec<Access>,
+        body: Body,
+        stores: Vec<Store>,
+    },
+    /// A row kernel over `outer ++ inner`: `stages` reduce over `inner` in order (a stage
+    /// may use earlier stages' results through [`Expr::Stage`]), then `row_stores`
+    /// write per-row values (space `outer`; they use stages and row-level loads only)
+    /// and `stores` write per-element values (space `outer ++ inner`).
+    ///
+    /// `inputs` are accesses of rank `outer.len() + inner.len()`; a load used in a
+    /// row-level expression has zero strides over `inner`. Row-store accesses have rank
+    /// `outer.len()`.
+    Row {
+        outer: Vec<usize>,
+        inner: Vec<usize>,
+        inputs: Vec<Access>,
+        body: Body,
+        stages: Vec<Stage>,
+        row_stores: Vec<Store>,
+        stores: Vec<Store>,
+    },
+    /// `[batch.., m, k] x [batch.., k, n]` through a GEMM library, then `body` per
+    /// output element (space `batch ++ [m, n]`, using [`Expr::Acc`] and loads of
+    /// `inputs`) stored by `stores`. `a` and `b` are accesses of rank `batch.len() + 2`
+    /// over `[batch.., m, k]` and `[batch.., k, n]`; a transposed operand has its last
+    /// two strides swapped in order.
+    MatMul {
+        batch: Vec<usize>,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Access,
+        b: Access,
+        inputs: Vec<Access>,
+        body: Body,
+        stores: Vec<Store>,
+    },
+    /// One IR op that is not fused (concat, pad, gather, arg-reduce, integer matmul),
+    /// with operands read through accesses of their own shapes. The output is written
+    /// contiguously.
+    Op {
+        op: Op,
+        inputs: Vec<(Access, TensorType)>,
+        output: BufferId,
+    },
+}
+
+/// One kernel: what it computes, plus which IR nodes it came from (for reports).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    pub name: String,
+    pub kind: KernelKind,
+    /// Canonical numbers (as `graphc ir` prints them) of the IR nodes fused into it.
+    pub nodes: Vec<u32>,
+}
+
+impl Kernel {
+    /// The buffers this kernel reads.
+    pub fn reads(&self) -> Vec<BufferId> {
+        let mut v: Vec<BufferId> = match &self.kind {
+            KernelKind::Elementwise { inputs, .. } | KernelKind::Row { inputs, .. } => {
+                inputs.iter().map(|a| a.buffer).collect()
+            }
+            KernelKind::MatMul { a, b, inputs, .. } => [a.buffer, b.buffer]
+                .into_iter()
+                .chain(inputs.iter().map(|x| x.buffer))
+                .collect(),
+            KernelKind::Op { inputs, .. } => inputs.iter().map(|(a, _)| a.buffer).collect(),
+        };
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The buffers this kernel writes.
+    pub fn writes(&self) -> Vec<BufferId> {
+        match &self.kind {
+            KernelKind::Elementwise { stores, .. } | KernelKind::MatMul { stores, .. } => {
+                stores.iter().map(|s| s.access.buffer).collect()
+            }
+            KernelKind::Row { row_stores, stores, .. } => {
+                row_stores.iter().chain(stores).map(|s| s.access.buffer).collect()
+            }
+            KernelKind::Op { output, .. } => vec![*output],
+        }
+    }
+
+    /// A short word for the kind: `elementwise`, `row`, `matmul`, or the op's name.
+    pub fn kind_name(&self) -> &str {
+        match &self.kind {
+            KernelKind::Elementwise { .. } => "elementwise",
+            KernelKind::Row { .. } => "row",
+            KernelKind::MatMul { .. } => "matmul",
+            KernelKind::Op { op, .. } => op.name(),
+        }
+    }
+}
+
+/// A fused program: buffers, kernels in a valid execution order, named outputs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    pub buffers: Vec<Buffer>,
+    pub kernels: Vec<Kernel>,
+    /// Graph inputs in call order.
+    pub inputs: Vec<BufferId>,
+    /// Named graph outputs, in order; several names may share a buffer.
+    pub outputs: Vec<(String, BufferId)>,
+}
+
+impl Program {
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.index()]
+    }
+
+    pub fn add_buffer(&mut self, ty: TensorType, kind: BufferKind, name: Option<String>) -> BufferId {
+        self.buffers.push(Buffer { ty, kind, name });
+        BufferId((self.buffers.len() - 1) as u32)
+    }
+}

@@ -1,0 +1,134 @@
+//! A readable, stable text form of a [`Program`] (for `graphc opt` and snapshots).
+
+use std::fmt::Write;
+
+use super::{Access, Body, BufferKind, Expr, KernelKind, Program, Stage, Store};
+
+/// Print a program: buffers, then each kernel with the IR nodes it fused, its inputs,
+/// body and stores.
+pub fn print_program(p: &Program) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "program: {} kernels, {} buffers", p.kernels.len(), p.buffers.len());
+    for (i, b) in p.buffers.iter().enumerate() {
+        let kind = match &b.kind {
+            BufferKind::Input { name } => format!("input {name:?}"),
+            BufferKind::Weight { name } => format!("weight {name:?}"),
+            BufferKind::Constant { .. } => "constant".to_string(),
+            BufferKind::Temp => "temp".to_string(),
+        };
+        let _ = write!(s, "  b{i}: {} {kind}", b.ty);
+        if let Some(n) = &b.name {
+            let _ = write!(s, " ({n})");
+        }
+        let outs: Vec<&str> = p
+            .outputs
+            .iter()
+            .filter(|(_, id)| id.index() == i)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if !outs.is_empty() {
+            let _ = write!(s, " -> output {}", outs.join(", "));
+        }
+        s.push('\n');
+    }
+    for (ki, k) in p.kernels.iter().enumerate() {
+        let nodes: Vec<String> = k.nodes.iter().map(|n| format!("%{n}")).collect();
+        let _ = write!(s, "k{ki} {} {}", k.name, k.kind_name());
+        match &k.kind {
+            KernelKind::Elementwise {
+                space,
+                inputs,
+                body,
+                stores,
+            } => {
+                let _ = writeln!(s, " {space:?} nodes [{}]", nodes.join(" "));
+                print_inputs(&mut s, inputs);
+                print_body(&mut s, body);
+                print_stores(&mut s, "store", stores);
+            }
+            KernelKind::Row {
+                outer,
+                inner,
+                inputs,
+                body,
+                stages,
+                row_stores,
+                stores,
+            } => {
+                let _ = writeln!(s, " outer {outer:?} inner {inner:?} nodes [{}]", nodes.join(" "));
+                print_inputs(&mut s, inputs);
+                print_body(&mut s, body);
+                print_stages(&mut s, stages);
+                print_stores(&mut s, "row store", row_stores);
+                print_stores(&mut s, "store", stores);
+            }
+            KernelKind::MatMul {
+                batch,
+                m,
+                n,
+                k: kk,
+                a,
+                b,
+                inputs,
+                body,
+                stores,
+            } => {
+                let _ = writeln!(s, " batch {batch:?} m {m} n {n} k {kk} nodes [{}]", nodes.join(" "));
+                let _ = writeln!(s, "    a = {}", access(a));
+                let _ = writeln!(s, "    b = {}", access(b));
+                print_inputs(&mut s, inputs);
+                print_body(&mut s, body);
+                print_stores(&mut s, "store", stores);
+            }
+            KernelKind::Op { op, inputs, output } => {
+                let _ = writeln!(s, " nodes [{}]", nodes.join(" "));
+                let attrs = serde_json::to_string(op).unwrap_or_default();
+                let _ = writeln!(s, "    op {attrs}");
+                for (i, (a, ty)) in inputs.iter().enumerate() {
+                    let _ = writeln!(s, "    in{i} = {} as {ty}", access(a));
+                }
+                let _ = writeln!(s, "    out = b{}", output.0);
+            }
+        }
+    }
+    s
+}
+
+fn access(a: &Access) -> String {
+    format!("b{}[{} + {:?}]", a.buffer.0, a.offset, a.strides)
+}
+
+fn print_inputs(s: &mut String, inputs: &[Access]) {
+    for (i, a) in inputs.iter().enumerate() {
+        let _ = writeln!(s, "    in{i} = {}", access(a));
+    }
+}
+
+fn print_body(s: &mut String, body: &Body) {
+    for (i, (e, dt)) in body.exprs.iter().enumerate() {
+        let rhs = match e {
+            Expr::Load(n) => format!("load in{n}"),
+            Expr::Const(t) => format!("const {}", t.to_f64_vec().first().copied().unwrap_or(0.0)),
+            Expr::Index(a) => format!("index {a}"),
+            Expr::Unary(u, x) => format!("{} e{x}", u.name()),
+            Expr::Binary(b, x, y) => format!("{} e{x} e{y}", b.name()),
+            Expr::Select(c, x, y) => format!("select e{c} e{x} e{y}"),
+            Expr::Cast(x) => format!("cast e{x}"),
+            Expr::Stage(n) => format!("stage {n}"),
+            Expr::Acc => "acc".to_string(),
+        };
+        let _ = writeln!(s, "    e{i}: {dt} = {rhs}");
+    }
+}
+
+fn print_stages(s: &mut String, stages: &[Stage]) {
+    for (i, st) in stages.iter().enumerate() {
+        let _ = writeln!(s, "    stage {i} = {} e{}", st.op.name(), st.value);
+    }
+}
+
+fn print_stores(s: &mut String, what: &str, stores: &[Store]) {
+    for st in stores {
+        let _ = writeln!(s, "    {what} e{} -> {}", st.value, access(&st.access));
+    }
+}
