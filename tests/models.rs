@@ -90,3 +90,50 @@ fn snapshot_optimized_mlp_ir() {
     let compiled = graphc::compile(&mlp(&MlpConfig::default()).unwrap()).unwrap();
     insta::assert_snapshot!("mlp_optimized", print(&compiled.graph));
 }
+
+/// How many kernels of each kind a program has, as `kind: count` lines.
+fn kernel_census(p: &graphc_compiler::kernel::Program) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for k in &p.kernels {
+        *m.entry(k.kind_name().to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// The pre-LN block fuses into 13 kernels: 2 layer norms and the softmax (one row kernel
+/// each), 4 linear layers with their epilogues (bias; bias + GELU; bias + residual add,
+/// twice), the 2 attention matmuls (scores with scale and causal mask fused), and 4
+/// copies that split and merge heads (a GEMM takes one batch stride, and [b, h] of a
+/// head view of [b, s, h*d] are not one stride).
+#[test]
+fn transformer_block_kernel_count() {
+    let compiled = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
+    let census = kernel_census(&compiled.program);
+    let want: std::collections::BTreeMap<String, usize> = [("row", 3), ("matmul", 6), ("elementwise", 4)]
+        .map(|(k, v)| (k.to_string(), v))
+        .into();
+    assert_eq!(
+        census,
+        want,
+        "{}",
+        graphc_compiler::kernel::print_program(&compiled.program)
+    );
+    let mm_with_epilogue = compiled
+        .program
+        .kernels
+        .iter()
+        .filter(|k| k.kind_name() == "matmul" && k.nodes.len() > 1)
+        .count();
+    assert_eq!(mm_with_epilogue, 5, "4 linear layers and the masked scores");
+}
+
+#[test]
+fn snapshot_fused_programs() {
+    let mlp = graphc::compile(&mlp(&MlpConfig::default()).unwrap()).unwrap();
+    insta::assert_snapshot!("mlp_kernels", graphc_compiler::kernel::print_program(&mlp.program));
+    let block = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
+    insta::assert_snapshot!(
+        "transformer_block_kernels",
+        graphc_compiler::kernel::print_program(&block.program)
+    );
+}

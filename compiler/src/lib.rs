@@ -5,6 +5,7 @@
 //! and the e-graph optimizer ([`optimize`]); fusion, scheduling, memory planning and
 //! CUDA code generation slot in as further stages of [`pipeline`] (see ARCHITECTURE.md).
 
+pub mod fuse;
 pub mod kernel;
 pub mod optimize;
 pub mod passes;

@@ -4,6 +4,8 @@ use std::time::{Duration, Instant};
 
 use graphc_ir::{Graph, GraphError};
 
+use crate::fuse::fuse;
+use crate::kernel::Program;
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
 
@@ -30,6 +32,8 @@ pub struct PassReport {
 #[derive(Clone, Debug)]
 pub struct Compiled {
     pub graph: Graph,
+    /// The graph fused into kernels (`nodes_after` of the `fuse` pass counts kernels).
+    pub program: Program,
     pub passes: Vec<PassReport>,
     /// The optimizer's full report.
     pub optimize: OptimizeReport,
@@ -89,8 +93,23 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     });
     check(&graph, "optimize", opts)?;
 
+    let start = Instant::now();
+    let program = fuse(&graph).map_err(|error| CompileError::Pass { pass: "fuse", error })?;
+    passes.push(PassReport {
+        pass: "fuse",
+        nodes_before: graph.len(),
+        nodes_after: program.kernels.len(),
+        time: start.elapsed(),
+        notes: vec![format!(
+            "{} kernels, {} buffers",
+            program.kernels.len(),
+            program.buffers.len()
+        )],
+    });
+
     Ok(Compiled {
         graph,
+        program,
         passes,
         optimize: report,
     })

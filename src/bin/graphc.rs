@@ -115,6 +115,7 @@ fn run(cli: Cli) -> Result<()> {
             let graph = graphc::load_model(&model, &dims)?;
             let compiled = graphc::compile(&graph)?;
             print!("{}", ir::print(&compiled.graph));
+            print!("{}", graphc_compiler::kernel::print_program(&compiled.program));
             let r = &compiled.optimize;
             println!(
                 "# optimized {} in {:.2} ms",

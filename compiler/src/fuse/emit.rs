@@ -1,0 +1,414 @@
+//! From groups to kernels: buffers for every value read across a kernel boundary, one
+//! kernel per group in a topological order of groups, bodies built member by member.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+
+use graphc_ir::{Graph, Op, TensorType};
+
+use super::group::{row_shapes, Groups, Level, Space};
+use super::layout::Layout;
+use super::nodes::{matmul_operand_strides, FKind, FNode, Nodes, Operand};
+use crate::kernel::{
+    contiguous_strides, Access, Body, BufferId, BufferKind, Expr, ExprId, Kernel, KernelKind, Program, Stage, Store,
+};
+
+pub fn emit(graph: &Graph, nodes: &Nodes, groups: &mut Groups) -> Program {
+    let fnodes = &nodes.nodes;
+    let mut e = Emitter {
+        graph,
+        nodes: fnodes,
+        program: Program::default(),
+        buffer_of: HashMap::new(),
+    };
+    // Graph inputs first, in call order.
+    for &id in graph.inputs() {
+        if let Some(v) = &nodes.value_of[id.index()] {
+            let b = e.buffer(v.root);
+            e.program.inputs.push(b);
+        }
+    }
+    let n = fnodes.len();
+    let group_of: Vec<usize> = (0..n).map(|i| groups.find(i)).collect();
+    let mut stored = vec![false; n];
+    for (i, node) in fnodes.iter().enumerate() {
+        if node.is_compute() {
+            stored[i] = groups.consumers[i].iter().any(|&(c, _)| group_of[c] != group_of[i]);
+        }
+    }
+    for (_, o) in &nodes.outputs {
+        stored[o.root] = true;
+    }
+    for order in group_order(fnodes, &group_of) {
+        let kernel = e.kernel(groups, &group_of, &stored, order);
+        e.program.kernels.push(kernel);
+    }
+    for (name, o) in &nodes.outputs {
+        let b = e.buffer(o.root);
+        e.program.outputs.push((name.clone(), b));
+    }
+    e.program
+}
+
+/// Groups in a topological order; ties go to the group with the earliest member.
+fn group_order(nodes: &[FNode], group_of: &[usize]) -> Vec<usize> {
+    let mut succ: HashMap<usize, BTreeSet<usize>> = HashMap::new();
+    let mut indeg: HashMap<usize, usize> = HashMap::new();
+    let mut first: HashMap<usize, usize> = HashMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        if !node.is_compute() {
+            continue;
+        }
+        let g = group_of[i];
+        first.entry(g).or_insert(i);
+        indeg.entry(g).or_insert(0);
+        for o in &node.operands {
+            if nodes[o.root].is_compute() {
+                let h = group_of[o.root];
+                if h != g && succ.entry(h).or_default().insert(g) {
+                    *indeg.entry(g).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<(usize, usize)>> = indeg
+        .iter()
+        .filter(|(_, d)| **d == 0)
+        .map(|(g, _)| Reverse((first[g], *g)))
+        .collect();
+    let mut out = Vec::with_capacity(indeg.len());
+    while let Some(Reverse((_, g))) = ready.pop() {
+        out.push(g);
+        for &h in succ.get(&g).into_iter().flatten() {
+            let d = indeg.get_mut(&h).expect("every group has an in-degree");
+            *d -= 1;
+            if *d == 0 {
+                ready.push(Reverse((first[&h], h)));
+            }
+        }
+    }
+    debug_assert_eq!(out.len(), indeg.len(), "the group graph is acyclic");
+    out
+}
+
+struct Emitter<'a> {
+    graph: &'a Graph,
+    nodes: &'a [FNode],
+    program: Program,
+    buffer_of: HashMap<usize, BufferId>,
+}
+
+/// How a group's space maps onto kernel accesses.
+struct Frame {
+    space: Space,
+    /// Row kernels: full-space axis order (kept axes, then reduced axes).
+    perm: Vec<usize>,
+}
+
+impl Frame {
+    /// The access over the kernel's space of an operand read at `level`.
+    fn strides(&self, o: &Operand, level: Level) -> Vec<i64> {
+        match (&self.space, level) {
+            (Space::Row(full, _), Level::Full) => {
+                debug_assert_eq!(&o.dims, full);
+                self.perm.iter().map(|&k| o.layout.strides[k]).collect()
+            }
+            (Space::Row(full, axes), Level::Row) => {
+                let mut s: Vec<i64> = if o.dims.len() == full.len() {
+                    (0..full.len())
+                        .filter(|k| !axes.contains(k))
+                        .map(|k| o.layout.strides[k])
+                        .collect()
+                } else {
+                    o.layout.strides.clone()
+                };
+                s.extend(std::iter::repeat_n(0, axes.len()));
+                s
+            }
+            _ => o.layout.strides.clone(),
+        }
+    }
+}
+
+impl Emitter<'_> {
+    /// The buffer holding node `i`'s value (created on first use).
+    fn buffer(&mut self, i: usize) -> BufferId {
+        if let Some(&b) = self.buffer_of.get(&i) {
+            return b;
+        }
+        let node = &self.nodes[i];
+        let kind = match (&node.kind, node.ir.map(|id| &self.graph.node(id).op)) {
+            (_, Some(Op::Input { name, .. })) => BufferKind::Input { name: name.clone() },
+            (_, Some(Op::Parameter { name, .. })) => BufferKind::Weight { name: name.clone() },
+            (_, Some(Op::Constant { value })) => BufferKind::Constant { value: value.clone() },
+            _ => BufferKind::Temp,
+        };
+        let b = self.program.add_buffer(node.ty.clone(), kind, node.name.clone());
+        self.buffer_of.insert(i, b);
+        b
+    }
+
+    fn kernel(&mut self, groups: &Groups, group_of: &[usize], stored: &[bool], g: usize) -> Kernel {
+        let members = &groups.members[g];
+        let space = groups.space[g].clone();
+        let perm: Vec<usize> = match &space {
+            Space::Row(full, axes) => (0..full.len())
+                .filter(|k| !axes.contains(k))
+                .chain(axes.iter().copied())
+                .collect(),
+            _ => Vec::new(),
+        };
+        let frame = Frame { space, perm };
+        let idx = self.program.kernels.len();
+        let mut canon: Vec<u32> = members.iter().filter_map(|&m| self.nodes[m].canon).collect();
+        canon.sort_unstable();
+
+        if let [single] = members.as_slice() {
+            if let FKind::Single(op) = &self.nodes[*single].kind {
+                let inputs = self.nodes[*single]
+                    .operands
+                    .iter()
+                    .map(|o| {
+                        let ty = TensorType::new(self.nodes[o.root].ty.dtype, o.dims.clone());
+                        (self.access(o, o.layout.strides.clone()), ty)
+                    })
+                    .collect();
+                let output = self.buffer(*single);
+                return Kernel {
+                    name: format!("k{idx}_{}", op.name()),
+                    kind: KernelKind::Op {
+                        op: op.clone(),
+                        inputs,
+                        output,
+                    },
+                    nodes: canon,
+                };
+            }
+        }
+
+        let mut body = Body::default();
+        let mut inputs: Vec<Access> = Vec::new();
+        let mut expr_of: HashMap<usize, ExprId> = HashMap::new();
+        let mut stages = Vec::new();
+        let mut stage_ops = Vec::new();
+        let mut mm = None;
+        for &m in members {
+            let node = &self.nodes[m];
+            // A reduction reads its operand per element; its own value is per row.
+            let level = match node.kind {
+                FKind::Reduce { .. } => Level::Full,
+                _ => groups.level[m],
+            };
+            let mut arg = |this: &mut Self, body: &mut Body, o: &Operand| -> ExprId {
+                if group_of[o.root] == g {
+                    return expr_of[&o.root];
+                }
+                if let FKind::Scalar(t) = &this.nodes[o.root].kind {
+                    return body.push(Expr::Const(t.clone()), t.dtype());
+                }
+                let acc = this.access(o, frame.strides(o, level));
+                let k = match inputs.iter().position(|a| *a == acc) {
+                    Some(k) => k,
+                    None => {
+                        inputs.push(acc);
+                        inputs.len() - 1
+                    }
+                };
+                body.push(Expr::Load(k as u32), this.nodes[o.root].ty.dtype)
+            };
+            let dt = node.ty.dtype;
+            let e = match &node.kind {
+                FKind::Ew(op) => {
+                    let a: Vec<ExprId> = node.operands.iter().map(|o| arg(self, &mut body, o)).collect();
+                    let ex = match op {
+                        Op::Unary(u) => Expr::Unary(*u, a[0]),
+                        Op::Binary(b) => Expr::Binary(*b, a[0], a[1]),
+                        Op::Select => Expr::Select(a[0], a[1], a[2]),
+                        _ => Expr::Cast(a[0]),
+                    };
+                    body.push(ex, dt)
+                }
+                FKind::Copy => arg(self, &mut body, &node.operands[0]),
+                FKind::Iota { axis } => {
+                    let ax = frame.perm.iter().position(|k| k == axis).unwrap_or(*axis);
+                    body.push(Expr::Index(ax as u32), dt)
+                }
+                FKind::Reduce { op, .. } => {
+                    let value = arg(self, &mut body, &node.operands[0]);
+                    stages.push(Stage { op: *op, value });
+                    stage_ops.push(op.name().trim_start_matches("reduce_"));
+                    body.push(Expr::Stage((stages.len() - 1) as u32), dt)
+                }
+                FKind::MatMul => {
+                    mm = Some(m);
+                    body.push(Expr::Acc, dt)
+                }
+                FKind::Source | FKind::Scalar(_) | FKind::View | FKind::Single(_) => {
+                    unreachable!("only compute nodes are grouped")
+                }
+            };
+            expr_of.insert(m, e);
+        }
+
+        let mut stores = Vec::new();
+        let mut row_stores = Vec::new();
+        for &m in members {
+            if !stored[m] {
+                continue;
+            }
+            let buf = self.buffer(m);
+            let value = expr_of[&m];
+            match (&frame.space, groups.level[m]) {
+                (Space::Row(full, axes), Level::Row) => {
+                    let (outer, _) = row_shapes(full, axes);
+                    row_stores.push(Store {
+                        value,
+                        access: Access::contiguous(buf, &outer),
+                    });
+                }
+                (Space::Row(full, _), Level::Full) => {
+                    let cs = contiguous_strides(full);
+                    stores.push(Store {
+                        value,
+                        access: Access {
+                            buffer: buf,
+                            offset: 0,
+                            strides: frame.perm.iter().map(|&k| cs[k]).collect(),
+                        },
+                    });
+                }
+                _ => stores.push(Store {
+                    value,
+                    access: Access::contiguous(buf, self.nodes[m].dims()),
+                }),
+            }
+        }
+
+        let (name, kind) = match &frame.space {
+            Space::Elementwise(space) => (
+                "ew".to_string(),
+                KernelKind::Elementwise {
+                    space: space.clone(),
+                    inputs,
+                    body,
+                    stores,
+                },
+            ),
+            Space::Row(full, axes) => {
+                let (outer, _) = row_shapes(full, axes);
+                let inner = axes.iter().map(|&k| full[k]).collect();
+                (
+                    format!("row_{}", stage_ops.join("_")),
+                    KernelKind::Row {
+                        outer,
+                        inner,
+                        inputs,
+                        body,
+                        stages,
+                        row_stores,
+                        stores,
+                    },
+                )
+            }
+            Space::MatMul(out) => {
+                let m = mm.expect("a matmul group holds its matmul");
+                let node = &self.nodes[m];
+                let batch = out[..out.len() - 2].to_vec();
+                let (a_op, b_op) = (&node.operands[0], &node.operands[1]);
+                let a_dims = &a_op.dims;
+                let (mm_m, kk) = (a_dims[a_dims.len() - 2], a_dims[a_dims.len() - 1]);
+                let nn = out[out.len() - 1];
+                let a = self.access(a_op, matmul_operand_strides(&a_op.layout, &a_op.dims, &batch));
+                let b = self.access(b_op, matmul_operand_strides(&b_op.layout, &b_op.dims, &batch));
+                let (batch2, mm_m, a, inputs, stores) =
+                    fold_batch_into_m(batch.clone(), mm_m, kk, nn, a, &b, inputs, stores);
+                let b = Access {
+                    strides: b.strides[batch.len() - batch2.len()..].to_vec(),
+                    ..b
+                };
+                let batch = batch2;
+                (
+                    "mm".to_string(),
+                    KernelKind::MatMul {
+                        batch,
+                        m: mm_m,
+                        n: nn,
+                        k: kk,
+                        a,
+                        b,
+                        inputs,
+                        body,
+                        stores,
+                    },
+                )
+            }
+            Space::Single => unreachable!("single-op groups are handled above"),
+        };
+        Kernel {
+            name: format!("k{idx}_{name}"),
+            kind,
+            nodes: canon,
+        }
+    }
+
+    fn access(&mut self, o: &Operand, strides: Vec<i64>) -> Access {
+        Access {
+            buffer: self.buffer(o.root),
+            offset: o.layout.offset,
+            strides,
+        }
+    }
+}
+
+/// A matmul whose right operand is the same matrix for every batch (a linear layer on a
+/// batch of sequences) is one GEMM of `batch * m` rows, when the left operand, the
+/// epilogue's inputs and the stores all view the batch dims and `m` as one dim.
+#[allow(clippy::too_many_arguments)]
+fn fold_batch_into_m(
+    batch: Vec<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Access,
+    b: &Access,
+    inputs: Vec<Access>,
+    stores: Vec<Store>,
+) -> (Vec<usize>, usize, Access, Vec<Access>, Vec<Store>) {
+    let nb = batch.len();
+    if nb == 0 || b.strides[..nb].iter().zip(&batch).any(|(&s, &d)| s != 0 && d != 1) {
+        return (batch, m, a, inputs, stores);
+    }
+    let rows: usize = batch.iter().product::<usize>() * m;
+    let fold = |acc: &Access, last: usize| -> Option<Access> {
+        let mut dims = batch.clone();
+        dims.extend([m, last]);
+        let l = Layout {
+            offset: acc.offset,
+            strides: acc.strides.clone(),
+        }
+        .reshape(&dims, &[rows, last])?;
+        Some(Access {
+            buffer: acc.buffer,
+            offset: l.offset,
+            strides: l.strides,
+        })
+    };
+    let folded = (|| {
+        let a2 = fold(&a, k)?;
+        let in2 = inputs.iter().map(|x| fold(x, n)).collect::<Option<Vec<_>>>()?;
+        let st2 = stores
+            .iter()
+            .map(|s| {
+                Some(Store {
+                    value: s.value,
+                    access: fold(&s.access, n)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((a2, in2, st2))
+    })();
+    match folded {
+        Some((a2, in2, st2)) => (Vec::new(), rows, a2, in2, st2),
+        None => (batch, m, a, inputs, stores),
+    }
+}

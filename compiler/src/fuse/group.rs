@@ -1,0 +1,271 @@
+//! Kernel boundaries: groups of fusion nodes that become one kernel each.
+//!
+//! Every compute node starts as its own group. Producer-consumer edges are then tried
+//! in topological order, and two groups merge when (1) their iteration spaces agree
+//! (elementwise over one shape; a row space `(shape, reduced axes)` whose members are
+//! per element ("full") or per row; a matmul with elementwise epilogue over its output),
+//! (2) every edge between them can be read inside the kernel (same element, or a row
+//! value broadcast along the reduced axes), and (3) no path leaves and re-enters the
+//! merged group, which would make the kernel graph cyclic. A value that some consumer
+//! outside its group reads is stored; everything else stays in registers.
+
+use super::nodes::{FKind, FNode, Operand};
+use crate::kernel::contiguous_strides;
+
+/// Where a member of a row group lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// One value per element of the group's space.
+    Full,
+    /// One value per row (reduced axes removed, or kept as extent 1).
+    Row,
+}
+
+/// The iteration space of a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Space {
+    Elementwise(Vec<usize>),
+    /// Full shape and the reduced axes (sorted).
+    Row(Vec<usize>, Vec<usize>),
+    /// A matmul and its epilogue over the output shape.
+    MatMul(Vec<usize>),
+    /// Not fusable.
+    Single,
+}
+
+impl Space {
+    fn of(n: &FNode) -> Space {
+        match &n.kind {
+            FKind::Ew(_) | FKind::Iota { .. } | FKind::Copy => Space::Elementwise(n.dims().to_vec()),
+            FKind::Reduce { axes, .. } => Space::Row(n.operands[0].dims.clone(), axes.clone()),
+            FKind::MatMul => Space::MatMul(n.dims().to_vec()),
+            _ => Space::Single,
+        }
+    }
+}
+
+/// The dims of one row (reduced axes removed) and the keepdims form.
+pub fn row_shapes(full: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let outer = (0..full.len()).filter(|k| !axes.contains(k)).map(|k| full[k]).collect();
+    let keep = (0..full.len())
+        .map(|k| if axes.contains(&k) { 1 } else { full[k] })
+        .collect();
+    (outer, keep)
+}
+
+pub struct Groups {
+    parent: Vec<usize>,
+    pub space: Vec<Space>,
+    pub members: Vec<Vec<usize>>,
+    pub level: Vec<Level>,
+    /// Consumers of each node: (consumer, operand index).
+    pub consumers: Vec<Vec<(usize, usize)>>,
+    /// Smallest and largest member index of each group (nodes are in topological order).
+    span: Vec<(usize, usize)>,
+}
+
+impl Groups {
+    pub fn new(nodes: &[FNode]) -> Groups {
+        let n = nodes.len();
+        let mut consumers = vec![Vec::new(); n];
+        for (c, node) in nodes.iter().enumerate() {
+            if node.is_compute() {
+                for (k, o) in node.operands.iter().enumerate() {
+                    consumers[o.root].push((c, k));
+                }
+            }
+        }
+        Groups {
+            parent: (0..n).collect(),
+            space: nodes.iter().map(Space::of).collect(),
+            members: (0..n).map(|i| vec![i]).collect(),
+            level: nodes
+                .iter()
+                .map(|n| match n.kind {
+                    FKind::Reduce { .. } => Level::Row,
+                    _ => Level::Full,
+                })
+                .collect(),
+            consumers,
+            span: (0..n).map(|i| (i, i)).collect(),
+        }
+    }
+
+    pub fn find(&mut self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            self.parent[x] = self.parent[self.parent[x]];
+            x = self.parent[x];
+        }
+        x
+    }
+
+    pub fn find_const(&self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            x = self.parent[x];
+        }
+        x
+    }
+
+    /// Merge greedily along every producer-consumer edge, in topological order.
+    pub fn fuse(&mut self, nodes: &[FNode]) {
+        for c in 0..nodes.len() {
+            if !nodes[c].is_compute() {
+                continue;
+            }
+            for o in &nodes[c].operands {
+                if nodes[o.root].is_compute() {
+                    self.try_merge(nodes, o.root, c);
+                }
+            }
+        }
+    }
+
+    fn try_merge(&mut self, nodes: &[FNode], p: usize, c: usize) -> bool {
+        let (gp, gc) = (self.find(p), self.find(c));
+        if gp == gc {
+            return false;
+        }
+        let Some((space, levels)) = self.combine(nodes, gp, gc) else {
+            return false;
+        };
+        let mut merged: Vec<usize> = self.members[gp].iter().chain(&self.members[gc]).copied().collect();
+        merged.sort_unstable();
+        let level_of = |n: usize| {
+            levels
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map(|(_, l)| *l)
+                .unwrap_or(self.level[n])
+        };
+        // Every edge inside the merged group must be readable in the kernel.
+        for &n in &merged {
+            for o in &nodes[n].operands {
+                if merged.binary_search(&o.root).is_ok()
+                    && !edge_ok(&space, nodes, o, &nodes[n], level_of(o.root), level_of(n))
+                {
+                    return false;
+                }
+            }
+        }
+        if self.reaches_around(gp, gc) || self.reaches_around(gc, gp) {
+            return false;
+        }
+        for (m, l) in levels {
+            self.level[m] = l;
+        }
+        let (keep, gone) = (gp.min(gc), gp.max(gc));
+        self.parent[gone] = keep;
+        let moved = std::mem::take(&mut self.members[gone]);
+        self.members[keep].extend(moved);
+        self.members[keep].sort_unstable();
+        self.space[keep] = space;
+        self.span[keep] = (
+            self.span[gp].0.min(self.span[gc].0),
+            self.span[gp].1.max(self.span[gc].1),
+        );
+        true
+    }
+
+    /// The merged space, and the new levels of members that change level.
+    fn combine(&self, nodes: &[FNode], a: usize, b: usize) -> Option<(Space, Vec<(usize, Level)>)> {
+        use Space::*;
+        let (sa, sb) = (&self.space[a], &self.space[b]);
+        match (sa, sb) {
+            (Elementwise(x), Elementwise(y)) if x == y => Some((sa.clone(), vec![])),
+            (Elementwise(x), Row(full, axes)) | (Row(full, axes), Elementwise(x)) => {
+                let ew = if matches!(sa, Elementwise(_)) { a } else { b };
+                let (outer, keep) = row_shapes(full, axes);
+                let level = if x == full {
+                    Level::Full
+                } else if *x == outer || *x == keep {
+                    Level::Row
+                } else {
+                    return None;
+                };
+                if level == Level::Row
+                    && self.members[ew]
+                        .iter()
+                        .any(|&m| matches!(nodes[m].kind, FKind::Iota { .. }))
+                {
+                    return None;
+                }
+                let row = if ew == a { b } else { a };
+                Some((
+                    self.space[row].clone(),
+                    self.members[ew].iter().map(|&m| (m, level)).collect(),
+                ))
+            }
+            (Row(f1, a1), Row(f2, a2)) if f1 == f2 && a1 == a2 => Some((sa.clone(), vec![])),
+            (MatMul(x), Elementwise(y)) | (Elementwise(y), MatMul(x)) if x == y => {
+                let mm = if matches!(sa, MatMul(_)) { a } else { b };
+                Some((self.space[mm].clone(), vec![]))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether some path from group `from` reaches group `to` through another group.
+    fn reaches_around(&self, from: usize, to: usize) -> bool {
+        let limit = self.span[to].1;
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![from];
+        while let Some(g) = stack.pop() {
+            for &m in &self.members[g] {
+                for &(c, _) in &self.consumers[m] {
+                    let h = self.find_const(c);
+                    if h == g || h == from {
+                        continue;
+                    }
+                    if h == to {
+                        if g != from {
+                            return true;
+                        }
+                        continue;
+                    }
+                    if self.span[h].0 <= limit && seen.insert(h) {
+                        stack.push(h);
+                    }
+                }
+            }
+        }
+        false
+    }
+}
+
+/// Whether consumer `c` (at level `lc`) can read operand `o` (whose root is at level
+/// `lp`) inside one kernel of space `space`.
+fn edge_ok(space: &Space, nodes: &[FNode], o: &Operand, c: &FNode, lp: Level, lc: Level) -> bool {
+    match &c.kind {
+        FKind::MatMul | FKind::Single(_) => false,
+        FKind::Reduce { .. } => lp == Level::Full && o.layout.is_contiguous(&o.dims),
+        _ => match (lp, lc) {
+            (Level::Full, Level::Full) => o.layout.is_contiguous(&o.dims) && nodes[o.root].dims() == o.dims.as_slice(),
+            (Level::Row, Level::Row) => o.layout.is_contiguous(&o.dims),
+            (Level::Row, Level::Full) => {
+                let Space::Row(full, axes) = space else {
+                    return false;
+                };
+                if o.dims != *full || o.layout.offset != 0 {
+                    return false;
+                }
+                let (outer, _) = row_shapes(full, axes);
+                let cs = contiguous_strides(&outer);
+                let mut j = 0;
+                for k in 0..full.len() {
+                    if axes.contains(&k) {
+                        if full[k] != 1 && o.layout.strides[k] != 0 {
+                            return false;
+                        }
+                    } else {
+                        if full[k] != 1 && o.layout.strides[k] != cs[j] {
+                            return false;
+                        }
+                        j += 1;
+                    }
+                }
+                true
+            }
+            (Level::Full, Level::Row) => false,
+        },
+    }
+}

@@ -1,0 +1,34 @@
+//! Fusion: from an optimized graph to a [`Program`] of kernels.
+//!
+//! 1. `nodes`: views (reshape, transpose, slice, broadcast) are resolved into affine
+//!    layouts of the tensors they view, so they cost nothing; a non-affine reshape, a
+//!    matmul operand a GEMM cannot stride through, and an output that is a view get an
+//!    explicit copy.
+//! 2. `group`: kernel boundaries, chosen by merging producer-consumer groups whose
+//!    iteration spaces agree (see there). Elementwise trees become one kernel with as
+//!    many stores as values read outside it; a reduction takes its elementwise prologue,
+//!    further reductions over the same rows and its epilogue, so softmax, log-softmax,
+//!    layer norm and RMS norm each become one row kernel; a matmul takes the elementwise
+//!    ops on its output as its epilogue.
+//! 3. `emit`: one kernel per group in a topological order, with buffers for every value
+//!    read across a kernel boundary.
+
+mod emit;
+mod group;
+pub mod layout;
+mod nodes;
+
+use graphc_ir::{Graph, GraphError};
+
+use crate::kernel::Program;
+
+pub use nodes::gemm_readable;
+
+/// Fuse a verified graph into kernels.
+pub fn fuse(graph: &Graph) -> Result<Program, GraphError> {
+    graph.verify()?;
+    let nodes = nodes::Nodes::build(graph);
+    let mut groups = group::Groups::new(&nodes.nodes);
+    groups.fuse(&nodes.nodes);
+    Ok(emit::emit(graph, &nodes, &mut groups))
+}

@@ -1,0 +1,278 @@
+//! The fusion view of a graph: views resolved into layouts of their roots, so every
+//! operand of a compute node is `(root, affine layout)`; copies inserted where a layout
+//! is not affine, where a GEMM cannot read an operand, and for outputs that are views.
+
+use graphc_ir::{DType, Graph, NodeId, Op, ReduceOp, Tensor, TensorType};
+
+use super::layout::Layout;
+
+/// What a fusion node is.
+#[derive(Clone, Debug)]
+pub enum FKind {
+    /// A graph input, weight or (non-scalar) constant: memory, not computed.
+    Source,
+    /// A one-element constant: inlined into kernel bodies where it is read.
+    Scalar(Tensor),
+    /// Resolved away: consumers read its root through a layout.
+    View,
+    /// Unary, binary, select or cast.
+    Ew(Op),
+    Iota {
+        axis: usize,
+    },
+    /// Materializes its operand densely (same shape).
+    Copy,
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+    },
+    MatMul,
+    /// Not fused: one kernel of its own.
+    Single(Op),
+}
+
+/// An operand as read by its consumer: `root`'s dense memory through `layout`, giving a
+/// value of shape `dims`.
+#[derive(Clone, Debug)]
+pub struct Operand {
+    pub root: usize,
+    pub layout: Layout,
+    pub dims: Vec<usize>,
+    /// The view node that gave this layout (canonical number), if any.
+    pub via: Option<u32>,
+}
+
+#[derive(Clone, Debug)]
+pub struct FNode {
+    pub kind: FKind,
+    pub ty: TensorType,
+    pub operands: Vec<Operand>,
+    /// The IR node, when it is one (copies are not).
+    pub ir: Option<NodeId>,
+    /// Canonical number of the IR node, for reports.
+    pub canon: Option<u32>,
+    pub name: Option<String>,
+}
+
+impl FNode {
+    pub fn is_compute(&self) -> bool {
+        !matches!(self.kind, FKind::Source | FKind::Scalar(_) | FKind::View)
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        self.ty.shape.dims()
+    }
+}
+
+/// The fusion nodes of a graph, in a topological order, plus the output operands.
+pub struct Nodes {
+    pub nodes: Vec<FNode>,
+    pub outputs: Vec<(String, Operand)>,
+    /// For each IR node: its resolved operand form (root and layout of its value).
+    pub value_of: Vec<Option<Operand>>,
+}
+
+fn is_gemm_dtype(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+}
+
+/// Whether a GEMM library can read an operand through this access over `[batch.., r, c]`:
+/// one of the two matrix dims is unit-stride and the batch dims collapse into one
+/// uniform stride (or are all broadcast).
+pub fn gemm_readable(strides: &[i64], dims: &[usize]) -> bool {
+    let n = dims.len();
+    if n < 2 || strides.len() != n {
+        return false;
+    }
+    let (r, c) = (dims[n - 2], dims[n - 1]);
+    let (sr, sc) = (strides[n - 2], strides[n - 1]);
+    let row_major = (c == 1 || sc == 1) && (r == 1 || sr >= c as i64);
+    let col_major = (r == 1 || sr == 1) && (c == 1 || sc >= r as i64);
+    if !(row_major || col_major) {
+        return false;
+    }
+    let batch: Vec<(usize, i64)> = (0..n - 2)
+        .filter(|&i| dims[i] > 1)
+        .map(|i| (dims[i], strides[i]))
+        .collect();
+    if batch.iter().all(|&(_, s)| s == 0) {
+        return true;
+    }
+    if batch.iter().any(|&(_, s)| s <= 0) {
+        return false;
+    }
+    batch.windows(2).all(|w| w[0].1 == w[1].1 * w[1].0 as i64)
+}
+
+/// The access of a matmul operand of shape `dims` (through `layout`) over
+/// `[out_batch.., rows, cols]`, broadcasting missing or unit batch dims.
+pub fn matmul_operand_strides(layout: &Layout, dims: &[usize], out_batch: &[usize]) -> Vec<i64> {
+    let r = dims.len();
+    let nb = out_batch.len();
+    let lead = nb - (r - 2);
+    let mut s: Vec<i64> = (0..nb)
+        .map(|i| {
+            if i < lead || dims[i - lead] == 1 {
+                0
+            } else {
+                layout.strides[i - lead]
+            }
+        })
+        .collect();
+    s.push(layout.strides[r - 2]);
+    s.push(layout.strides[r - 1]);
+    s
+}
+
+impl Nodes {
+    pub fn build(graph: &Graph) -> Nodes {
+        let order = graph.canonical_order();
+        let mut canon = vec![None; graph.len()];
+        for (i, id) in order.iter().enumerate() {
+            canon[id.index()] = Some(i as u32);
+        }
+        let mut b = Nodes {
+            nodes: Vec::with_capacity(graph.len()),
+            outputs: Vec::new(),
+            value_of: vec![None; graph.len()],
+        };
+        for &id in &order {
+            let node = graph.node(id);
+            let operands: Vec<Operand> = node
+                .inputs
+                .iter()
+                .map(|i| b.value_of[i.index()].clone().expect("canonical order is topological"))
+                .collect();
+            let dims = node.ty.shape.dims().to_vec();
+            let mk = |kind: FKind, operands: Vec<Operand>| FNode {
+                kind,
+                ty: node.ty.clone(),
+                operands,
+                ir: Some(id),
+                canon: canon[id.index()],
+                name: node.name.clone(),
+            };
+            let value = match &node.op {
+                Op::Input { .. } | Op::Parameter { .. } => b.push(mk(FKind::Source, vec![])),
+                Op::Constant { value } if value.numel() == 1 => {
+                    let scalar = value
+                        .clone()
+                        .reshape(Vec::<usize>::new())
+                        .unwrap_or_else(|_| value.clone());
+                    b.push(mk(FKind::Scalar(scalar), vec![]))
+                }
+                Op::Constant { .. } => b.push(mk(FKind::Source, vec![])),
+                Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } | Op::Broadcast { .. } => {
+                    let src = &operands[0];
+                    let layout = match &node.op {
+                        Op::Transpose { perm } => Some(src.layout.transpose(perm)),
+                        Op::Slice { ranges } => Some(src.layout.slice(&src.dims, ranges)),
+                        Op::Broadcast { shape } => Some(src.layout.broadcast(&src.dims, shape.dims())),
+                        _ => src.layout.reshape(&src.dims, &dims),
+                    };
+                    let (root, layout) = match layout {
+                        Some(l) => (src.root, l),
+                        None => {
+                            // Not affine: materialize the operand, then reshape the copy.
+                            let copy = b.copy_of(src.clone(), node.ty.dtype);
+                            (copy, Layout::contiguous(&dims))
+                        }
+                    };
+                    b.nodes.push(mk(FKind::View, vec![]));
+                    b.value_of[id.index()] = Some(Operand {
+                        root,
+                        layout,
+                        dims: dims.clone(),
+                        via: canon[id.index()],
+                    });
+                    continue;
+                }
+                Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. } => {
+                    b.push(mk(FKind::Ew(node.op.clone()), operands))
+                }
+                Op::Iota { axis, .. } => b.push(mk(FKind::Iota { axis: *axis }, vec![])),
+                Op::Reduce { op, axes, .. } if !axes.is_empty() => b.push(mk(
+                    FKind::Reduce {
+                        op: *op,
+                        axes: axes.clone(),
+                    },
+                    operands,
+                )),
+                Op::MatMul if is_gemm_dtype(node.ty.dtype) => {
+                    let out_batch = &dims[..dims.len() - 2];
+                    let mut ops = Vec::new();
+                    for o in operands {
+                        let s = matmul_operand_strides(&o.layout, &o.dims, out_batch);
+                        let mut full = out_batch.to_vec();
+                        full.extend_from_slice(&o.dims[o.dims.len() - 2..]);
+                        let o = if b.is_scalar(o.root) || !gemm_readable(&s, &full) {
+                            let dt = b.nodes[o.root].ty.dtype;
+                            let d = o.dims.clone();
+                            Operand {
+                                root: b.copy_of(o, dt),
+                                layout: Layout::contiguous(&d),
+                                dims: d,
+                                via: None,
+                            }
+                        } else {
+                            o
+                        };
+                        ops.push(o);
+                    }
+                    b.push(mk(FKind::MatMul, ops))
+                }
+                op => b.push(mk(FKind::Single(op.clone()), operands)),
+            };
+            b.value_of[id.index()] = Some(Operand {
+                root: value,
+                layout: Layout::contiguous(&dims),
+                dims,
+                via: None,
+            });
+        }
+        for out in graph.outputs() {
+            let v = b.value_of[out.node.index()]
+                .clone()
+                .expect("outputs are in canonical order");
+            let root = &b.nodes[v.root];
+            let direct = root.is_compute() && root.dims() == v.dims.as_slice() && v.layout.is_contiguous(&v.dims);
+            let v = if direct {
+                v
+            } else {
+                let dt = graph.node(out.node).ty.dtype;
+                let d = v.dims.clone();
+                Operand {
+                    root: b.copy_of(v, dt),
+                    layout: Layout::contiguous(&d),
+                    dims: d,
+                    via: None,
+                }
+            };
+            b.outputs.push((out.name.clone(), v));
+        }
+        b
+    }
+
+    fn push(&mut self, n: FNode) -> usize {
+        self.nodes.push(n);
+        self.nodes.len() - 1
+    }
+
+    fn is_scalar(&self, i: usize) -> bool {
+        matches!(self.nodes[i].kind, FKind::Scalar(_))
+    }
+
+    /// A node copying `src` densely; reports name the view it materializes.
+    fn copy_of(&mut self, src: Operand, dtype: DType) -> usize {
+        let canon = src.via;
+        let ty = TensorType::new(dtype, src.dims.clone());
+        self.push(FNode {
+            kind: FKind::Copy,
+            ty,
+            operands: vec![src],
+            ir: None,
+            canon,
+            name: None,
+        })
+    }
+}
