@@ -97,29 +97,46 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         x
     };
 
-    // One strided slice per kernel offset, in row-major kernel order.
     let positions: usize = kernel.iter().product();
-    let mut cols = Vec::with_capacity(positions);
-    for p in 0..positions {
-        let mut rem = p;
-        let mut offset = vec![0usize; k];
-        for i in (0..k).rev() {
-            offset[i] = rem % kernel[i];
-            rem /= kernel[i];
-        }
-        let mut ranges = vec![SliceRange::full(); 2];
-        for i in 0..k {
-            let start = offset[i] as i64 * dilations[i];
-            ranges.push(SliceRange {
-                start,
-                end: start + strides[i] * (out_dims[i] as i64 - 1) + 1,
-                step: strides[i],
-            });
-        }
-        cols.push(xp.slice_ranges(ranges).reshape([batch, channels, 1, out_total]));
-    }
     let b = x.builder();
-    let cols = b.concat(&cols, 2).reshape([batch, channels * positions, out_total]);
+    let patchify = pads.iter().all(|&p| p == (0, 0))
+        && dilations.iter().all(|&d| d == 1)
+        && strides.iter().zip(kernel).all(|(&s, &kk)| s as usize == kk);
+    let cols = if patchify {
+        // Non-overlapping patches (ViT's patch embedding): one reshape-transpose-reshape
+        // instead of a slice per kernel offset. Trailing rows no patch covers are cut.
+        let mut ranges = vec![SliceRange::full(); 2];
+        ranges.extend((0..k).map(|i| SliceRange {
+            start: 0,
+            end: (out_dims[i] * kernel[i]) as i64,
+            step: 1,
+        }));
+        let trimmed = if (0..k).any(|i| out_dims[i] * kernel[i] != spatial[i]) {
+            x.slice_ranges(ranges)
+        } else {
+            x
+        };
+        let mut split = vec![batch, channels];
+        for i in 0..k {
+            split.extend([out_dims[i], kernel[i]]);
+        }
+        let mut perm = vec![0, 1];
+        perm.extend((0..k).map(|i| 3 + 2 * i));
+        perm.extend((0..k).map(|i| 2 + 2 * i));
+        trimmed
+            .reshape(split)
+            .transpose(&perm)
+            .reshape([batch, channels * positions, out_total])
+    } else {
+        im2col(
+            xp,
+            kernel,
+            &strides,
+            &dilations,
+            &out_dims,
+            [batch, channels, out_total],
+        )
+    };
 
     let (cg, mg) = (channels / group, out_channels / group);
     let mut ys = Vec::with_capacity(group);
@@ -193,4 +210,40 @@ fn gather_nd<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     flat_shape.extend_from_slice(&ds[bd + kk..]);
     let gathered = data.reshape(flat_shape).gather(flat, 0);
     Ok(vec![gathered])
+}
+
+/// Columns for a convolution as a matmul: one strided slice of the padded input per
+/// kernel offset, in row-major kernel order, as `[batch, channels * positions, out]`.
+fn im2col<'b>(
+    xp: Value<'b>,
+    kernel: &[usize],
+    strides: &[i64],
+    dilations: &[i64],
+    out_dims: &[usize],
+    [batch, channels, out_total]: [usize; 3],
+) -> Value<'b> {
+    let k = kernel.len();
+    let positions: usize = kernel.iter().product();
+    let mut cols = Vec::with_capacity(positions);
+    for p in 0..positions {
+        let mut rem = p;
+        let mut offset = vec![0usize; k];
+        for i in (0..k).rev() {
+            offset[i] = rem % kernel[i];
+            rem /= kernel[i];
+        }
+        let mut ranges = vec![SliceRange::full(); 2];
+        for i in 0..k {
+            let start = offset[i] as i64 * dilations[i];
+            ranges.push(SliceRange {
+                start,
+                end: start + strides[i] * (out_dims[i] as i64 - 1) + 1,
+                step: strides[i],
+            });
+        }
+        cols.push(xp.slice_ranges(ranges).reshape([batch, channels, 1, out_total]));
+    }
+    xp.builder()
+        .concat(&cols, 2)
+        .reshape([batch, channels * positions, out_total])
 }
