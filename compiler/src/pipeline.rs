@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use graphc_ir::{Graph, GraphError};
 
-use crate::fuse::fuse;
+use crate::fuse::{fuse_with_report, FuseReport};
 use crate::kernel::Program;
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
@@ -37,6 +37,8 @@ pub struct Compiled {
     pub passes: Vec<PassReport>,
     /// The optimizer's full report.
     pub optimize: OptimizeReport,
+    /// What fusion saved, by the cost model.
+    pub fusion: FuseReport,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,16 +96,15 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     check(&graph, "optimize", opts)?;
 
     let start = Instant::now();
-    let program = fuse(&graph).map_err(|error| CompileError::Pass { pass: "fuse", error })?;
+    let (program, fusion) = fuse_with_report(&graph).map_err(|error| CompileError::Pass { pass: "fuse", error })?;
     passes.push(PassReport {
         pass: "fuse",
         nodes_before: graph.len(),
         nodes_after: program.kernels.len(),
         time: start.elapsed(),
         notes: vec![format!(
-            "{} kernels, {} buffers",
-            program.kernels.len(),
-            program.buffers.len()
+            "{} kernels ({} unfused), {} bytes moved ({} unfused)",
+            fusion.kernels, fusion.unfused_kernels, fusion.bytes, fusion.unfused_bytes
         )],
     });
 
@@ -112,6 +113,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         program,
         passes,
         optimize: report,
+        fusion,
     })
 }
 

@@ -124,6 +124,14 @@ fn run(cli: Cli) -> Result<()> {
             );
             println!("# nodes: {} -> {}", graph.len(), compiled.graph.len());
             println!("# constants folded: {}", r.constants_folded);
+            let f = &compiled.fusion;
+            println!(
+                "# kernels: {} (unfused {}); global memory traffic: {} (unfused {})",
+                f.kernels,
+                f.unfused_kernels,
+                human_bytes(f.bytes),
+                human_bytes(f.unfused_bytes)
+            );
             println!(
                 "# weights: {} -> {} bytes{}",
                 r.weight_bytes_before,
@@ -246,4 +254,20 @@ fn summarize(t: &Tensor) -> String {
         head.join(", "),
         if v.len() > 4 { ", ..." } else { "" }
     )
+}
+
+/// `1536` -> `1.5 KiB`.
+fn human_bytes(b: usize) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
 }

@@ -106,16 +106,31 @@ impl Groups {
         x
     }
 
-    /// Merge greedily along every producer-consumer edge, in topological order.
+    /// Merge greedily along producer-consumer edges, the edge carrying the most bytes
+    /// first (a merge that makes a value internal saves writing and reading it, and a
+    /// launch); ties in topological order. Rounds repeat while merges happen, since a
+    /// merge can make another legal (an elementwise group joining a row group).
     pub fn fuse(&mut self, nodes: &[FNode]) {
-        for c in 0..nodes.len() {
-            if !nodes[c].is_compute() {
+        let mut edges: Vec<(usize, usize, usize)> = Vec::new();
+        for (c, node) in nodes.iter().enumerate() {
+            if !node.is_compute() {
                 continue;
             }
-            for o in &nodes[c].operands {
+            for o in &node.operands {
                 if nodes[o.root].is_compute() {
-                    self.try_merge(nodes, o.root, c);
+                    edges.push((nodes[o.root].ty.size_bytes(), o.root, c));
                 }
+            }
+        }
+        edges.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)).then(a.1.cmp(&b.1)));
+        edges.dedup();
+        for _round in 0..4 {
+            let mut merged = false;
+            for &(_, p, c) in &edges {
+                merged |= self.try_merge(nodes, p, c);
+            }
+            if !merged {
+                break;
             }
         }
     }

@@ -26,9 +26,33 @@ pub use nodes::gemm_readable;
 
 /// Fuse a verified graph into kernels.
 pub fn fuse(graph: &Graph) -> Result<Program, GraphError> {
+    Ok(fuse_with_report(graph)?.0)
+}
+
+/// The cost model's view of a fusion: launches and global-memory bytes, fused and not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FuseReport {
+    pub kernels: usize,
+    /// Bytes the kernels read and write ([`Program::traffic`]).
+    pub bytes: usize,
+    /// One kernel per compute op (views free), as an eager framework runs the graph.
+    pub unfused_kernels: usize,
+    pub unfused_bytes: usize,
+}
+
+/// Fuse, and say what fusion saved.
+pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), GraphError> {
     graph.verify()?;
     let nodes = nodes::Nodes::build(graph);
     let mut groups = group::Groups::new(&nodes.nodes);
     groups.fuse(&nodes.nodes);
-    Ok(emit::emit(graph, &nodes, &mut groups))
+    let program = emit::emit(graph, &nodes, &mut groups);
+    let (unfused_kernels, unfused_bytes) = nodes.unfused_cost();
+    let report = FuseReport {
+        kernels: program.kernels.len(),
+        bytes: program.traffic(),
+        unfused_kernels,
+        unfused_bytes,
+    };
+    Ok((program, report))
 }

@@ -253,6 +253,32 @@ impl Nodes {
         b
     }
 
+    /// Launches and bytes with one kernel per compute op: each reads the elements of
+    /// its operands it touches and writes its output.
+    pub fn unfused_cost(&self) -> (usize, usize) {
+        let mut kernels = 0;
+        let mut bytes = 0;
+        for n in self.nodes.iter().filter(|n| n.is_compute() && n.ir.is_some()) {
+            kernels += 1;
+            bytes += n.ty.size_bytes();
+            for o in &n.operands {
+                let root = &self.nodes[o.root];
+                if matches!(root.kind, FKind::Scalar(_)) {
+                    continue;
+                }
+                let touched: usize = o
+                    .dims
+                    .iter()
+                    .zip(&o.layout.strides)
+                    .filter(|(_, s)| **s != 0)
+                    .map(|(d, _)| *d)
+                    .product();
+                bytes += touched.min(root.ty.numel()) * root.ty.dtype.size_bytes();
+            }
+        }
+        (kernels, bytes)
+    }
+
     fn push(&mut self, n: FNode) -> usize {
         self.nodes.push(n);
         self.nodes.len() - 1

@@ -260,6 +260,17 @@ impl Kernel {
     }
 }
 
+/// Elements of a buffer an access over `dims` touches (dims it steps through).
+fn touched(access: &Access, dims: &[usize], buffer_numel: usize) -> usize {
+    let n: usize = dims
+        .iter()
+        .zip(&access.strides)
+        .filter(|(_, s)| **s != 0)
+        .map(|(d, _)| *d)
+        .product();
+    n.min(buffer_numel)
+}
+
 /// A fused program: buffers, kernels in a valid execution order, named outputs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Program {
@@ -274,6 +285,53 @@ pub struct Program {
 impl Program {
     pub fn buffer(&self, id: BufferId) -> &Buffer {
         &self.buffers[id.index()]
+    }
+
+    /// Bytes kernel `k` reads and writes in global memory (each buffer element a load
+    /// touches counted once per access; broadcast dims not counted).
+    pub fn kernel_traffic(&self, k: usize) -> (usize, usize) {
+        let kernel = &self.kernels[k];
+        let size = |a: &Access| self.buffer(a.buffer).ty.dtype.size_bytes();
+        let numel = |a: &Access| self.buffer(a.buffer).ty.numel();
+        let mut reads: Vec<(&Access, Vec<usize>)> = Vec::new();
+        match &kernel.kind {
+            KernelKind::Elementwise { space, inputs, .. } => reads.extend(inputs.iter().map(|a| (a, space.clone()))),
+            KernelKind::Row {
+                outer, inner, inputs, ..
+            } => {
+                let full: Vec<usize> = outer.iter().chain(inner).copied().collect();
+                reads.extend(inputs.iter().map(|a| (a, full.clone())));
+            }
+            KernelKind::MatMul {
+                batch,
+                m,
+                n,
+                k,
+                a,
+                b,
+                inputs,
+                ..
+            } => {
+                let dims = |x: usize, y: usize| batch.iter().copied().chain([x, y]).collect::<Vec<usize>>();
+                reads.push((a, dims(*m, *k)));
+                reads.push((b, dims(*k, *n)));
+                reads.extend(inputs.iter().map(|x| (x, dims(*m, *n))));
+            }
+            KernelKind::Op { inputs, .. } => reads.extend(inputs.iter().map(|(a, t)| (a, t.shape.dims().to_vec()))),
+        }
+        let read = reads.iter().map(|(a, d)| touched(a, d, numel(a)) * size(a)).sum();
+        let written = kernel.writes().iter().map(|b| self.buffer(*b).ty.size_bytes()).sum();
+        (read, written)
+    }
+
+    /// Bytes all kernels read and write in global memory.
+    pub fn traffic(&self) -> usize {
+        (0..self.kernels.len())
+            .map(|k| {
+                let (r, w) = self.kernel_traffic(k);
+                r + w
+            })
+            .sum()
     }
 
     pub fn add_buffer(&mut self, ty: TensorType, kind: BufferKind, name: Option<String>) -> BufferId {
