@@ -266,16 +266,15 @@ fn edge_ok(space: &Space, nodes: &[FNode], o: &Operand, c: &FNode, lp: Level, lc
                 let (outer, _) = row_shapes(full, axes);
                 let cs = contiguous_strides(&outer);
                 let mut j = 0;
-                for k in 0..full.len() {
-                    if axes.contains(&k) {
-                        if full[k] != 1 && o.layout.strides[k] != 0 {
-                            return false;
-                        }
+                for (k, (&d, &s)) in full.iter().zip(&o.layout.strides).enumerate() {
+                    let want = if axes.contains(&k) {
+                        0
                     } else {
-                        if full[k] != 1 && o.layout.strides[k] != cs[j] {
-                            return false;
-                        }
                         j += 1;
+                        cs[j - 1]
+                    };
+                    if d != 1 && s != want {
+                        return false;
                     }
                 }
                 true
