@@ -636,3 +636,48 @@ fn large_row_and_strided_elementwise() {
     let g = b.finish().unwrap();
     check_bitwise(&p, &g, &ins);
 }
+
+/// A row kernel reducing over two inner dims, with an index expression: `w = x * j`
+/// (j the index along the last axis), `y = w - sum(w)` per [3, 4] block, and the block
+/// sums through a row store.
+#[test]
+fn row_two_inner_dims_with_index() {
+    let dims = [2usize, 3, 4];
+    let gb = GraphBuilder::new();
+    let x = gb.input("x", DType::F32, dims);
+    let j = gb.iota(DType::I64, dims, 2).cast(DType::F32);
+    let w = x * j;
+    let s = w.sum(&[1, 2], true);
+    gb.output("y", w - s);
+    gb.output("s", s.reshape([2usize]));
+    let g = gb.finish().unwrap();
+
+    let mut p = Program::default();
+    let bx = input(&mut p, "x", DType::F32, &dims);
+    let oy = temp(&mut p, DType::F32, &dims);
+    let os = temp(&mut p, DType::F32, &[2]);
+    let mut body = Body::default();
+    let x = body.push(Expr::Load(0), DType::F32);
+    let j = body.push(Expr::Index(2), DType::I64);
+    let jf = body.push(Expr::Cast(j), DType::F32);
+    let w = body.push(Expr::Binary(BinaryOp::Mul, x, jf), DType::F32);
+    let s = body.push(Expr::Stage(0), DType::F32);
+    let y = body.push(Expr::Binary(BinaryOp::Sub, w, s), DType::F32);
+    p.kernels.push(kernel(
+        "block_sum",
+        KernelKind::Row {
+            outer: vec![2],
+            inner: vec![3, 4],
+            inputs: vec![contig(bx, &dims)],
+            body,
+            stages: vec![Stage {
+                op: ReduceOp::Sum,
+                value: w,
+            }],
+            row_stores: vec![store(s, contig(os, &[2]))],
+            stores: vec![store(y, contig(oy, &dims))],
+        },
+    ));
+    p.outputs = vec![("y".into(), oy), ("s".into(), os)];
+    check_bitwise(&p, &g, &inputs_of(vec![("x", rand(DType::F32, &dims, 61))]));
+}

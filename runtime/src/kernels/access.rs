@@ -41,11 +41,12 @@ fn reach(acc: &Access, space: &[usize]) -> (i128, i128) {
     let mut lo = acc.offset as i128;
     let mut hi = acc.offset as i128;
     for (&d, &s) in space.iter().zip(&acc.strides) {
-        let span = (d as i128 - 1) * s as i128;
+        // Saturating: i128 holds any one span of realistic sizes, not every sum of them.
+        let span = (d as i128 - 1).saturating_mul(s as i128);
         if span < 0 {
-            lo += span;
+            lo = lo.saturating_add(span);
         } else {
-            hi += span;
+            hi = hi.saturating_add(span);
         }
     }
     (lo, hi)
