@@ -5,6 +5,7 @@
 //! stages implement the same [`Executor`] trait.
 
 pub mod cpu;
+pub mod kernels;
 
 use std::collections::HashMap;
 

@@ -1,0 +1,232 @@
+//! Affine accesses: checking them against their buffers, gathering a dense tensor over
+//! an iteration space, and scattering one into a whole buffer.
+
+use graphc_compiler::kernel::{contiguous_strides, strides_equal, Access, Buffer};
+use graphc_ir::{map_data, Tensor, TensorType};
+
+/// Element count of `dims`, or an error when it overflows.
+pub(crate) fn numel(dims: &[usize]) -> Result<usize, String> {
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| format!("space {dims:?} has too many elements"))
+}
+
+/// Check that `acc` is an access of rank `space.len()` whose every reached element lies
+/// inside buffer `buf` (declared as `buf`). `what` names the access in messages.
+pub(crate) fn check_read(acc: &Access, space: &[usize], buf: &Buffer, what: &str) -> Result<(), String> {
+    if acc.strides.len() != space.len() {
+        return Err(format!(
+            "{what}: access of b{} has {} strides for a space of rank {}",
+            acc.buffer.0,
+            acc.strides.len(),
+            space.len()
+        ));
+    }
+    if numel(space)? == 0 {
+        return Ok(());
+    }
+    let (lo, hi) = reach(acc, space);
+    let n = buf.ty.numel() as i128;
+    if lo < 0 || hi >= n {
+        return Err(format!(
+            "{what}: access of b{} reaches elements {lo}..={hi}, out of bounds of its {n} elements",
+            acc.buffer.0
+        ));
+    }
+    Ok(())
+}
+
+/// The least and greatest element offset an access reaches over a non-empty space.
+fn reach(acc: &Access, space: &[usize]) -> (i128, i128) {
+    let mut lo = acc.offset as i128;
+    let mut hi = acc.offset as i128;
+    for (&d, &s) in space.iter().zip(&acc.strides) {
+        // Saturating: i128 holds any one span of realistic sizes, not every sum of them.
+        let span = (d as i128 - 1).saturating_mul(s as i128);
+        if span < 0 {
+            lo = lo.saturating_add(span);
+        } else {
+            hi = hi.saturating_add(span);
+        }
+    }
+    (lo, hi)
+}
+
+/// Check that store access `acc` over `space` writes every element of `buf` exactly
+/// once: the space has the buffer's element count and the strides (ignoring extent-1
+/// dims, in any order and sign) are the contiguous strides of some ordering of the dims,
+/// starting at element 0.
+pub(crate) fn check_store(acc: &Access, space: &[usize], buf: &Buffer, what: &str) -> Result<(), String> {
+    if acc.strides.len() != space.len() {
+        return Err(format!(
+            "{what}: access of b{} has {} strides for a space of rank {}",
+            acc.buffer.0,
+            acc.strides.len(),
+            space.len()
+        ));
+    }
+    let n = numel(space)?;
+    if n != buf.ty.numel() {
+        return Err(format!(
+            "{what}: stores {n} elements into b{}, which has {} ({})",
+            acc.buffer.0,
+            buf.ty.numel(),
+            buf.ty
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let mut dims: Vec<(u64, usize)> = space
+        .iter()
+        .zip(&acc.strides)
+        .filter(|(&d, _)| d != 1)
+        .map(|(&d, &s)| (s.unsigned_abs(), d))
+        .collect();
+    dims.sort_unstable();
+    let mut expect: u128 = 1;
+    let mut ok = true;
+    for &(s, d) in &dims {
+        if s as u128 != expect {
+            ok = false;
+            break;
+        }
+        expect *= d as u128;
+    }
+    if !ok || reach(acc, space).0 != 0 {
+        return Err(format!(
+            "{what}: access of b{} (offset {}, strides {:?} over {:?}) does not write every element exactly once",
+            acc.buffer.0, acc.offset, acc.strides, space
+        ));
+    }
+    Ok(())
+}
+
+/// Drop extent-1 dims and merge dims that step contiguously into each other, so the
+/// innermost row is as long as possible. Returns (dims, strides); empty for one element.
+fn coalesce(space: &[usize], strides: &[i64]) -> (Vec<usize>, Vec<i64>) {
+    let mut dims: Vec<usize> = Vec::with_capacity(space.len());
+    let mut st: Vec<i64> = Vec::with_capacity(space.len());
+    for (&d, &s) in space.iter().zip(strides) {
+        if d == 1 {
+            continue;
+        }
+        if let (Some(&pd), Some(&ps)) = (dims.last(), st.last()) {
+            if ps == s.wrapping_mul(d as i64) {
+                let last = dims.len() - 1;
+                dims[last] = pd * d;
+                st[last] = s;
+                continue;
+            }
+        }
+        dims.push(d);
+        st.push(s);
+    }
+    (dims, st)
+}
+
+/// Call `f(base, len, stride)` for each innermost row of the walk of `space` from
+/// `offset` with `strides`, in row-major order. Nothing for an empty space.
+fn walk_rows(space: &[usize], strides: &[i64], offset: i64, mut f: impl FnMut(i64, usize, i64)) {
+    if space.contains(&0) {
+        return;
+    }
+    let (dims, st) = coalesce(space, strides);
+    let rank = dims.len();
+    if rank == 0 {
+        f(offset, 1, 0);
+        return;
+    }
+    let (last_d, last_s) = (dims[rank - 1], st[rank - 1]);
+    let mut coord = vec![0usize; rank];
+    let mut base = offset;
+    loop {
+        f(base, last_d, last_s);
+        let mut k = rank - 1;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            coord[k] += 1;
+            base = base.wrapping_add(st[k]);
+            if coord[k] < dims[k] {
+                break;
+            }
+            base = base.wrapping_sub(st[k].wrapping_mul(dims[k] as i64));
+            coord[k] = 0;
+        }
+    }
+}
+
+fn gather_vec<T: Copy>(v: &[T], space: &[usize], strides: &[i64], offset: i64, n: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(n);
+    walk_rows(space, strides, offset, |base, len, s| {
+        let b = base as usize;
+        match s {
+            1 => out.extend_from_slice(&v[b..b + len]),
+            0 => out.resize(out.len() + len, v[b]),
+            _ => out.extend((0..len as i64).map(|j| v[(base + j * s) as usize])),
+        }
+    });
+    out
+}
+
+/// The dense tensor of shape `space` whose element `i` is element
+/// `offset + sum_k i_k * strides[k]` of `t`. The access must have been checked
+/// ([`check_read`]) against `t`'s element count.
+pub(crate) fn gather_strided(t: &Tensor, offset: i64, strides: &[i64], space: &[usize]) -> Result<Tensor, String> {
+    let n = numel(space)?;
+    let contiguous = strides_equal(strides, &contiguous_strides(space), space);
+    let data = if n == 0 {
+        map_data!(t.data(), _v => Vec::new())
+    } else if contiguous && offset == 0 && n == t.numel() {
+        t.data().clone()
+    } else if contiguous {
+        let start = offset as usize;
+        map_data!(t.data(), v => v[start..start + n].to_vec())
+    } else {
+        map_data!(t.data(), v => gather_vec(v, space, strides, offset, n))
+    };
+    Tensor::new(space.to_vec(), data).map_err(|e| format!("internal error: {e}"))
+}
+
+/// [`gather_strided`] through an access.
+pub(crate) fn gather(t: &Tensor, acc: &Access, space: &[usize]) -> Result<Tensor, String> {
+    gather_strided(t, acc.offset, &acc.strides, space)
+}
+
+fn scatter_vec<T: Copy>(v: &[T], space: &[usize], strides: &[i64], offset: i64) -> Vec<T> {
+    let Some(&first) = v.first() else {
+        return Vec::new();
+    };
+    let mut out = vec![first; v.len()];
+    let mut i = 0usize;
+    walk_rows(space, strides, offset, |base, len, s| {
+        if s == 1 {
+            let b = base as usize;
+            out[b..b + len].copy_from_slice(&v[i..i + len]);
+        } else {
+            for j in 0..len as i64 {
+                out[(base + j * s) as usize] = v[i + j as usize];
+            }
+        }
+        i += len;
+    });
+    out
+}
+
+/// The buffer of type `ty` written by storing `value` (a dense tensor over the store's
+/// space) through `acc`. The store must have been checked ([`check_store`]).
+pub(crate) fn scatter(value: Tensor, acc: &Access, ty: &TensorType) -> Result<Tensor, String> {
+    let space = value.shape().dims().to_vec();
+    if value.dtype() != ty.dtype {
+        return Err(format!("stores {} into a buffer of {}", value.dtype(), ty.dtype));
+    }
+    let data = if acc.is_contiguous(&space) {
+        value.into_data()
+    } else {
+        map_data!(value.data(), v => scatter_vec(v, &space, &acc.strides, acc.offset))
+    };
+    Tensor::new(ty.shape.clone(), data).map_err(|e| format!("internal error: {e}"))
+}

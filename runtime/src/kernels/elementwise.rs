@@ -1,0 +1,41 @@
+//! Elementwise kernels: the body over `space`, then each store.
+
+use graphc_compiler::kernel::{Access, Body, BufferId, Expr, Store};
+use graphc_ir::{DType, Tensor};
+
+use super::body::{self, Extra, Leaves};
+use super::Ctx;
+
+struct Loads<'c, 'p, 'r> {
+    ctx: &'c Ctx<'p, 'r>,
+    inputs: &'c [Access],
+    space: &'c [usize],
+}
+
+impl Leaves for Loads<'_, '_, '_> {
+    fn load(&mut self, n: u32) -> Result<Tensor, String> {
+        body::load(self.ctx, self.inputs, n, self.space)
+    }
+
+    fn special(&mut self, _: &Expr, _: DType, _: &[Option<Tensor>]) -> Result<Tensor, String> {
+        Err("internal error: not an elementwise expression".into())
+    }
+}
+
+pub(super) fn run(
+    ctx: &Ctx,
+    space: &[usize],
+    inputs: &[Access],
+    body: &Body,
+    stores: &[Store],
+) -> Result<Vec<(BufferId, Tensor)>, String> {
+    let dtypes = body::check_inputs(ctx, inputs, space)?;
+    body::validate(body, space, &dtypes, &Extra::None)?;
+    body::check_stores(ctx, body, stores, space, "store", &mut Vec::new())?;
+
+    let roots: Vec<u32> = stores.iter().map(|s| s.value).collect();
+    let mut values = body::evaluate(body, space, &roots, &[], &mut Loads { ctx, inputs, space })?;
+    let mut out = Vec::with_capacity(stores.len());
+    body::write_stores(ctx, stores, &mut values, &mut out)?;
+    Ok(out)
+}

@@ -1,0 +1,117 @@
+//! Matmul kernels: `[batch.., m, k] x [batch.., k, n]` through the interpreter's matmul,
+//! then the epilogue body over `batch ++ [m, n]`.
+
+use graphc_compiler::kernel::{Access, Body, BufferId, Expr, Store};
+use graphc_ir::interp::eval_op;
+use graphc_ir::{infer_type, DType, Op, Tensor, TensorType};
+
+use super::access::{check_read, gather_strided};
+use super::body::{self, Extra, Leaves};
+use super::Ctx;
+
+pub(super) struct MatMulKernel<'a> {
+    pub batch: &'a [usize],
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: &'a Access,
+    pub b: &'a Access,
+    pub inputs: &'a [Access],
+    pub body: &'a Body,
+    pub stores: &'a [Store],
+}
+
+struct MatMulLeaves<'c, 'p, 'r> {
+    ctx: &'c Ctx<'p, 'r>,
+    mm: &'c MatMulKernel<'c>,
+    space: &'c [usize],
+    /// The product, kept when the body uses it more than once.
+    product: Option<Tensor>,
+    keep: bool,
+}
+
+/// Gather a matmul operand; batch dims in `shrink` (which it broadcasts, stride 0) stay
+/// of extent 1, which the matmul broadcasts back: the same products without copying.
+fn operand(t: &Tensor, acc: &Access, dims: &[usize], shrink: &[bool]) -> Result<Tensor, String> {
+    let dims: Vec<usize> = dims
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if shrink.get(i).copied().unwrap_or(false) { 1 } else { d })
+        .collect();
+    gather_strided(t, acc.offset, &acc.strides, &dims)
+}
+
+impl MatMulLeaves<'_, '_, '_> {
+    fn compute(&self, dtype: DType) -> Result<Tensor, String> {
+        let mm = self.mm;
+        let nb = mm.batch.len();
+        let mut a_dims = mm.batch.to_vec();
+        a_dims.extend([mm.m, mm.k]);
+        let mut b_dims = mm.batch.to_vec();
+        b_dims.extend([mm.k, mm.n]);
+        // A batch dim both operands broadcast stays full in `a`, so the product keeps it.
+        let zero = |acc: &Access, i: usize| acc.strides.get(i) == Some(&0);
+        let shrink_a: Vec<bool> = (0..nb).map(|i| zero(mm.a, i) && !zero(mm.b, i)).collect();
+        let shrink_b: Vec<bool> = (0..nb).map(|i| zero(mm.b, i)).collect();
+        let a = operand(self.ctx.value(mm.a.buffer)?, mm.a, &a_dims, &shrink_a)?;
+        let b = operand(self.ctx.value(mm.b.buffer)?, mm.b, &b_dims, &shrink_b)?;
+        eval_op(&Op::MatMul, &[&a, &b], &TensorType::new(dtype, self.space.to_vec()))
+            .map_err(|m| format!("matmul: {m}"))
+    }
+}
+
+impl Leaves for MatMulLeaves<'_, '_, '_> {
+    fn load(&mut self, n: u32) -> Result<Tensor, String> {
+        body::load(self.ctx, self.mm.inputs, n, self.space)
+    }
+
+    fn special(&mut self, e: &Expr, dtype: DType, _: &[Option<Tensor>]) -> Result<Tensor, String> {
+        if !matches!(e, Expr::Acc) {
+            return Err("internal error: not a matmul-kernel expression".into());
+        }
+        if let Some(p) = &self.product {
+            return Ok(p.clone());
+        }
+        let p = self.compute(dtype)?;
+        if self.keep {
+            self.product = Some(p.clone());
+        }
+        Ok(p)
+    }
+}
+
+pub(super) fn run(ctx: &Ctx, mm: &MatMulKernel) -> Result<Vec<(BufferId, Tensor)>, String> {
+    let mut space = mm.batch.to_vec();
+    space.extend([mm.m, mm.n]);
+    let mut a_dims = mm.batch.to_vec();
+    a_dims.extend([mm.m, mm.k]);
+    let mut b_dims = mm.batch.to_vec();
+    b_dims.extend([mm.k, mm.n]);
+    let a_buf = ctx.buffer(mm.a.buffer)?;
+    let b_buf = ctx.buffer(mm.b.buffer)?;
+    check_read(mm.a, &a_dims, a_buf, "operand a")?;
+    check_read(mm.b, &b_dims, b_buf, "operand b")?;
+    ctx.value(mm.a.buffer)?;
+    ctx.value(mm.b.buffer)?;
+    let a_ty = TensorType::new(a_buf.ty.dtype, a_dims);
+    let b_ty = TensorType::new(b_buf.ty.dtype, b_dims);
+    let acc = infer_type(&Op::MatMul, &[&a_ty, &b_ty]).map_err(|m| format!("matmul: {m}"))?;
+
+    let dtypes = body::check_inputs(ctx, mm.inputs, &space)?;
+    body::validate(mm.body, &space, &dtypes, &Extra::Acc(acc.dtype))?;
+    body::check_stores(ctx, mm.body, mm.stores, &space, "store", &mut Vec::new())?;
+
+    let roots: Vec<u32> = mm.stores.iter().map(|s| s.value).collect();
+    let uses = mm.body.exprs.iter().filter(|(e, _)| matches!(e, Expr::Acc)).count();
+    let mut leaves = MatMulLeaves {
+        ctx,
+        mm,
+        space: &space,
+        product: None,
+        keep: uses > 1,
+    };
+    let mut values = body::evaluate(mm.body, &space, &roots, &[], &mut leaves)?;
+    let mut out = Vec::with_capacity(mm.stores.len());
+    body::write_stores(ctx, mm.stores, &mut values, &mut out)?;
+    Ok(out)
+}
