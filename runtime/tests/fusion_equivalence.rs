@@ -58,6 +58,9 @@ fn fused_random_graphs_match_the_interpreter() {
     let mut kernels = 0;
     for seed in 0..GRAPHS {
         let g = with_weights(random_graph::random_graph(seed), seed);
+        if std::env::var("FUSION_DEBUG").is_ok() {
+            eprintln!("seed {seed}");
+        }
         let program = fuse(&g).unwrap_or_else(|e| panic!("graph {seed}: fuse failed: {e}"));
         kernels += program.kernels.len();
         let ins = inputs(&g, seed);

@@ -136,7 +136,20 @@ impl Nodes {
             outputs: Vec::new(),
             value_of: vec![None; graph.len()],
         };
-        for &id in &order {
+        // Only what an output reaches is computed (inputs are always bound).
+        let mut live = vec![false; graph.len()];
+        let mut stack: Vec<NodeId> = graph
+            .outputs()
+            .iter()
+            .map(|o| o.node)
+            .chain(graph.inputs().iter().copied())
+            .collect();
+        while let Some(id) = stack.pop() {
+            if !std::mem::replace(&mut live[id.index()], true) {
+                stack.extend(graph.node(id).inputs.iter().copied());
+            }
+        }
+        for &id in order.iter().filter(|id| live[id.index()]) {
             let node = graph.node(id);
             let operands: Vec<Operand> = node
                 .inputs
@@ -191,13 +204,14 @@ impl Nodes {
                     b.push(mk(FKind::Ew(node.op.clone()), operands))
                 }
                 Op::Iota { axis, .. } => b.push(mk(FKind::Iota { axis: *axis }, vec![])),
-                Op::Reduce { op, axes, .. } if !axes.is_empty() => b.push(mk(
-                    FKind::Reduce {
-                        op: *op,
-                        axes: axes.clone(),
-                    },
-                    operands,
-                )),
+                Op::Reduce { op, axes, .. } if !axes.is_empty() && axes.iter().all(|&a| operands[0].dims[a] > 0) => b
+                    .push(mk(
+                        FKind::Reduce {
+                            op: *op,
+                            axes: axes.clone(),
+                        },
+                        operands,
+                    )),
                 Op::MatMul if is_gemm_dtype(node.ty.dtype) => {
                     let out_batch = &dims[..dims.len() - 2];
                     let mut ops = Vec::new();
