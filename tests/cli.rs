@@ -232,6 +232,9 @@ fn opt_prints_the_optimized_graph_and_a_summary() {
         "# weights: ",
         "# e-graph: ",
         "# rules fired: ",
+        "# kernels: ",
+        "  # k0 ",
+        "# program: ",
     ] {
         assert!(text.contains(line), "missing `{line}` in:\n{text}");
     }

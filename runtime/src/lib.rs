@@ -1,8 +1,8 @@
 //! # graphc-runtime: executing compiled models
 //!
-//! Today one executor: [`cpu::CpuExecutor`], which runs a compiled graph through the
-//! reference interpreter. The planned-arena CPU executor and the CUDA executor of later
-//! stages implement the same [`Executor`] trait.
+//! Today one executor: [`cpu::CpuExecutor`], which runs a compiled model's fused kernels
+//! ([`kernels`]: the kernel IR executed column-at-a-time with the interpreter's op
+//! functions). The CUDA executor of a later stage implements the same [`Executor`] trait.
 
 pub mod cpu;
 pub mod kernels;
@@ -21,4 +21,6 @@ pub trait Executor {
 pub enum RunError {
     #[error("{0}")]
     Interp(#[from] InterpError),
+    #[error("{0}")]
+    Kernel(#[from] kernels::KernelError),
 }

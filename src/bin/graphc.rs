@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use graphc::ir::{self, Graph, Tensor};
+use graphc_compiler::kernel;
 
 #[derive(Parser)]
 #[command(name = "graphc", version, about = "A tensor computation-graph compiler")]
@@ -114,8 +115,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::Opt { model, dims } => {
             let graph = graphc::load_model(&model, &dims)?;
             let compiled = graphc::compile(&graph)?;
-            print!("{}", ir::print(&compiled.graph));
-            print!("{}", graphc_compiler::kernel::print_program(&compiled.program));
+            let program = &compiled.program;
+            print!("{}", kernel::annotate_ir(&ir::print(&compiled.graph), program));
+            for line in kernel::print_program(program).lines() {
+                println!("# {line}");
+            }
             let r = &compiled.optimize;
             println!(
                 "# optimized {} in {:.2} ms",

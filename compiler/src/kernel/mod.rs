@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use graphc_ir::{BinaryOp, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp};
 
-pub use print::print_program;
+pub use print::{annotate_ir, print_program};
 
 /// Index of a buffer in [`Program::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -132,3 +132,40 @@ fn print_stores(s: &mut String, what: &str, stores: &[Store]) {
         let _ = writeln!(s, "    {what} e{} -> {}", st.value, access(&st.access));
     }
 }
+
+/// The printed IR of a graph (`graphc_ir::print`) with each node line annotated by the
+/// kernel that computes it (`# k3 row_max_sum`), or `# view` for views folded into
+/// their consumers' indexing. The result still parses as IR (annotations are comments).
+pub fn annotate_ir(ir_text: &str, p: &Program) -> String {
+    let mut kernel_of = std::collections::HashMap::new();
+    for (i, k) in p.kernels.iter().enumerate() {
+        for &n in &k.nodes {
+            kernel_of.entry(n).or_insert_with(|| format!("k{i} {}", k.kind_name()));
+        }
+    }
+    let mut out = String::with_capacity(ir_text.len() * 2);
+    for line in ir_text.lines() {
+        out.push_str(line);
+        let t = line.trim_start();
+        let number = t
+            .strip_prefix('%')
+            .and_then(|r| r.split_once(' '))
+            .filter(|(_, rest)| rest.starts_with("= "))
+            .and_then(|(n, _)| n.parse::<u32>().ok());
+        if let Some(n) = number {
+            let is_source = ["input", "param", "constant"].iter().any(|w| {
+                t.split_once("= ")
+                    .is_some_and(|(_, rhs)| rhs.starts_with(w) && !rhs.starts_with("constant_"))
+            });
+            match kernel_of.get(&n) {
+                Some(k) => {
+                    let _ = write!(out, "  # {k}");
+                }
+                None if !is_source => out.push_str("  # view"),
+                None => {}
+            }
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -69,9 +69,11 @@ impl Leaves for RowLeaves<'_, '_, '_> {
 pub(super) fn run(ctx: &Ctx, k: &RowKernel) -> Result<Vec<(BufferId, Tensor)>, String> {
     let r = k.outer.len();
     if !k.row_stores.is_empty() && k.inner.contains(&0) && !k.outer.contains(&0) {
-        return Err("row stores of empty rows: the inner dims hold no element (fusion makes a reduction \
+        return Err(
+            "row stores of empty rows: the inner dims hold no element (fusion makes a reduction \
                     over no elements a kernel of its own)"
-            .to_string());
+                .to_string(),
+        );
     }
     let space: Vec<usize> = k.outer.iter().chain(k.inner).copied().collect();
     let dtypes = body::check_inputs(ctx, k.inputs, &space)?;

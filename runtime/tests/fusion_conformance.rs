@@ -1,6 +1,7 @@
-//! Every ONNX backend node-test model that imports: the optimized graph computes what
-//! the imported graph computes, on the suite's own inputs (bitwise, NaN equal to NaN,
-//! and the sign of zero ignored, which `x + 0 -> x` does not keep).
+//! Every ONNX backend node-test model that imports: optimized and fused into kernels,
+//! run by the kernel executor, it computes what the interpreter computes for the
+//! imported graph, on the suite's own inputs (bitwise, NaN equal to NaN, and the sign of
+//! zero ignored, which `x + 0 -> x` does not keep).
 //!
 //! Reads the suite materialized by `scripts/onnx_node_tests.py` (see
 //! `ir/tests/onnx_conformance.rs`); skips without it unless GRAPHC_REQUIRE_ONNX_TESTS.
@@ -8,11 +9,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use graphc_compiler::fuse::fuse;
 use graphc_compiler::optimize::optimize;
 use graphc_ir::onnx::proto::{self, ModelProto, TensorProto};
 use graphc_ir::onnx::tensor::tensor_from_proto;
 use graphc_ir::onnx::{import_model, ImportOptions};
 use graphc_ir::{interpret, Tensor};
+use graphc_runtime::kernels::run_program;
 
 fn suite_dir() -> PathBuf {
     match std::env::var_os("GRAPHC_ONNX_NODE_TESTS") {
@@ -36,7 +39,7 @@ fn same(a: &Tensor, b: &Tensor) -> bool {
 }
 
 #[test]
-fn optimized_conformance_models_compute_the_same() {
+fn fused_conformance_models_compute_the_same() {
     let dir = suite_dir();
     let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
         assert!(
@@ -47,7 +50,7 @@ fn optimized_conformance_models_compute_the_same() {
         println!("skipped: no ONNX node tests at {}", dir.display());
         return;
     };
-    let (mut checked, mut changed) = (0, 0);
+    let (mut checked, mut changed, mut kernels) = (0, 0, 0);
     let mut mismatches = Vec::new();
     for line in index.lines() {
         let case = line.split('\t').next().unwrap_or_default();
@@ -72,8 +75,11 @@ fn optimized_conformance_models_compute_the_same() {
             inputs.insert(graph.input_name(id).unwrap_or_default().to_string(), t);
         }
         let Ok(want) = interpret(&graph, &inputs) else { continue };
-        let got = interpret(&opt, &inputs).unwrap_or_else(|e| panic!("{case}: optimized graph fails: {e}"));
+        let program = fuse(&opt).unwrap_or_else(|e| panic!("{case}: fuse: {e}"));
+        let got = run_program(&program, opt.weights(), &inputs)
+            .unwrap_or_else(|e| panic!("{case}: fused program fails: {e}"));
         checked += 1;
+        kernels += program.kernels.len();
         if opt.len() < graph.len() {
             changed += 1;
         }
@@ -81,7 +87,7 @@ fn optimized_conformance_models_compute_the_same() {
             mismatches.push(case.to_string());
         }
     }
-    println!("{checked} imported models checked, {changed} made smaller by the optimizer");
+    println!("{checked} imported models checked ({kernels} kernels), {changed} made smaller by the optimizer");
     assert!(checked > 500, "only {checked} models checked");
     assert!(mismatches.is_empty(), "optimized outputs differ: {mismatches:?}");
 }
