@@ -91,7 +91,7 @@ fn fused_random_graphs_match_the_interpreter() {
 fn views_rows_and_epilogues_match() {
     use graphc_ir::nn;
     use graphc_ir::{DType, GraphBuilder, SliceRange, UnaryOp};
-    let mut b = GraphBuilder::new();
+    let b = GraphBuilder::new();
     let x = b.input("x", DType::F32, [2, 6, 5]);
     let w = b.input("w", DType::F32, [5, 4]);
     let t = x.transpose(&[0, 2, 1]); // [2,5,6]
