@@ -1,6 +1,6 @@
 //! Real models exported from PyTorch (transformers, torch.onnx.export with the dynamo
-//! exporter; see scripts/export_models.py): import, run through the reference
-//! interpreter and compare with PyTorch's outputs.
+//! exporter; see scripts/export_models.py): import, compile (optimize and fuse), run the
+//! kernels on the CPU and compare with PyTorch's outputs.
 
 mod common;
 
@@ -13,7 +13,16 @@ fn check_fixture(name: &str) {
     let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &graph).unwrap();
     let expected = graphc::npz::read_arrays(&dir.join("outputs.npz")).unwrap();
     let compiled = graphc::compile(&graph).unwrap();
-    let got = interpret(&compiled.graph, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let got = graphc::run_cpu(&compiled, inputs.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    // The fused kernels compute what the interpreter computes for the imported graph.
+    let reference = interpret(&graph, &inputs).unwrap();
+    for ((n, a), (_, b)) in got.iter().zip(&reference) {
+        let err = rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+        assert!(
+            err < 1e-5,
+            "{name}/{n}: fused vs interpreter relative L2 error {err:.3e}"
+        );
+    }
     assert_eq!(got.len(), expected.len());
     for ((gname, g), (ename, e)) in got.iter().zip(&expected) {
         assert_eq!(gname, ename);
@@ -81,5 +90,37 @@ fn snapshot_optimized_fixture_ir() {
         let graph = graphc::load_model(&repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx")), &[]).unwrap();
         let compiled = graphc::compile(&graph).unwrap();
         insta::assert_snapshot!(format!("{name}_optimized"), graphc::ir::print(&compiled.graph));
+    }
+}
+
+/// Every layer norm, RMS norm and softmax of the exported models is one row kernel
+/// (each fixture has two layers: 3 per layer, plus the final norm), and no other kernel
+/// reduces.
+#[test]
+fn fixture_norms_and_softmaxes_are_one_kernel_each() {
+    use graphc_compiler::kernel::{print_program, KernelKind};
+    for name in ["gpt2", "llama", "bert", "vit"] {
+        let graph = graphc::load_model(&repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx")), &[]).unwrap();
+        let p = graphc::compile(&graph).unwrap().program;
+        let rows: Vec<usize> = p
+            .kernels
+            .iter()
+            .filter_map(|k| match &k.kind {
+                KernelKind::Row { stages, .. } => Some(stages.len()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rows.len(), 7, "{name}: {rows:?}\n{}", print_program(&p));
+        assert!(
+            p.kernels.iter().all(|k| !matches!(
+                &k.kind,
+                KernelKind::Op {
+                    op: graphc::ir::Op::Reduce { .. },
+                    ..
+                }
+            )),
+            "{name}"
+        );
+        println!("{name}: {} kernels, row kernels with {rows:?} stages", p.kernels.len());
     }
 }
