@@ -5,7 +5,9 @@
 //! and the e-graph optimizer ([`optimize`]); fusion, scheduling, memory planning and
 //! CUDA code generation slot in as further stages of [`pipeline`] (see ARCHITECTURE.md).
 
+pub mod codegen;
 pub mod kernel;
+pub mod nvrtc;
 pub mod optimize;
 pub mod passes;
 pub mod pipeline;
