@@ -428,6 +428,15 @@ pub(crate) fn unary_c(h: &mut Helpers, op: UnaryOp, d: DType, x: &str) -> String
         return round_to(h, d, r);
     }
     let t = reg_type(d);
+    if d == DType::U8 {
+        // Unsigned: no comparisons with zero (NVRTC warns about them).
+        return match op {
+            UnaryOp::Not => format!("((unsigned char)!{x})"),
+            UnaryOp::Neg => format!("(({t})(0ULL - (unsigned long long){x}))"),
+            UnaryOp::Sign => format!("(({t})({x} != 0))"),
+            _ => x.to_string(),
+        };
+    }
     match op {
         UnaryOp::Not => format!("((unsigned char)!{x})"),
         UnaryOp::Neg => format!("(({t})(0ULL - (unsigned long long){x}))"),
