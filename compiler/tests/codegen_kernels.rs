@@ -24,8 +24,7 @@ fn every_fixture_generates_deterministic_header_free_code() {
         if k.has_source() {
             assert!(!k.source.contains("#include"), "{name} includes a header");
             assert!(
-                k.source
-                    .contains(&format!("extern \"C\" __global__ void __launch_bounds__")),
+                k.source.contains("extern \"C\" __global__ void __launch_bounds__"),
                 "{name}"
             );
             assert!(
@@ -472,6 +471,15 @@ fn identical_kernels_share_an_entry() {
     assert_eq!(ks[0].source, ks[1].source);
     assert_eq!(ks[0].entry, ks[1].entry);
     assert_eq!(ks[1].name, "k1_row");
+}
+
+#[test]
+fn scalar_and_empty_spaces() {
+    let k = gen(&c::ew_tiny(&[]));
+    assert!(k.source.contains("i < 1;"), "{}", k.source);
+    assert_eq!(k.launch.grid.blocks(132), 1);
+    let k = gen(&c::ew_tiny(&[0, 5]));
+    assert_eq!(k.launch.grid.blocks(132), 0, "no work: no launch");
 }
 
 #[test]

@@ -263,20 +263,14 @@ pub(crate) fn validate(
             Expr::Const(t) if t.dtype() != *d || t.numel() != 1 => {
                 return bad(format!("constant {} x{} typed {d}", t.dtype(), t.numel()))
             }
-            Expr::Unary(op, a) => {
-                if !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d {
-                    return bad(format!("{} of {} typed {d}", op.name(), od(*a)));
-                }
+            Expr::Unary(op, a) if !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
+                return bad(format!("{} of {} typed {d}", op.name(), od(*a)));
             }
-            Expr::Binary(op, a, b) => {
-                if od(*a) != od(*b) || !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d {
-                    return bad(format!("{} of {} and {} typed {d}", op.name(), od(*a), od(*b)));
-                }
+            Expr::Binary(op, a, b) if od(*a) != od(*b) || !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
+                return bad(format!("{} of {} and {} typed {d}", op.name(), od(*a), od(*b)));
             }
-            Expr::Select(c, a, b) => {
-                if od(*c) != DType::Bool || od(*a) != *d || od(*b) != *d {
-                    return bad("select needs a bool condition and values of its type".to_string());
-                }
+            Expr::Select(c, a, b) if od(*c) != DType::Bool || od(*a) != *d || od(*b) != *d => {
+                return bad("select needs a bool condition and values of its type".to_string());
             }
             _ => {}
         }
@@ -319,6 +313,9 @@ pub(crate) fn closure(body: &Body, roots: &[ExprId], stop: &dyn Fn(ExprId) -> bo
     (0..body.exprs.len() as ExprId).filter(|&i| seen[i as usize]).collect()
 }
 
+/// Gives the C expression of a leaf (Load/Index/Stage/Acc) of a given type.
+pub(crate) type Leaf<'a> = dyn FnMut(&mut Helpers, ExprId, &Expr, DType) -> Result<String, CodegenError> + 'a;
+
 /// The C expression of one body expression. `name(id)` names the variables holding
 /// operands; `leaf` gives Load/Index/Stage/Acc (already as register values).
 pub(crate) fn expr_c(
@@ -327,7 +324,7 @@ pub(crate) fn expr_c(
     body: &Body,
     id: ExprId,
     name: &dyn Fn(ExprId) -> String,
-    leaf: &mut dyn FnMut(&mut Helpers, ExprId, &Expr, DType) -> Result<String, CodegenError>,
+    leaf: &mut Leaf,
 ) -> Result<String, CodegenError> {
     let (e, d) = &body.exprs[id as usize];
     let d = *d;
@@ -349,7 +346,7 @@ pub(crate) fn emit_exprs(
     body: &Body,
     ids: &[ExprId],
     name: &dyn Fn(ExprId) -> String,
-    leaf: &mut dyn FnMut(&mut Helpers, ExprId, &Expr, DType) -> Result<String, CodegenError>,
+    leaf: &mut Leaf,
 ) -> Result<(), CodegenError> {
     for &id in ids {
         let c = expr_c(cx, h, body, id, name, leaf)?;

@@ -133,6 +133,7 @@ pub(crate) fn generate(
     let fast = match (reads, width) {
         (Some(r), Some(v))
             if stores_contig
+                && numel >= v
                 && r.iter().all(|(_, fr)| match fr {
                     FastRead::Scalar => true,
                     FastRead::Period(p) => *p == numel || p % v == 0,
@@ -226,7 +227,7 @@ pub(crate) fn generate(
         }
         inner.close();
         // Tail: the last numel % V elements.
-        if numel % v != 0 {
+        if !numel.is_multiple_of(v) {
             inner.open(format!(
                 "for ({t} i = {} + tid; i < {}; i += nthreads)",
                 ix.lit((nvec * v) as i64),

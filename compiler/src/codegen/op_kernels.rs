@@ -274,6 +274,9 @@ impl Gen<'_> {
                     .cx
                     .malformed(format!("pad ({lo}, {hi}) of axis {k} does not give the output extent")));
             }
+            if a.strides[k] == 0 && mode != PadMode::Constant {
+                continue;
+            }
             w.line(format!("{t} c{k} = o{k} - {};", ix.lit(lo)));
             match mode {
                 PadMode::Constant => conds.push(format!("c{k} >= 0 && c{k} < {}", ix.lit(di))),

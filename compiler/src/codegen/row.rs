@@ -353,7 +353,7 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     emit_row_exprs(&mut w, &mut h, None)?;
 
     // One pass over the row's elements: `pass` emits the body given the element `j`.
-    let full = n_inner % tpr == 0;
+    let full = n_inner.is_multiple_of(tpr);
     let open_pass = |w: &mut Writer, unrolled: bool| {
         if unrolled {
             w.line("#pragma unroll");

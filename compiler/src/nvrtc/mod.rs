@@ -128,6 +128,9 @@ pub enum NvrtcError {
     Input { kernel: String, msg: String },
 }
 
+/// One unique source's image, log and whether it came from the cache.
+type JobResult = Result<(Vec<u8>, String, bool), NvrtcError>;
+
 fn load_state() -> &'static Result<(i32, i32), String> {
     static STATE: OnceLock<Result<(i32, i32), String>> = OnceLock::new();
     STATE.get_or_init(|| {
@@ -196,15 +199,14 @@ pub fn compile(kernels: &[CudaKernel], opts: &NvrtcOptions) -> Result<Vec<Compil
     }
     let ext = opts.output.extension();
     let dir = opts.cache_dir.as_deref().filter(|_| opts.use_cache);
-    let results: Vec<OnceLock<Result<(Vec<u8>, String, bool), NvrtcError>>> =
-        (0..jobs.len()).map(|_| OnceLock::new()).collect();
+    let results: Vec<OnceLock<JobResult>> = (0..jobs.len()).map(|_| OnceLock::new()).collect();
     let next = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(jobs.len())
         .max(1);
-    let run_job = |j: usize| -> Result<(Vec<u8>, String, bool), NvrtcError> {
+    let run_job = |j: usize| -> JobResult {
         let k = jobs[j];
         let key = cache::cache_key(&k.source, &opts.arch, &args, ext, version);
         if let Some(d) = dir {

@@ -605,6 +605,26 @@ pub fn op_int_matmul() -> Program {
     )
 }
 
+/// `x + 1` over a space of `dims` (rank 0, or with a zero extent).
+pub fn ew_tiny(dims: &[usize]) -> Program {
+    let mut p = P::new();
+    let x = p.input("x", DType::F32, dims);
+    let out = p.temp(DType::F32, dims);
+    let mut b = B::new();
+    let l = b.load(0, DType::F32);
+    let one = b.c(DType::F32, 1.0);
+    let a = b.bin(BinaryOp::Add, l, one);
+    p.kernel(
+        "tiny",
+        KernelKind::Elementwise {
+            space: dims.to_vec(),
+            inputs: vec![contig(x, dims)],
+            body: b.b,
+            stores: vec![store(a, out, dims)],
+        },
+    )
+}
+
 /// Every fixture, named.
 pub fn all() -> Vec<(&'static str, Program)> {
     vec![
@@ -613,6 +633,8 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("ew_f16", ew_f16()),
         ("ew_bf16", ew_bf16()),
         ("ew_all_ops", ew_all_ops()),
+        ("ew_scalar", ew_tiny(&[])),
+        ("ew_empty", ew_tiny(&[0, 5])),
         ("row_softmax_small", row_softmax(256, 200, DType::F32)),
         ("row_softmax_f16_wide", row_softmax(32, 4096, DType::F16)),
         ("row_softmax_huge", row_softmax(4, 100_000, DType::F32)),
