@@ -1,0 +1,645 @@
+//! Emitting C: an indenting writer, C types and literals, and the body's expressions.
+
+use std::fmt::Write as _;
+
+use graphc_ir::{BinaryOp, DType, TensorData, UnaryOp};
+
+use super::prelude::{Helper, Helpers};
+use super::{CodegenError, Ctx};
+use crate::kernel::{Body, Expr, ExprId};
+
+/// Stands for the entry name until the source is complete (see [`super::finish`]).
+pub(crate) const ENTRY_PLACEHOLDER: &str = "__GRAPHC_ENTRY__";
+
+/// A small indenting writer: `line` writes one line at the current depth.
+#[derive(Default)]
+pub(crate) struct Writer {
+    out: String,
+    depth: usize,
+}
+
+impl Writer {
+    pub fn new() -> Writer {
+        Writer::default()
+    }
+
+    pub fn line(&mut self, s: impl AsRef<str>) {
+        let s = s.as_ref();
+        if s.is_empty() {
+            self.out.push('\n');
+            return;
+        }
+        for _ in 0..self.depth {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    /// `head {` and one level deeper.
+    pub fn open(&mut self, head: impl AsRef<str>) {
+        let head = head.as_ref();
+        if head.is_empty() {
+            self.line("{");
+        } else {
+            self.line(format!("{head} {{"));
+        }
+        self.depth += 1;
+    }
+
+    /// `}` (plus `tail`, e.g. `;`) one level up.
+    pub fn close(&mut self) {
+        self.close_with("");
+    }
+
+    pub fn close_with(&mut self, tail: &str) {
+        self.depth = self.depth.saturating_sub(1);
+        self.line(format!("}}{tail}"));
+    }
+
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
+/// A C identifier made of `s` (other characters become `_`).
+pub(crate) fn c_ident(s: &str) -> String {
+    let mut r: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect();
+    if r.is_empty() || r.starts_with(|c: char| c.is_ascii_digit()) {
+        r.insert(0, '_');
+    }
+    r
+}
+
+/// The C type values of `d` are computed in (f16/bf16 in f32).
+pub(crate) fn reg_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => "float",
+        DType::F64 => "double",
+        DType::I64 => "long long",
+        DType::I32 => "int",
+        DType::I8 => "signed char",
+        DType::U8 | DType::Bool => "unsigned char",
+    }
+}
+
+/// The C type `d` is stored as in memory.
+pub(crate) fn storage_type(d: DType) -> &'static str {
+    match d {
+        DType::F16 | DType::BF16 => "unsigned short",
+        _ => reg_type(d),
+    }
+}
+
+/// A loaded storage value (C expression `s` of [`storage_type`]) as a register value.
+pub(crate) fn load_conv(h: &mut Helpers, d: DType, s: &str) -> String {
+    match d {
+        DType::F16 => {
+            h.need(Helper::F16);
+            format!("g_f16_to_f32({s})")
+        }
+        DType::BF16 => {
+            h.need(Helper::Bf16);
+            format!("g_bf16_to_f32({s})")
+        }
+        _ => s.to_string(),
+    }
+}
+
+/// A register value as a storage value.
+pub(crate) fn store_conv(h: &mut Helpers, d: DType, s: &str) -> String {
+    match d {
+        DType::F16 => {
+            h.need(Helper::F16);
+            format!("g_f32_to_f16({s})")
+        }
+        DType::BF16 => {
+            h.need(Helper::Bf16);
+            format!("g_f32_to_bf16({s})")
+        }
+        _ => s.to_string(),
+    }
+}
+
+/// Round an f32 register value to `d` (f16/bf16), identity otherwise.
+fn round_to(h: &mut Helpers, d: DType, s: String) -> String {
+    match d {
+        DType::F16 => {
+            h.need(Helper::F16);
+            format!("g_rnd_f16({s})")
+        }
+        DType::BF16 => {
+            h.need(Helper::Bf16);
+            format!("g_rnd_bf16({s})")
+        }
+        _ => s,
+    }
+}
+
+pub(crate) fn f32_lit(x: f32) -> String {
+    if x.is_nan() {
+        format!("__uint_as_float(0x{:08x}u)", x.to_bits())
+    } else if x.is_infinite() {
+        if x > 0.0 {
+            "__uint_as_float(0x7f800000u)".to_string()
+        } else {
+            "__uint_as_float(0xff800000u)".to_string()
+        }
+    } else {
+        let s = format!("{x:?}");
+        let s = if s.contains(['.', 'e', 'E']) {
+            s
+        } else {
+            format!("{s}.0")
+        };
+        if x.is_sign_negative() {
+            format!("({s}f)")
+        } else {
+            format!("{s}f")
+        }
+    }
+}
+
+pub(crate) fn f64_lit(x: f64) -> String {
+    if x.is_nan() {
+        format!("__longlong_as_double(0x{:016x}LL)", x.to_bits())
+    } else if x.is_infinite() {
+        if x > 0.0 {
+            "__longlong_as_double(0x7ff0000000000000LL)".to_string()
+        } else {
+            "__longlong_as_double((long long)0xfff0000000000000ULL)".to_string()
+        }
+    } else {
+        let s = format!("{x:?}");
+        let s = if s.contains(['.', 'e', 'E']) {
+            s
+        } else {
+            format!("{s}.0")
+        };
+        if x.is_sign_negative() {
+            format!("({s})")
+        } else {
+            s
+        }
+    }
+}
+
+pub(crate) fn i64_lit(x: i64) -> String {
+    if x == i64::MIN {
+        "(-9223372036854775807LL - 1)".to_string()
+    } else if x < 0 {
+        format!("({x}LL)")
+    } else {
+        format!("{x}LL")
+    }
+}
+
+/// A literal of dtype `d` as a register value; `x` is the value as f64 (exact for all
+/// but large i64, which `exact_i64` carries).
+pub(crate) fn lit(d: DType, x: f64, exact_i64: Option<i64>) -> String {
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => f32_lit(x as f32),
+        DType::F64 => f64_lit(x),
+        DType::I64 => i64_lit(exact_i64.unwrap_or(x as i64)),
+        DType::I32 => format!("((int){})", i64_lit(exact_i64.unwrap_or(x as i64))),
+        DType::I8 => format!("((signed char){})", exact_i64.unwrap_or(x as i64)),
+        DType::U8 => format!("((unsigned char){})", exact_i64.unwrap_or(x as i64)),
+        DType::Bool => format!("((unsigned char){})", (x != 0.0) as u8),
+    }
+}
+
+/// The literal of a 0-d constant tensor (its first element).
+pub(crate) fn tensor_lit(cx: &Ctx, data: &TensorData) -> Result<String, CodegenError> {
+    if data.len() != 1 {
+        return Err(cx.malformed(format!("a constant expression holds {} elements, not one", data.len())));
+    }
+    let d = data.dtype();
+    Ok(match data {
+        TensorData::F32(v) => f32_lit(v[0]),
+        TensorData::F16(v) => f32_lit(v[0].to_f32()),
+        TensorData::BF16(v) => f32_lit(v[0].to_f32()),
+        TensorData::I64(v) => lit(d, 0.0, Some(v[0])),
+        _ => lit(d, data.to_f64_vec()[0], None),
+    })
+}
+
+/// The operands of an expression.
+pub(crate) fn operands(e: &Expr) -> Vec<ExprId> {
+    match e {
+        Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
+        Expr::Binary(_, a, b) => vec![*a, *b],
+        Expr::Select(c, a, b) => vec![*c, *a, *b],
+        _ => vec![],
+    }
+}
+
+/// Check SSA order and operand types of a body. `n_inputs` bounds loads, `n_stages`
+/// stage references and `rank` index axes; `acc` says whether `Acc` may appear.
+pub(crate) fn validate(
+    cx: &Ctx,
+    body: &Body,
+    n_inputs: usize,
+    n_stages: usize,
+    rank: usize,
+    acc: bool,
+) -> Result<(), CodegenError> {
+    for (i, (e, d)) in body.exprs.iter().enumerate() {
+        let bad = |m: String| Err(cx.malformed(format!("expression {i}: {m}")));
+        for o in operands(e) {
+            if o as usize >= i {
+                return bad(format!("operand {o} does not precede it"));
+            }
+        }
+        let od = |k: ExprId| body.exprs[k as usize].1;
+        match e {
+            Expr::Load(n) if *n as usize >= n_inputs => return bad(format!("loads input {n} of {n_inputs}")),
+            Expr::Stage(n) if *n as usize >= n_stages => return bad(format!("uses stage {n} of {n_stages}")),
+            Expr::Index(n) if *n as usize >= rank => return bad(format!("index of axis {n} in a rank-{rank} space")),
+            Expr::Index(_) if !d.is_numeric() => return bad(format!("index as {d}")),
+            Expr::Acc if !acc => return bad("`acc` outside a matmul kernel".to_string()),
+            Expr::Const(t) if t.dtype() != *d || t.numel() != 1 => {
+                return bad(format!("constant {} x{} typed {d}", t.dtype(), t.numel()))
+            }
+            Expr::Unary(op, a) if !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
+                return bad(format!("{} of {} typed {d}", op.name(), od(*a)));
+            }
+            Expr::Binary(op, a, b) if od(*a) != od(*b) || !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
+                return bad(format!("{} of {} and {} typed {d}", op.name(), od(*a), od(*b)));
+            }
+            Expr::Select(c, a, b) if od(*c) != DType::Bool || od(*a) != *d || od(*b) != *d => {
+                return bad("select needs a bool condition and values of its type".to_string());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Check that every load among `ids` has the type of the buffer it reads.
+pub(crate) fn check_loads(
+    cx: &Ctx,
+    body: &Body,
+    ids: &[ExprId],
+    inputs: &[crate::kernel::Access],
+) -> Result<(), CodegenError> {
+    for &id in ids {
+        if let (Expr::Load(n), d) = &body.exprs[id as usize] {
+            let bd = cx.dtype(inputs[*n as usize].buffer)?;
+            if bd != *d {
+                return Err(cx.malformed(format!("expression {id} loads a {bd} buffer as {d}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The expressions `roots` depend on (themselves included), in SSA order, not looking
+/// through those where `stop` holds (they are included, their operands are not).
+pub(crate) fn closure(body: &Body, roots: &[ExprId], stop: &dyn Fn(ExprId) -> bool) -> Vec<ExprId> {
+    let mut seen = vec![false; body.exprs.len()];
+    let mut stack: Vec<ExprId> = roots.to_vec();
+    while let Some(id) = stack.pop() {
+        let Some(s) = seen.get_mut(id as usize) else { continue };
+        if std::mem::replace(s, true) {
+            continue;
+        }
+        if !stop(id) {
+            stack.extend(operands(&body.exprs[id as usize].0));
+        }
+    }
+    (0..body.exprs.len() as ExprId).filter(|&i| seen[i as usize]).collect()
+}
+
+/// Gives the C expression of a leaf (Load/Index/Stage/Acc) of a given type.
+pub(crate) type Leaf<'a> = dyn FnMut(&mut Helpers, ExprId, &Expr, DType) -> Result<String, CodegenError> + 'a;
+
+/// The C expression of one body expression. `name(id)` names the variables holding
+/// operands; `leaf` gives Load/Index/Stage/Acc (already as register values).
+pub(crate) fn expr_c(
+    cx: &Ctx,
+    h: &mut Helpers,
+    body: &Body,
+    id: ExprId,
+    name: &dyn Fn(ExprId) -> String,
+    leaf: &mut Leaf,
+) -> Result<String, CodegenError> {
+    let (e, d) = &body.exprs[id as usize];
+    let d = *d;
+    match e {
+        Expr::Const(t) => tensor_lit(cx, t.data()),
+        Expr::Unary(op, a) => Ok(unary_c(h, *op, body.dtype(*a), &name(*a))),
+        Expr::Binary(op, a, b) => Ok(binary_c(h, *op, body.dtype(*a), &name(*a), &name(*b))),
+        Expr::Select(c, a, b) => Ok(format!("({} ? {} : {})", name(*c), name(*a), name(*b))),
+        Expr::Cast(a) => Ok(cast_c(h, body.dtype(*a), d, &name(*a))),
+        Expr::Load(_) | Expr::Index(_) | Expr::Stage(_) | Expr::Acc => leaf(h, id, e, d),
+    }
+}
+
+/// Emit `const T name = expr;` for each of `ids` (in order).
+pub(crate) fn emit_exprs(
+    cx: &Ctx,
+    w: &mut Writer,
+    h: &mut Helpers,
+    body: &Body,
+    ids: &[ExprId],
+    name: &dyn Fn(ExprId) -> String,
+    leaf: &mut Leaf,
+) -> Result<(), CodegenError> {
+    for &id in ids {
+        let c = expr_c(cx, h, body, id, name, leaf)?;
+        w.line(format!("const {} {} = {c};", reg_type(body.dtype(id)), name(id)));
+    }
+    Ok(())
+}
+
+/// The C type suffix of float helpers: `f32` for f32/f16/bf16, `f64`.
+fn fsuf(d: DType) -> &'static str {
+    if d == DType::F64 {
+        "f64"
+    } else {
+        "f32"
+    }
+}
+
+fn fhelper(h: &mut Helpers, d: DType, f32h: Helper, f64h: Helper) {
+    h.need(if d == DType::F64 { f64h } else { f32h });
+}
+
+/// Math function names of the float type of `d`.
+fn math(d: DType, name: &str) -> String {
+    if d == DType::F64 {
+        name.to_string()
+    } else {
+        format!("{name}f")
+    }
+}
+
+pub(crate) fn unary_c(h: &mut Helpers, op: UnaryOp, d: DType, x: &str) -> String {
+    if d.is_float() {
+        let one = if d == DType::F64 { "1.0" } else { "1.0f" };
+        let zero = if d == DType::F64 { "0.0" } else { "0.0f" };
+        let s = fsuf(d);
+        let r = match op {
+            UnaryOp::IsNan => return format!("((unsigned char)({x} != {x}))"),
+            UnaryOp::IsInf => return format!("((unsigned char)({}({x}) == {}))", math(d, "fabs"), inf_lit(d)),
+            UnaryOp::Neg => format!("(-{x})"),
+            UnaryOp::Abs => format!("{}({x})", math(d, "fabs")),
+            UnaryOp::Exp => format!("{}({x})", math(d, "exp")),
+            UnaryOp::Log => format!("{}({x})", math(d, "log")),
+            UnaryOp::Sqrt => format!("{}({x})", math(d, "sqrt")),
+            UnaryOp::Rsqrt => format!("({one} / {}({x}))", math(d, "sqrt")),
+            UnaryOp::Reciprocal => format!("({one} / {x})"),
+            UnaryOp::Tanh => format!("{}({x})", math(d, "tanh")),
+            UnaryOp::Sigmoid => {
+                fhelper(h, d, Helper::SigmoidF32, Helper::SigmoidF64);
+                format!("g_sigmoid_{s}({x})")
+            }
+            UnaryOp::Relu => format!("({x} < {zero} ? {zero} : {x})"),
+            UnaryOp::Gelu => {
+                fhelper(h, d, Helper::GeluF32, Helper::GeluF64);
+                format!("g_gelu_{s}({x})")
+            }
+            UnaryOp::GeluTanh => {
+                fhelper(h, d, Helper::GeluTanhF32, Helper::GeluTanhF64);
+                format!("g_gelu_tanh_{s}({x})")
+            }
+            UnaryOp::Silu => {
+                fhelper(h, d, Helper::SigmoidF32, Helper::SigmoidF64);
+                format!("({x} * g_sigmoid_{s}({x}))")
+            }
+            UnaryOp::Erf => format!("{}({x})", math(d, "erf")),
+            UnaryOp::Sin => format!("{}({x})", math(d, "sin")),
+            UnaryOp::Cos => format!("{}({x})", math(d, "cos")),
+            UnaryOp::Floor => format!("{}({x})", math(d, "floor")),
+            UnaryOp::Ceil => format!("{}({x})", math(d, "ceil")),
+            UnaryOp::Round => format!("{}({x})", math(d, "rint")),
+            UnaryOp::Sign => {
+                fhelper(h, d, Helper::SignF32, Helper::SignF64);
+                format!("g_sign_{s}({x})")
+            }
+            UnaryOp::Not => format!("((unsigned char)!{x})"),
+        };
+        return round_to(h, d, r);
+    }
+    let t = reg_type(d);
+    if d == DType::U8 {
+        // Unsigned: no comparisons with zero (NVRTC warns about them).
+        return match op {
+            UnaryOp::Not => format!("((unsigned char)!{x})"),
+            UnaryOp::Neg => format!("(({t})(0ULL - (unsigned long long){x}))"),
+            UnaryOp::Sign => format!("(({t})({x} != 0))"),
+            _ => x.to_string(),
+        };
+    }
+    match op {
+        UnaryOp::Not => format!("((unsigned char)!{x})"),
+        UnaryOp::Neg => format!("(({t})(0ULL - (unsigned long long){x}))"),
+        UnaryOp::Abs => format!("(({t})({x} < 0 ? 0ULL - (unsigned long long){x} : (unsigned long long){x}))"),
+        UnaryOp::Relu => format!("({x} < 0 ? ({t})0 : {x})"),
+        UnaryOp::Sign => format!("(({t})(({x} > 0) - ({x} < 0)))"),
+        // Float-only ops never reach here on integers (validated).
+        _ => format!("(({t})0)"),
+    }
+}
+
+fn inf_lit(d: DType) -> String {
+    if d == DType::F64 {
+        f64_lit(f64::INFINITY)
+    } else {
+        f32_lit(f32::INFINITY)
+    }
+}
+
+pub(crate) fn binary_c(h: &mut Helpers, op: BinaryOp, d: DType, a: &str, b: &str) -> String {
+    let cmp = |o: &str| format!("((unsigned char)({a} {o} {b}))");
+    match op {
+        BinaryOp::Eq => return cmp("=="),
+        BinaryOp::Ne => return cmp("!="),
+        BinaryOp::Lt => return cmp("<"),
+        BinaryOp::Le => return cmp("<="),
+        BinaryOp::Gt => return cmp(">"),
+        BinaryOp::Ge => return cmp(">="),
+        BinaryOp::And => return format!("((unsigned char)({a} & {b}))"),
+        BinaryOp::Or => return format!("((unsigned char)({a} | {b}))"),
+        BinaryOp::Xor => return format!("((unsigned char)({a} ^ {b}))"),
+        _ => {}
+    }
+    if d.is_float() {
+        let s = fsuf(d);
+        let r = match op {
+            BinaryOp::Add => format!("({a} + {b})"),
+            BinaryOp::Sub => format!("({a} - {b})"),
+            BinaryOp::Mul => format!("({a} * {b})"),
+            BinaryOp::Div => format!("({a} / {b})"),
+            BinaryOp::Pow => {
+                fhelper(h, d, Helper::PowF32, Helper::PowF64);
+                format!("g_pow_{s}({a}, {b})")
+            }
+            BinaryOp::Max => {
+                fhelper(h, d, Helper::MaxF32, Helper::MaxF64);
+                format!("g_max_{s}({a}, {b})")
+            }
+            BinaryOp::Min => {
+                fhelper(h, d, Helper::MinF32, Helper::MinF64);
+                format!("g_min_{s}({a}, {b})")
+            }
+            BinaryOp::Mod => {
+                fhelper(h, d, Helper::ModF32, Helper::ModF64);
+                format!("g_mod_{s}({a}, {b})")
+            }
+            _ => format!("{}({a}, {b})", math(d, "fmod")),
+        };
+        return round_to(h, d, r);
+    }
+    let t = reg_type(d);
+    let u = |o: &str| format!("(({t})((unsigned long long){a} {o} (unsigned long long){b}))");
+    match op {
+        BinaryOp::Add => u("+"),
+        BinaryOp::Sub => u("-"),
+        BinaryOp::Mul => u("*"),
+        BinaryOp::Max => format!("({b} > {a} ? {b} : {a})"),
+        BinaryOp::Min => format!("({b} < {a} ? {b} : {a})"),
+        BinaryOp::Div | BinaryOp::Mod | BinaryOp::Fmod | BinaryOp::Pow => {
+            let (helper, f) = match op {
+                BinaryOp::Div => (Helper::IntDiv, "g_idiv"),
+                BinaryOp::Mod => (Helper::IntMod, "g_imod"),
+                BinaryOp::Fmod => (Helper::IntFmod, "g_ifmod"),
+                _ => (Helper::IntPow, "g_ipow"),
+            };
+            h.need(helper);
+            format!("(({t}){f}((long long){a}, (long long){b}))")
+        }
+        _ => format!("(({t})0)"),
+    }
+}
+
+/// Convert a register value of dtype `from` to a register value of `to` (cast semantics).
+pub(crate) fn cast_c(h: &mut Helpers, from: DType, to: DType, x: &str) -> String {
+    if from == to {
+        return x.to_string();
+    }
+    let is_f32ish = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+    if to == DType::Bool {
+        return format!("((unsigned char)({x} != 0))");
+    }
+    match (from, to) {
+        // Between f32-computed floats: the value is exact in f32; round to the target.
+        (f, t) if is_f32ish(f) && is_f32ish(t) => round_to(h, t, x.to_string()),
+        (f, DType::F64) if f.is_float() => format!("((double){x})"),
+        (DType::F64, DType::F32) => format!("((float){x})"),
+        (DType::F64, t @ (DType::F16 | DType::BF16)) => {
+            h.need(Helper::F64ToHalf);
+            let f = if t == DType::F16 {
+                "g_f64_to_f16r"
+            } else {
+                "g_f64_to_bf16r"
+            };
+            format!("{f}({x})")
+        }
+        (f, t) if f.is_float() && t.is_int() => {
+            h.need(Helper::FloatToInt);
+            let fun = match t {
+                DType::I64 => "g_f64_to_i64",
+                DType::I32 => "g_f64_to_i32",
+                DType::I8 => "g_f64_to_i8",
+                _ => "g_f64_to_u8",
+            };
+            format!("{fun}((double){x})")
+        }
+        // From integers or bool.
+        (_, DType::F64) => format!("((double){x})"),
+        (_, DType::F32) => format!("((float){x})"),
+        (f, t @ (DType::F16 | DType::BF16)) => {
+            h.need(Helper::F64ToHalf);
+            let fun = if t == DType::F16 {
+                "g_f64_to_f16r"
+            } else {
+                "g_f64_to_bf16r"
+            };
+            if f == DType::I64 {
+                h.need(Helper::I64ToF64Odd);
+                format!("{fun}(g_i64_to_f64_odd({x}))")
+            } else {
+                format!("{fun}((double){x})")
+            }
+        }
+        // Integers to integers wrap.
+        (_, t) => format!("(({}){x})", reg_type(t)),
+    }
+}
+
+fn is_ident_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// Whether `word` occurs in `s` as a whole identifier.
+fn has_word(s: &str, word: &str) -> bool {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(p) = s[from..].find(word) {
+        let start = from + p;
+        let end = start + word.len();
+        let before = start == 0 || !is_ident_char(b[start - 1]);
+        let after = end >= b.len() || !is_ident_char(b[end]);
+        if before && after {
+            return true;
+        }
+        from = start + 1;
+    }
+    false
+}
+
+/// The name declared by a line `const T name = ...;`, if it is one.
+fn declared_name(line: &str) -> Option<&str> {
+    let l = line.trim_start();
+    if !l.starts_with("const ") || !l.ends_with(';') {
+        return None;
+    }
+    let eq = l.find(" = ")?;
+    let name = l[..eq].rsplit(' ').next()?;
+    (!name.is_empty() && name.bytes().all(is_ident_char)).then_some(name)
+}
+
+/// Drop `const` local declarations that nothing in their block uses (every generated
+/// initializer is free of side effects), until none is left: NVRTC warns about them.
+pub(crate) fn prune_unused(src: &str) -> String {
+    let mut lines: Vec<&str> = src.lines().collect();
+    loop {
+        let mut removed = false;
+        let mut i = 0;
+        while i < lines.len() {
+            if let Some(name) = declared_name(lines[i]) {
+                // Scan the rest of the enclosing block.
+                let mut depth = 0i64;
+                let mut used = false;
+                for l in &lines[i + 1..] {
+                    if has_word(l, name) {
+                        used = true;
+                        break;
+                    }
+                    depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+                    if depth < 0 {
+                        break;
+                    }
+                }
+                if !used {
+                    lines.remove(i);
+                    removed = true;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        if !removed {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(src.len());
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
+    out
+}

@@ -1,0 +1,352 @@
+//! Elementwise kernels: a grid-stride loop over the space.
+//!
+//! Fast path: when every store is a contiguous write and every load reads either the
+//! same element (a scalar, hoisted out of the loop) or a contiguous block repeated
+//! along the leading dims (identity, or a row broadcast such as a bias), each thread
+//! handles `V` consecutive elements per step with one 16-byte (or narrower, for narrow
+//! types mixed with wide ones) load or store per access; a scalar loop does the tail.
+//! Otherwise each element's addresses come from its multi-index over the space with
+//! dims collapsed where every access steps through them as one.
+
+use graphc_ir::DType;
+
+use super::cuda::{self, Writer};
+use super::layout::{self, Ix};
+use super::prelude::{Helper, Helpers};
+use super::{
+    finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig, ParamAccess, Params, BLOCKS_PER_SM,
+    ELEMENTWISE_BLOCK,
+};
+use crate::kernel::{Access, Body, Expr, ExprId, Store};
+
+/// How the fast path reads one input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum FastRead {
+    /// One element for the whole space, loaded once.
+    Scalar,
+    /// `offset + i % period` (`period == numel` for identity reads).
+    Period(usize),
+}
+
+/// The vector width of the fast path (16 bytes of the widest type), if every store and
+/// every non-scalar load starts at a multiple of it.
+fn fast_width(cx: &Ctx, inputs: &[(usize, &Access)], stores: &[Store]) -> Result<Option<usize>, CodegenError> {
+    let mut max_size = 1;
+    for (_, a) in inputs {
+        max_size = max_size.max(cx.dtype(a.buffer)?.size_bytes());
+    }
+    for s in stores {
+        max_size = max_size.max(cx.dtype(s.access.buffer)?.size_bytes());
+    }
+    let v = 16 / max_size;
+    let aligned = |off: i64| off.rem_euclid(v as i64) == 0;
+    let ok = stores.iter().all(|s| aligned(s.access.offset))
+        && inputs
+            .iter()
+            .all(|(_, a)| aligned(a.offset) || a.strides.iter().all(|&s| s == 0));
+    Ok(ok.then_some(v))
+}
+
+pub(crate) fn generate(
+    cx: &Ctx,
+    space: &[usize],
+    inputs: &[Access],
+    body: &Body,
+    stores: &[Store],
+) -> Result<CudaKernel, CodegenError> {
+    let rank = space.len();
+    cuda::validate(cx, body, inputs.len(), 0, rank, false)?;
+    for (i, a) in inputs.iter().enumerate() {
+        if a.strides.len() != rank {
+            return Err(cx.malformed(format!("input {i} has rank {} in a rank-{rank} space", a.strides.len())));
+        }
+    }
+    for (i, s) in stores.iter().enumerate() {
+        if s.access.strides.len() != rank {
+            return Err(cx.malformed(format!(
+                "store {i} has rank {} in a rank-{rank} space",
+                s.access.strides.len()
+            )));
+        }
+        if s.value as usize >= body.exprs.len() {
+            return Err(cx.malformed(format!("store {i} of missing expression {}", s.value)));
+        }
+    }
+    let roots: Vec<ExprId> = stores.iter().map(|s| s.value).collect();
+    let live = cuda::closure(body, &roots, &|_| false);
+    cuda::check_loads(cx, body, &live, inputs)?;
+    let mut used: Vec<usize> = live
+        .iter()
+        .filter_map(|&id| match body.exprs[id as usize].0 {
+            Expr::Load(n) => Some(n as usize),
+            _ => None,
+        })
+        .collect();
+    used.sort();
+    used.dedup();
+
+    let mut params = Params::new();
+    let mut in_param = vec![usize::MAX; inputs.len()];
+    for &n in &used {
+        in_param[n] = params.add(cx, inputs[n].buffer, ParamAccess::Read)?;
+    }
+    let mut store_param = Vec::new();
+    for s in stores {
+        store_param.push(params.add(cx, s.access.buffer, ParamAccess::Write)?);
+    }
+
+    let numel: usize = space.iter().product();
+    let mut all: Vec<(i64, &[i64])> = used
+        .iter()
+        .map(|&n| (inputs[n].offset, &inputs[n].strides[..]))
+        .collect();
+    all.extend(stores.iter().map(|s| (s.access.offset, &s.access.strides[..])));
+    let ix = Ix::for_space(space, &all, 0);
+
+    let mut h = Helpers::new();
+    let mut w = Writer::new();
+    let t = ix.ty();
+    w.line(format!(
+        "extern \"C\" __global__ void __launch_bounds__({ELEMENTWISE_BLOCK}) {}({}) {{",
+        cuda::ENTRY_PLACEHOLDER,
+        params.c_decl()
+    ));
+    let mut inner = Writer::new();
+    inner.line(format!("const {t} tid = ({t})blockIdx.x * blockDim.x + threadIdx.x;"));
+    inner.line(format!("const {t} nthreads = ({t})gridDim.x * blockDim.x;"));
+
+    // Fast path: each access is a scalar or a repeated contiguous block.
+    let reads: Option<Vec<(usize, FastRead)>> = used
+        .iter()
+        .map(|&n| {
+            let a = &inputs[n];
+            if a.strides.iter().zip(space).all(|(&s, &d)| s == 0 || d == 1) {
+                return Some((n, FastRead::Scalar));
+            }
+            let c = layout::collapse(space, &[&a.strides]);
+            layout::broadcast_period(&c.dims, &c.strides[0]).map(|p| (n, FastRead::Period(p)))
+        })
+        .collect();
+    let stores_contig = stores.iter().all(|s| layout::is_contiguous(space, &s.access.strides));
+    let used_acc: Vec<(usize, &Access)> = used.iter().map(|&n| (n, &inputs[n])).collect();
+    let width = fast_width(cx, &used_acc, stores)?;
+    let fast = match (reads, width) {
+        (Some(r), Some(v))
+            if stores_contig
+                && numel >= v
+                && r.iter().all(|(_, fr)| match fr {
+                    FastRead::Scalar => true,
+                    FastRead::Period(p) => *p == numel || p % v == 0,
+                }) =>
+        {
+            Some((r, v))
+        }
+        _ => None,
+    };
+
+    let work;
+    let scalar_name = |n: usize| format!("s{n}");
+    if let Some((reads, v)) = &fast {
+        let v = *v;
+        h.need(Helper::Vec);
+        let nvec = numel / v;
+        work = nvec.max(1);
+        inner.line(format!(
+            "// vectorized: {v} elements per step, 16-byte aligned accesses"
+        ));
+        for &(n, fr) in reads {
+            if fr == FastRead::Scalar {
+                let d = cx.dtype(inputs[n].buffer)?;
+                let raw = format!("p{}[{}]", in_param[n], ix.lit(inputs[n].offset));
+                inner.line(format!(
+                    "const {} {} = {};",
+                    cuda::reg_type(d),
+                    scalar_name(n),
+                    cuda::load_conv(&mut h, d, &raw)
+                ));
+            }
+        }
+        inner.open(format!("for ({t} v = tid; v < {}; v += nthreads)", ix.lit(nvec as i64)));
+        inner.line(format!("const {t} i = v * {};", ix.lit(v as i64)));
+        for &(n, fr) in reads {
+            if let FastRead::Period(p) = fr {
+                let d = cx.dtype(inputs[n].buffer)?;
+                let vt = vec_type(v * d.size_bytes());
+                let idx = if p == numel {
+                    "i".to_string()
+                } else {
+                    format!("i % {}", ix.lit(p as i64))
+                };
+                let off = if inputs[n].offset != 0 {
+                    format!("{} + ", ix.lit(inputs[n].offset))
+                } else {
+                    String::new()
+                };
+                inner.line(format!("alignas(16) {} a{n}[{v}];", cuda::storage_type(d)));
+                inner.line(format!("*({vt}*)a{n} = *(const {vt}*)(p{} + {off}{idx});", in_param[n]));
+            }
+        }
+        for (k, s) in stores.iter().enumerate() {
+            let d = cx.dtype(s.access.buffer)?;
+            inner.line(format!("alignas(16) {} o{k}[{v}];", cuda::storage_type(d)));
+        }
+        inner.line("#pragma unroll");
+        inner.open(format!("for (int u = 0; u < {v}; ++u)"));
+        let is_scalar = |n: usize| reads.iter().any(|&(m, fr)| m == n && fr == FastRead::Scalar);
+        let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+            match e {
+                Expr::Load(n) => {
+                    let n = *n as usize;
+                    if is_scalar(n) {
+                        Ok(scalar_name(n))
+                    } else {
+                        Ok(cuda::load_conv(h, d, &format!("a{n}[u]")))
+                    }
+                }
+                Expr::Index(a) => Ok(index_value(h, ix, "(i + u)", space, *a as usize, d)),
+                _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
+            }
+        };
+        cuda::emit_exprs(cx, &mut inner, &mut h, body, &live, &|id| format!("e{id}"), &mut leaf)?;
+        for (k, s) in stores.iter().enumerate() {
+            let d = cx.dtype(s.access.buffer)?;
+            check_store_dtype(cx, body, s, d)?;
+            let val = cuda::store_conv(&mut h, d, &format!("e{}", s.value));
+            inner.line(format!("o{k}[u] = {val};"));
+        }
+        inner.close();
+        for (k, s) in stores.iter().enumerate() {
+            let d = cx.dtype(s.access.buffer)?;
+            let vt = vec_type(v * d.size_bytes());
+            let off = if s.access.offset != 0 {
+                format!("{} + ", ix.lit(s.access.offset))
+            } else {
+                String::new()
+            };
+            inner.line(format!("*({vt}*)(p{} + {off}i) = *(const {vt}*)o{k};", store_param[k]));
+        }
+        inner.close();
+        // Tail: the last numel % V elements.
+        if !numel.is_multiple_of(v) {
+            inner.open(format!(
+                "for ({t} i = {} + tid; i < {}; i += nthreads)",
+                ix.lit((nvec * v) as i64),
+                ix.lit(numel as i64)
+            ));
+            let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+                match e {
+                    Expr::Load(n) => {
+                        let n = *n as usize;
+                        match reads.iter().find(|&&(m, _)| m == n).map(|&(_, fr)| fr) {
+                            Some(FastRead::Period(p)) => {
+                                let idx = if p == numel {
+                                    "i".to_string()
+                                } else {
+                                    format!("i % {}", ix.lit(p as i64))
+                                };
+                                let off = if inputs[n].offset != 0 {
+                                    format!("{} + ", ix.lit(inputs[n].offset))
+                                } else {
+                                    String::new()
+                                };
+                                Ok(cuda::load_conv(h, d, &format!("p{}[{off}{idx}]", in_param[n])))
+                            }
+                            _ => Ok(scalar_name(n)),
+                        }
+                    }
+                    Expr::Index(a) => Ok(index_value(h, ix, "i", space, *a as usize, d)),
+                    _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
+                }
+            };
+            cuda::emit_exprs(cx, &mut inner, &mut h, body, &live, &|id| format!("e{id}"), &mut leaf)?;
+            for (k, s) in stores.iter().enumerate() {
+                let d = cx.dtype(s.access.buffer)?;
+                let val = cuda::store_conv(&mut h, d, &format!("e{}", s.value));
+                let off = if s.access.offset != 0 {
+                    format!("{} + ", ix.lit(s.access.offset))
+                } else {
+                    String::new()
+                };
+                inner.line(format!("p{}[{off}i] = {val};", store_param[k]));
+            }
+            inner.close();
+        }
+    } else {
+        work = numel;
+        let mut strides: Vec<&[i64]> = used.iter().map(|&n| &inputs[n].strides[..]).collect();
+        strides.extend(stores.iter().map(|s| &s.access.strides[..]));
+        let c = layout::collapse(space, &strides);
+        inner.line(format!("// general: collapsed space {:?}", c.dims));
+        inner.open(format!(
+            "for ({t} i = tid; i < {}; i += nthreads)",
+            ix.lit(numel as i64)
+        ));
+        layout::decompose(&mut inner, ix, "i", &c.dims, "i");
+        let used_pos = |n: usize| used.iter().position(|&m| m == n).unwrap_or(0);
+        let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+            match e {
+                Expr::Load(n) => {
+                    let n = *n as usize;
+                    let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
+                    Ok(cuda::load_conv(h, d, &format!("p{}[{addr}]", in_param[n])))
+                }
+                Expr::Index(a) => Ok(index_value(h, ix, "i", space, *a as usize, d)),
+                _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
+            }
+        };
+        cuda::emit_exprs(cx, &mut inner, &mut h, body, &live, &|id| format!("e{id}"), &mut leaf)?;
+        for (k, s) in stores.iter().enumerate() {
+            let d = cx.dtype(s.access.buffer)?;
+            check_store_dtype(cx, body, s, d)?;
+            let val = cuda::store_conv(&mut h, d, &format!("e{}", s.value));
+            let addr = layout::address(ix, s.access.offset, &c.strides[used.len() + k], "i");
+            inner.line(format!("p{}[{addr}] = {val};", store_param[k]));
+        }
+        inner.close();
+    }
+    for l in inner.finish().lines() {
+        w.line(format!("  {l}"));
+    }
+    w.line("}");
+    let (source, entry) = finish("ew", &h, &w.finish());
+    let blocks = work.div_ceil(ELEMENTWISE_BLOCK as usize).min(u32::MAX as usize) as u32;
+    Ok(CudaKernel {
+        name: String::new(),
+        source,
+        entry,
+        params: params.list,
+        launch: LaunchConfig {
+            block: ELEMENTWISE_BLOCK,
+            grid: GridSize::PerSm {
+                blocks_per_sm: BLOCKS_PER_SM,
+                max_blocks: if numel == 0 { 0 } else { blocks },
+            },
+            shared_mem_bytes: 0,
+        },
+        gemm: None,
+    })
+}
+
+/// The vector type moving `bytes` bytes at once.
+pub(crate) fn vec_type(bytes: usize) -> &'static str {
+    match bytes {
+        16 => "g_vec16",
+        8 => "g_vec8",
+        4 => "g_vec4",
+        _ => "g_vec2",
+    }
+}
+
+/// An `Index` expression's value: the coordinate, converted like a cast from i64.
+pub(crate) fn index_value(h: &mut Helpers, ix: Ix, flat: &str, dims: &[usize], axis: usize, d: DType) -> String {
+    let c = layout::axis_coord(ix, flat, dims, axis);
+    cuda::cast_c(h, DType::I64, d, &format!("((long long){c})"))
+}
+
+pub(crate) fn check_store_dtype(cx: &Ctx, body: &Body, s: &Store, d: DType) -> Result<(), CodegenError> {
+    let vd = body.dtype(s.value);
+    if vd != d {
+        return Err(cx.malformed(format!("store of a {vd} expression into a {d} buffer")));
+    }
+    Ok(())
+}

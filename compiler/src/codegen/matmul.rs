@@ -1,0 +1,397 @@
+//! Matmul kernels: a cuBLASLt GEMM ([`GemmDesc`]), with as much of the body as
+//! cuBLASLt does natively folded into it, and the rest as a generated elementwise
+//! epilogue kernel over the output.
+//!
+//! Native: `act(acc [+ C] [+ bias])` where `act` is nothing, relu or the tanh GELU
+//! (cuBLASLt's GELU is the tanh approximation: the erf GELU is not native), `C` is a
+//! same-shaped tensor (`D = alpha*AB + beta*C`, beta = 1) and `bias` a load along `n`
+//! broadcast over `m` and the batch. The chain must be the only use of the product.
+
+use serde::{Deserialize, Serialize};
+
+use graphc_ir::{BinaryOp, DType, UnaryOp};
+
+use super::{elementwise, CodegenError, Ctx, CudaKernel, LaunchConfig, SCRATCH};
+use crate::kernel::{contiguous_strides, Access, Body, BufferId, Expr, ExprId, Store};
+
+/// The accumulation of a GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmCompute {
+    /// f32 accumulation (`CUBLAS_COMPUTE_32F`): f32, f16 and bf16 operands. The IR
+    /// accumulates in f32; TF32 (`CUBLAS_COMPUTE_32F_FAST_TF32`) is a runtime choice.
+    F32,
+    /// f64 (`CUBLAS_COMPUTE_64F`).
+    F64,
+}
+
+/// The epilogue cuBLASLt applies (`CUBLASLT_EPILOGUE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmEpilogue {
+    /// `DEFAULT`.
+    None,
+    /// `BIAS`.
+    Bias,
+    /// `RELU`.
+    Relu,
+    /// `GELU` (the tanh approximation).
+    Gelu,
+    /// `RELU_BIAS`.
+    BiasRelu,
+    /// `GELU_BIAS`.
+    BiasGelu,
+}
+
+/// One matrix operand, in row-major terms.
+///
+/// Element `(i, j)` of batch `b` of the logical `rows x cols` matrix is at element
+/// `offset + b * batch_stride + (if trans { j * ld + i } else { i * ld + j })` of the
+/// buffer. `trans == false`: stored row-major (`ld` = row stride, `>= cols`);
+/// `trans == true`: stored column-major, i.e. as the row-major transpose (`ld >= rows`).
+/// `batch_stride == 0` broadcasts one matrix over the batch.
+///
+/// cuBLASLt is column-major: a row-major `rows x cols` matrix with `ld` is a
+/// column-major `cols x rows` one with the same `ld`. So compute `D^T = B^T A^T`: pass
+/// `b` as cuBLASLt's A (layout `n x k` when `!b.trans`, else `k x n`, with `b.ld`,
+/// `CUBLASLT_MATMUL_DESC_TRANSA` = `b.trans`), `a` as cuBLASLt's B (layout `k x m` when
+/// `!a.trans`, else `m x k`, `TRANSB` = `a.trans`), and C/D as `n x m` with their `ld`.
+/// The bias (a vector along `n`) is then along cuBLASLt's rows, as it expects.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmOperand {
+    pub buffer: BufferId,
+    pub dtype: DType,
+    pub offset: i64,
+    pub trans: bool,
+    pub ld: i64,
+    pub batch_stride: i64,
+}
+
+/// Where the GEMM writes `D`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmOutput {
+    /// Into this buffer (the store of the native part of the body).
+    Buffer(BufferId),
+    /// Into a scratch buffer of `GemmDesc::scratch_bytes` that the epilogue kernel reads
+    /// (its [`super::ParamTarget::GemmScratch`] parameter).
+    Scratch,
+}
+
+/// One cuBLASLt matmul: `D = epilogue(alpha * A B [+ beta * C] [+ bias])`, batched.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmDesc {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// Number of matrices (product of the batch dims; 1 without batch dims).
+    pub batch: u64,
+    /// `[m, k]` operand.
+    pub a: GemmOperand,
+    /// `[k, n]` operand.
+    pub b: GemmOperand,
+    /// A same-shaped `[m, n]` addend (never transposed), with `beta`.
+    pub beta_c: Option<GemmOperand>,
+    pub d: GemmOutput,
+    /// `D` is row-major `[batch, m, n]`, contiguous: `ld = n`, batch stride `m * n`.
+    pub d_dtype: DType,
+    /// Element offset of `D` in its buffer.
+    pub d_offset: i64,
+    pub alpha: f64,
+    pub beta: f64,
+    pub epilogue: GemmEpilogue,
+    /// The bias vector (`n` elements, contiguous) for `Bias*` epilogues.
+    pub bias: Option<GemmOperand>,
+    pub compute: GemmCompute,
+    /// Bytes of scratch for [`GemmOutput::Scratch`] (0 otherwise).
+    pub scratch_bytes: u64,
+}
+
+pub(crate) struct MatMulKernel<'a> {
+    pub batch: &'a [usize],
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: &'a Access,
+    pub b: &'a Access,
+    pub inputs: &'a [Access],
+    pub body: &'a Body,
+    pub stores: &'a [Store],
+}
+
+/// A `rows x cols` operand (last two dims of `a`) with its batch dims collapsed.
+fn operand(
+    cx: &Ctx,
+    name: &str,
+    a: &Access,
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+    allow_trans: bool,
+) -> Result<GemmOperand, CodegenError> {
+    let err = |why: String| CodegenError::OperandLayout {
+        kernel: cx.kernel.clone(),
+        operand: name.to_string(),
+        why,
+    };
+    let r = batch.len();
+    if a.strides.len() != r + 2 {
+        return Err(cx.malformed(format!(
+            "matmul operand {name} has rank {}, expected {}",
+            a.strides.len(),
+            r + 2
+        )));
+    }
+    if a.offset < 0 {
+        return Err(err(format!("negative offset {}", a.offset)));
+    }
+    let (sr, sc) = (a.strides[r], a.strides[r + 1]);
+    let (ri, ci) = (rows as i64, cols as i64);
+    let (trans, ld) = if (cols == 1 || sc == 1) && (rows == 1 || sr >= ci) {
+        (false, if rows == 1 { ci.max(1) } else { sr })
+    } else if allow_trans && (rows == 1 || sr == 1) && (cols == 1 || sc >= ri) {
+        (true, if cols == 1 { ri.max(1) } else { sc })
+    } else {
+        return Err(err(format!(
+            "its last two dims [{rows}, {cols}] have strides [{sr}, {sc}], contiguous in neither order"
+        )));
+    };
+    // Batch dims: one uniform stride (nested contiguously), or all broadcast.
+    let live: Vec<(usize, i64)> = batch
+        .iter()
+        .zip(&a.strides[..r])
+        .filter(|(&d, _)| d > 1)
+        .map(|(&d, &s)| (d, s))
+        .collect();
+    let batch_stride = if live.iter().all(|&(_, s)| s == 0) {
+        0
+    } else {
+        if live.iter().any(|&(_, s)| s <= 0) {
+            return Err(err(format!(
+                "its batch strides {:?} mix broadcast (or negative) and strided dims",
+                &a.strides[..r]
+            )));
+        }
+        for w in live.windows(2) {
+            if w[0].1 != w[1].1 * w[1].0 as i64 {
+                return Err(err(format!(
+                    "its batch dims {batch:?} with strides {:?} do not collapse to one batch stride",
+                    &a.strides[..r]
+                )));
+            }
+        }
+        live.last().map(|&(_, s)| s).unwrap_or(0)
+    };
+    Ok(GemmOperand {
+        buffer: a.buffer,
+        dtype: cx.dtype(a.buffer)?,
+        offset: a.offset,
+        trans,
+        ld,
+        batch_stride,
+    })
+}
+
+/// The single user of each expression (None: unused or used more than once, stores
+/// counting as users).
+fn single_users(body: &Body, stores: &[Store]) -> Vec<Option<ExprId>> {
+    let n = body.exprs.len();
+    let mut count = vec![0usize; n];
+    let mut user = vec![None; n];
+    for (i, (e, _)) in body.exprs.iter().enumerate() {
+        for o in super::cuda::operands(e) {
+            count[o as usize] += 1;
+            user[o as usize] = Some(i as ExprId);
+        }
+    }
+    for s in stores {
+        if let Some(c) = count.get_mut(s.value as usize) {
+            *c += 1;
+        }
+    }
+    (0..n).map(|i| if count[i] == 1 { user[i] } else { None }).collect()
+}
+
+pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, CodegenError> {
+    let (m, n, k) = (mk.m, mk.n, mk.k);
+    let rank = mk.batch.len() + 2;
+    let body = mk.body;
+    super::cuda::validate(cx, body, mk.inputs.len(), 0, rank, true)?;
+    let acc_ids: Vec<ExprId> = (0..body.exprs.len() as ExprId)
+        .filter(|&i| body.exprs[i as usize].0 == Expr::Acc)
+        .collect();
+    let dtype = match acc_ids.first() {
+        Some(&i) => body.dtype(i),
+        None => cx.dtype(mk.a.buffer)?,
+    };
+    let compute = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => GemmCompute::F32,
+        DType::F64 => GemmCompute::F64,
+        d => {
+            return Err(cx.unsupported(format!(
+                "a {d} matmul cannot run on cuBLASLt (integer matmuls are op kernels)"
+            )))
+        }
+    };
+    if acc_ids.iter().any(|&i| body.dtype(i) != dtype) {
+        return Err(cx.malformed("acc expressions of different types"));
+    }
+    for (nm, acc) in [("a", mk.a), ("b", mk.b)] {
+        let d = cx.dtype(acc.buffer)?;
+        if d != dtype {
+            return Err(cx.malformed(format!("matmul operand {nm} is {d}, the product {dtype}")));
+        }
+    }
+    let a = operand(cx, "a", mk.a, mk.batch, m, k, true)?;
+    let b = operand(cx, "b", mk.b, mk.batch, k, n, true)?;
+    let batch: usize = mk.batch.iter().product();
+    let space: Vec<usize> = mk.batch.iter().copied().chain([m, n]).collect();
+
+    // The native chain: acc [+ C] [+ bias] [relu | gelu_tanh].
+    let users = single_users(body, mk.stores);
+    let mut cur = acc_ids.first().copied();
+    let (mut bias, mut beta_c, mut act) = (None, None, None);
+    let bias_shaped = |x: &Access| {
+        let r = mk.batch.len();
+        x.strides[..r].iter().zip(mk.batch).all(|(&s, &d)| s == 0 || d == 1)
+            && (m == 1 || x.strides[r] == 0)
+            && (n == 1 || x.strides[r + 1] == 1)
+            && x.offset >= 0
+    };
+    let native_ok = acc_ids.len() == 1;
+    while let (true, Some(c)) = (native_ok, cur) {
+        let Some(u) = users[c as usize] else { break };
+        match &body.exprs[u as usize].0 {
+            Expr::Binary(BinaryOp::Add, x, y) if act.is_none() => {
+                let other = if *x == c { *y } else { *x };
+                let Expr::Load(ni) = body.exprs[other as usize].0 else {
+                    break;
+                };
+                let input = &mk.inputs[ni as usize];
+                if cx.dtype(input.buffer)? != dtype {
+                    break;
+                }
+                if bias.is_none() && dtype != DType::F64 && bias_shaped(input) {
+                    bias = Some(GemmOperand {
+                        buffer: input.buffer,
+                        dtype,
+                        offset: input.offset,
+                        trans: false,
+                        ld: n as i64,
+                        batch_stride: 0,
+                    });
+                } else if beta_c.is_none() && bias.is_none() {
+                    match operand(cx, "c", input, mk.batch, m, n, false) {
+                        Ok(op) => beta_c = Some(op),
+                        Err(_) => break,
+                    }
+                } else {
+                    break;
+                }
+                cur = Some(u);
+            }
+            Expr::Unary(op @ (UnaryOp::Relu | UnaryOp::GeluTanh), _) if act.is_none() && dtype != DType::F64 => {
+                act = Some(*op);
+                cur = Some(u);
+                break;
+            }
+            _ => break,
+        }
+    }
+    let epilogue = match (bias.is_some(), act) {
+        (false, None) => GemmEpilogue::None,
+        (true, None) => GemmEpilogue::Bias,
+        (false, Some(UnaryOp::Relu)) => GemmEpilogue::Relu,
+        (true, Some(UnaryOp::Relu)) => GemmEpilogue::BiasRelu,
+        (false, Some(_)) => GemmEpilogue::Gelu,
+        (true, Some(_)) => GemmEpilogue::BiasGelu,
+    };
+
+    // Where D goes: the store of the native value if it is a plain contiguous write.
+    let contiguous = contiguous_strides(&space);
+    let direct = cur.and_then(|c| {
+        mk.stores.iter().position(|s| {
+            s.value == c
+                && s.access.offset >= 0
+                && crate::kernel::strides_equal(&s.access.strides, &contiguous, &space)
+                && cx.dtype(s.access.buffer).ok() == Some(dtype)
+        })
+    });
+    let (d, d_offset) = match direct {
+        Some(i) => (
+            GemmOutput::Buffer(mk.stores[i].access.buffer),
+            mk.stores[i].access.offset,
+        ),
+        None => (GemmOutput::Scratch, 0),
+    };
+    let scratch_bytes = if d == GemmOutput::Scratch {
+        (batch * m * n * dtype.size_bytes()) as u64
+    } else {
+        0
+    };
+    let gemm = GemmDesc {
+        m: m as u64,
+        n: n as u64,
+        k: k as u64,
+        batch: batch as u64,
+        a,
+        b,
+        beta: if beta_c.is_some() { 1.0 } else { 0.0 },
+        beta_c,
+        d,
+        d_dtype: dtype,
+        d_offset,
+        alpha: 1.0,
+        epilogue,
+        bias,
+        compute,
+        scratch_bytes,
+    };
+
+    // The epilogue: the other stores, with the native value read back from D.
+    let rest: Vec<Store> = mk
+        .stores
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| Some(i) != direct)
+        .map(|(_, s)| s.clone())
+        .collect();
+    if rest.is_empty() {
+        return Ok(CudaKernel {
+            name: String::new(),
+            source: String::new(),
+            entry: String::new(),
+            params: Vec::new(),
+            launch: LaunchConfig::none(),
+            gemm: Some(gemm),
+        });
+    }
+    let d_buffer = match d {
+        GemmOutput::Buffer(b) => b,
+        GemmOutput::Scratch => SCRATCH,
+    };
+    let mut inputs = mk.inputs.to_vec();
+    inputs.push(Access {
+        buffer: d_buffer,
+        offset: d_offset,
+        strides: contiguous.clone(),
+    });
+    let load = Expr::Load((inputs.len() - 1) as u32);
+    let mut ebody = body.clone();
+    // Every `acc` reads D (those inside the native chain are dead), and so does the
+    // chain's last expression.
+    for &i in &acc_ids {
+        ebody.exprs[i as usize].0 = load.clone();
+    }
+    if let Some(c) = cur {
+        ebody.exprs[c as usize].0 = load;
+    }
+    let ecx = Ctx {
+        program: cx.program,
+        kernel: cx.kernel.clone(),
+        scratch: Some(dtype),
+    };
+    let mut ker = elementwise::generate(&ecx, &space, &inputs, &ebody, &rest)?;
+    ker.gemm = Some(gemm);
+    Ok(ker)
+}

@@ -1,0 +1,339 @@
+//! CUDA C generation from the kernel IR ([`crate::kernel`]).
+//!
+//! [`generate`] turns one kernel of a [`Program`] into a [`CudaKernel`]: a complete,
+//! header-free CUDA C translation unit with one `extern "C" __global__` entry, the
+//! buffers its pointer parameters are bound to, and how to launch it. Matmul kernels
+//! also carry a [`GemmDesc`] (the cuBLASLt call); the source is then the epilogue that
+//! cuBLASLt cannot do natively, or empty.
+//!
+//! Numerics follow the reference interpreter (`graphc_ir::interp`):
+//! - f16/bf16 are stored as `unsigned short` and computed in f32, each op's result
+//!   rounded to the expression's type (so a fused chain rounds where the graph did).
+//!   Conversions are inline PTX (`cvt.f32.f16`, `cvt.rn.f16.f32`) and bit arithmetic
+//!   for bf16 (round to nearest even, NaN kept quiet with its payload).
+//! - f64 is computed in `double`; integers wrap (add/sub/mul go through unsigned
+//!   arithmetic); bool is an `unsigned char` 0/1.
+//! - Integer division, `mod` and `fmod` by zero, and an integer `pow` of 0 to a negative
+//!   power, give 0 (the interpreter reports an error; a kernel cannot).
+//! - Float `max`/`min` propagate NaN (as the canonical quiet NaN), `round` is half to
+//!   even (`rintf`), `mod` has the sign of the divisor, `fmod` is C's.
+//! - Casts: floats to integers truncate, saturate, NaN to 0; integers wrap; to bool is
+//!   `x != 0`; to f16/bf16 from f64 or i64 rounds once (through round-to-odd).
+//! - Reductions accumulate f16/bf16 in f32, max/min start at -inf/+inf and propagate
+//!   NaN; integer reductions wrap. Summation order differs from the interpreter's.
+//!
+//! Entry names are `g_<kind>_<hash>`, a hash of the kernel's source, so identical
+//! kernels (the same layer repeated) have identical sources and NVRTC compiles them once.
+//! Sources never mention buffer ids (parameters are positional), for the same reason.
+
+mod cuda;
+mod elementwise;
+mod layout;
+mod matmul;
+mod op_kernels;
+mod prelude;
+mod row;
+
+use serde::{Deserialize, Serialize};
+
+use graphc_ir::DType;
+
+use crate::kernel::{BufferId, KernelKind, Program};
+
+pub use matmul::{GemmCompute, GemmDesc, GemmEpilogue, GemmOperand, GemmOutput};
+
+/// Threads per block of elementwise-like kernels.
+pub const ELEMENTWISE_BLOCK: u32 = 256;
+/// Blocks per SM of grid-stride kernels (grid = SMs x this, at most what the work needs).
+pub const BLOCKS_PER_SM: u32 = 8;
+
+/// A generated CUDA kernel, ready for NVRTC and a launch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CudaKernel {
+    /// `k<index>_<kind>`: a C identifier naming the kernel in reports.
+    pub name: String,
+    /// The whole translation unit (no `#include`). Empty for a matmul that cuBLASLt
+    /// does entirely (then `entry` is empty and `params` too).
+    pub source: String,
+    /// The `extern "C" __global__` function to launch.
+    pub entry: String,
+    /// The kernel's parameters, in order.
+    pub params: Vec<ParamDesc>,
+    pub launch: LaunchConfig,
+    /// For matmul kernels: the GEMM to run before this kernel's source (if any).
+    pub gemm: Option<GemmDesc>,
+}
+
+impl CudaKernel {
+    /// Whether there is a CUDA C kernel to compile and launch.
+    pub fn has_source(&self) -> bool {
+        !self.source.is_empty()
+    }
+}
+
+/// What a pointer parameter points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamTarget {
+    /// A buffer of the program (the pointer is its base; accesses add their offsets).
+    Buffer(BufferId),
+    /// The scratch output of this kernel's GEMM ([`GemmOutput::Scratch`]).
+    GemmScratch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamAccess {
+    Read,
+    Write,
+}
+
+/// One kernel parameter. Today every parameter is a pointer; scalars may come later.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParamDesc {
+    pub target: ParamTarget,
+    pub access: ParamAccess,
+    /// Element type the kernel reads or writes through the pointer.
+    pub dtype: DType,
+}
+
+/// The grid of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GridSize {
+    /// Exactly this many blocks.
+    Fixed { blocks: u32 },
+    /// Grid-stride kernels: `min(sm_count * blocks_per_sm, max_blocks)` blocks, computed
+    /// at launch from the device's SM count. `max_blocks == 0` means there is no work:
+    /// do not launch.
+    PerSm { blocks_per_sm: u32, max_blocks: u32 },
+}
+
+impl GridSize {
+    /// The number of blocks for a device with `sm_count` SMs.
+    pub fn blocks(&self, sm_count: u32) -> u32 {
+        match *self {
+            GridSize::Fixed { blocks } => blocks,
+            GridSize::PerSm {
+                blocks_per_sm,
+                max_blocks,
+            } => sm_count.max(1).saturating_mul(blocks_per_sm).min(max_blocks),
+        }
+    }
+}
+
+/// How to launch a kernel (1-D blocks and grid).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchConfig {
+    pub block: u32,
+    pub grid: GridSize,
+    /// Dynamic shared memory (static shared memory is declared in the source).
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    pub(crate) fn none() -> LaunchConfig {
+        LaunchConfig {
+            block: 0,
+            grid: GridSize::Fixed { blocks: 0 },
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CodegenError {
+    #[error("kernel index {0} out of range (the program has {1} kernels)")]
+    NoSuchKernel(usize, usize),
+    #[error("kernel {kernel}: {op} kernels are not supported by the CUDA backend")]
+    UnsupportedOp { kernel: String, op: String },
+    #[error("kernel {kernel}: matmul operand {operand} must be materialized: {why}")]
+    OperandLayout {
+        kernel: String,
+        operand: String,
+        why: String,
+    },
+    #[error("kernel {kernel}: {msg}")]
+    Malformed { kernel: String, msg: String },
+    #[error("kernel {kernel}: {msg}")]
+    Unsupported { kernel: String, msg: String },
+}
+
+/// The CUDA kernel of `program.kernels[kernel_index]`.
+pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, CodegenError> {
+    let kernel = program
+        .kernels
+        .get(kernel_index)
+        .ok_or(CodegenError::NoSuchKernel(kernel_index, program.kernels.len()))?;
+    let name = format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name()));
+    let cx = Ctx {
+        program,
+        kernel: name.clone(),
+        scratch: None,
+    };
+    let mut out = match &kernel.kind {
+        KernelKind::Elementwise {
+            space,
+            inputs,
+            body,
+            stores,
+        } => elementwise::generate(&cx, space, inputs, body, stores)?,
+        KernelKind::Row {
+            outer,
+            inner,
+            inputs,
+            body,
+            stages,
+            row_stores,
+            stores,
+        } => row::generate(
+            &cx,
+            &row::RowKernel {
+                outer,
+                inner,
+                inputs,
+                body,
+                stages,
+                row_stores,
+                stores,
+            },
+        )?,
+        KernelKind::MatMul {
+            batch,
+            m,
+            n,
+            k,
+            a,
+            b,
+            inputs,
+            body,
+            stores,
+        } => matmul::generate(
+            &cx,
+            &matmul::MatMulKernel {
+                batch,
+                m: *m,
+                n: *n,
+                k: *k,
+                a,
+                b,
+                inputs,
+                body,
+                stores,
+            },
+        )?,
+        KernelKind::Op { op, inputs, output } => op_kernels::generate(&cx, op, inputs, *output)?,
+    };
+    out.name = name;
+    Ok(out)
+}
+
+/// The CUDA kernels of every kernel of `program`, in order.
+pub fn generate_all(program: &Program) -> Result<Vec<CudaKernel>, CodegenError> {
+    (0..program.kernels.len()).map(|i| generate(program, i)).collect()
+}
+
+/// What generators need to know besides the kernel itself.
+pub(crate) struct Ctx<'a> {
+    pub program: &'a Program,
+    /// The kernel's report name, for errors.
+    pub kernel: String,
+    /// Matmul epilogues: the dtype of the GEMM scratch output ([`SCRATCH`]).
+    pub scratch: Option<DType>,
+}
+
+/// The buffer id standing for the GEMM scratch output inside generators.
+pub(crate) const SCRATCH: BufferId = BufferId(u32::MAX);
+
+impl Ctx<'_> {
+    pub fn malformed(&self, msg: impl Into<String>) -> CodegenError {
+        CodegenError::Malformed {
+            kernel: self.kernel.clone(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn unsupported(&self, msg: impl Into<String>) -> CodegenError {
+        CodegenError::Unsupported {
+            kernel: self.kernel.clone(),
+            msg: msg.into(),
+        }
+    }
+
+    /// The element type of a buffer (or of the GEMM scratch).
+    pub fn dtype(&self, b: BufferId) -> Result<DType, CodegenError> {
+        if b == SCRATCH {
+            return self
+                .scratch
+                .ok_or_else(|| self.malformed("scratch buffer outside a matmul"));
+        }
+        self.program
+            .buffers
+            .get(b.index())
+            .map(|x| x.ty.dtype)
+            .ok_or_else(|| self.malformed(format!("buffer b{} does not exist", b.0)))
+    }
+}
+
+/// The pointer parameters of a kernel: each read buffer once (in order of first use),
+/// then each written buffer once.
+pub(crate) struct Params {
+    pub list: Vec<ParamDesc>,
+}
+
+impl Params {
+    pub fn new() -> Params {
+        Params { list: Vec::new() }
+    }
+
+    /// Index of the parameter for `buffer`, adding it if new.
+    pub fn add(&mut self, cx: &Ctx, buffer: BufferId, access: ParamAccess) -> Result<usize, CodegenError> {
+        let target = if buffer == SCRATCH {
+            ParamTarget::GemmScratch
+        } else {
+            ParamTarget::Buffer(buffer)
+        };
+        if let Some(i) = self.list.iter().position(|p| p.target == target) {
+            if self.list[i].access != access {
+                return Err(cx.unsupported(format!(
+                    "buffer {} is both read and written by one kernel",
+                    match target {
+                        ParamTarget::Buffer(b) => format!("b{}", b.0),
+                        ParamTarget::GemmScratch => "scratch".to_string(),
+                    }
+                )));
+            }
+            return Ok(i);
+        }
+        let dtype = cx.dtype(buffer)?;
+        self.list.push(ParamDesc { target, access, dtype });
+        Ok(self.list.len() - 1)
+    }
+
+    /// The C parameter list: `const float* __restrict__ p0, ...`.
+    pub fn c_decl(&self) -> String {
+        self.list
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let t = cuda::storage_type(p.dtype);
+                match p.access {
+                    ParamAccess::Read => format!("const {t}* __restrict__ p{i}"),
+                    ParamAccess::Write => format!("{t}* __restrict__ p{i}"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Finish a kernel: prelude + body, with the entry name a hash of the whole source.
+pub(crate) fn finish(kind: &str, helpers: &prelude::Helpers, body: &str) -> (String, String) {
+    let mut src = String::new();
+    src.push_str("// Generated by graphc. Header-free CUDA C.\n");
+    src.push_str(&helpers.source());
+    src.push_str(&cuda::prune_unused(body));
+    let hash = crate::nvrtc::cache::fnv1a_128(src.as_bytes());
+    let entry = format!("g_{kind}_{:016x}", (hash >> 64) as u64);
+    (src.replace(cuda::ENTRY_PLACEHOLDER, &entry), entry)
+}
