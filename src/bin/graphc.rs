@@ -38,6 +38,33 @@ enum Command {
         #[arg(long = "dim", value_parser = parse_dim)]
         dims: Vec<(String, usize)>,
     },
+    /// Print the generated CUDA C of every kernel (and the GEMM each matmul runs).
+    Cuda {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// Only this kernel (its index, as `graphc opt` numbers them).
+        #[arg(long)]
+        kernel: Option<usize>,
+    },
+    /// Compile every kernel with NVRTC and print the PTX (or, with --cubin, write cubins).
+    Ptx {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// Target architecture.
+        #[arg(long, default_value = "sm_89")]
+        arch: String,
+        /// Compile to cubin and write `<entry>.cubin` files into this folder.
+        #[arg(long)]
+        cubin: Option<PathBuf>,
+        /// Neither read nor write the on-disk kernel cache.
+        #[arg(long)]
+        no_cache: bool,
+        /// Kernel cache folder (default $GRAPHC_CACHE_DIR, else ~/.cache/graphc/nvrtc).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+    },
     /// Run the model on inputs from an .npz file.
     Run {
         model: PathBuf,
@@ -160,6 +187,121 @@ fn run(cli: Cli) -> Result<()> {
                     "none".to_string()
                 } else {
                     fired.join(", ")
+                }
+            );
+        }
+        Command::Cuda { model, dims, kernel } => {
+            let graph = graphc::load_model(&model, &dims)?;
+            let compiled = graphc::compile(&graph)?;
+            let program = &compiled.program;
+            let indices: Vec<usize> = match kernel {
+                Some(k) if k >= program.kernels.len() => {
+                    bail!("--kernel {k}: the program has {} kernels", program.kernels.len())
+                }
+                Some(k) => vec![k],
+                None => (0..program.kernels.len()).collect(),
+            };
+            let mut first_with: std::collections::HashMap<String, String> = Default::default();
+            for k in indices {
+                let ck = graphc_compiler::codegen::generate(program, k)?;
+                let ir_kernel = &program.kernels[k];
+                let nodes: Vec<String> = ir_kernel.nodes.iter().map(|n| format!("%{n}")).collect();
+                println!(
+                    "// ==== {} ({}): nodes {}",
+                    ck.name,
+                    ir_kernel.kind_name(),
+                    nodes.join(" ")
+                );
+                if let Some(g) = &ck.gemm {
+                    println!("// cuBLASLt: {}", serde_json::to_string(g)?);
+                }
+                if !ck.has_source() {
+                    println!("// (no CUDA C: cuBLASLt computes the whole kernel)\n");
+                    continue;
+                }
+                println!(
+                    "// launch: block {}, grid {}, dynamic shared memory {} B",
+                    ck.launch.block,
+                    serde_json::to_string(&ck.launch.grid)?,
+                    ck.launch.shared_mem_bytes
+                );
+                if let Some(same) = first_with.get(&ck.entry) {
+                    println!("// same source as {same} (entry {})\n", ck.entry);
+                    continue;
+                }
+                first_with.insert(ck.entry.clone(), ck.name.clone());
+                println!("{}", ck.source);
+            }
+        }
+        Command::Ptx {
+            model,
+            dims,
+            arch,
+            cubin,
+            no_cache,
+            cache_dir,
+        } => {
+            use graphc_compiler::nvrtc::{self, NvrtcOptions, OutputKind};
+            if !arch
+                .strip_prefix("sm_")
+                .is_some_and(|v| v.len() >= 2 && v.chars().all(|c| c.is_ascii_digit()))
+            {
+                bail!("--arch {arch}: expected sm_XX, e.g. sm_89 or sm_90");
+            }
+            let graph = graphc::load_model(&model, &dims)?;
+            let compiled = graphc::compile(&graph)?;
+            let kernels = graphc_compiler::codegen::generate_all(&compiled.program)?;
+            let mut opts = NvrtcOptions {
+                arch: arch.clone(),
+                output: if cubin.is_some() {
+                    OutputKind::Cubin
+                } else {
+                    OutputKind::Ptx
+                },
+                use_cache: !no_cache,
+                ..NvrtcOptions::default()
+            };
+            if let Some(dir) = cache_dir {
+                opts.cache_dir = Some(dir);
+            }
+            let start = Instant::now();
+            let out = nvrtc::compile(&kernels, &opts)?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            let with_source: Vec<_> = out.iter().filter(|c| !c.image.is_empty()).collect();
+            let mut entries: Vec<&str> = with_source.iter().map(|c| c.entry.as_str()).collect();
+            entries.sort_unstable();
+            entries.dedup();
+            let cached = with_source.iter().filter(|c| c.cached).count();
+            match &cubin {
+                Some(dir) => {
+                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                    for c in &with_source {
+                        let path = dir.join(format!("{}.cubin", c.entry));
+                        std::fs::write(&path, &c.image).with_context(|| format!("writing {}", path.display()))?;
+                        println!("{} -> {} ({} bytes)", c.name, path.display(), c.image.len());
+                    }
+                }
+                None => {
+                    let mut printed = std::collections::HashSet::new();
+                    for c in &with_source {
+                        println!("// ==== {} (entry {})", c.name, c.entry);
+                        if printed.insert(c.entry.clone()) {
+                            println!("{}", c.ptx().unwrap_or_default());
+                        } else {
+                            println!("// same PTX as above\n");
+                        }
+                    }
+                }
+            }
+            eprintln!(
+                "{} kernels ({} with CUDA C, {} distinct), {} from the cache, for {arch}, in {ms:.0} ms{}",
+                out.len(),
+                with_source.len(),
+                entries.len(),
+                cached,
+                match nvrtc::version() {
+                    Some((a, b)) => format!(" (NVRTC {a}.{b})"),
+                    None => String::new(),
                 }
             );
         }

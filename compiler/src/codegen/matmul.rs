@@ -251,6 +251,7 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
     let users = single_users(body, mk.stores);
     let mut cur = acc_ids.first().copied();
     let (mut bias, mut beta_c, mut act) = (None, None, None);
+    let mut alpha = 1.0f64;
     let bias_shaped = |x: &Access| {
         let r = mk.batch.len();
         x.strides[..r].iter().zip(mk.batch).all(|(&s, &d)| s == 0 || d == 1)
@@ -280,13 +281,27 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
                         ld: n as i64,
                         batch_stride: 0,
                     });
-                } else if beta_c.is_none() && bias.is_none() {
+                } else if beta_c.is_none() {
+                    // D = act(alpha AB + beta C + bias): C and bias both add before
+                    // the activation, in either order.
                     match operand(cx, "c", input, mk.batch, m, n, false) {
                         Ok(op) => beta_c = Some(op),
                         Err(_) => break,
                     }
                 } else {
                     break;
+                }
+                cur = Some(u);
+            }
+            // A scale of the product before anything is added: cuBLASLt's alpha.
+            Expr::Binary(BinaryOp::Mul, x, y) if bias.is_none() && beta_c.is_none() && act.is_none() => {
+                let other = if *x == c { *y } else { *x };
+                let Expr::Const(t) = &body.exprs[other as usize].0 else {
+                    break;
+                };
+                match t.to_f64_vec().first() {
+                    Some(v) if v.is_finite() => alpha *= v,
+                    _ => break,
                 }
                 cur = Some(u);
             }
@@ -341,7 +356,7 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
         d,
         d_dtype: dtype,
         d_offset,
-        alpha: 1.0,
+        alpha,
         epilogue,
         bias,
         compute,

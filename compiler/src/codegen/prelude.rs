@@ -50,7 +50,9 @@ impl Helper {
     }
 
     fn source(self) -> String {
-        let f = "static __device__ __forceinline__";
+        // Not `static`: NVRTC warns (#177) about an unused static function, and a kernel may
+        // use only part of a group (a bf16 copy never rounds).
+        let f = "__device__ __forceinline__";
         match self {
             Helper::Vec => "struct alignas(16) g_vec16 { unsigned int w[4]; };\n\
                  struct alignas(8) g_vec8 { unsigned int w[2]; };\n\
