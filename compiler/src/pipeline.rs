@@ -103,7 +103,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         nodes_after: program.kernels.len(),
         time: start.elapsed(),
         notes: vec![format!(
-            "{} kernels ({} unfused), {} bytes moved ({} unfused)",
+            "{} launches instead of {} unfused; {} bytes of global memory traffic instead of {}",
             fusion.kernels, fusion.unfused_kernels, fusion.bytes, fusion.unfused_bytes
         )],
     });

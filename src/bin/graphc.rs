@@ -321,10 +321,11 @@ fn run(cli: Cli) -> Result<()> {
             let compiled = graphc::compile(&graph)?;
             for p in &compiled.passes {
                 println!(
-                    "pass     {}: {} -> {} nodes in {:.2} ms{}",
+                    "pass     {}: {} nodes -> {} {} in {:.2} ms{}",
                     p.pass,
                     p.nodes_before,
                     p.nodes_after,
+                    if p.pass == "fuse" { "kernels" } else { "nodes" },
                     p.time.as_secs_f64() * 1e3,
                     p.notes.iter().map(|n| format!("; {n}")).collect::<String>()
                 );
@@ -332,7 +333,8 @@ fn run(cli: Cli) -> Result<()> {
             let start = Instant::now();
             let outputs = graphc::run_cpu(&compiled, inputs)?;
             println!(
-                "run      cpu, reference interpreter: {:.2} ms",
+                "run      cpu, {} kernels (kernel-IR executor): {:.2} ms",
+                compiled.program.kernels.len(),
                 start.elapsed().as_secs_f64() * 1e3
             );
             for (name, t) in &outputs {
