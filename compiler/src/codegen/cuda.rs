@@ -124,6 +124,22 @@ pub(crate) fn store_conv(h: &mut Helpers, d: DType, s: &str) -> String {
     }
 }
 
+/// Whether f16/bf16 arithmetic rounds after every op (as the reference interpreter
+/// does) rather than staying in f32 until a store or an explicit cast (as TorchInductor
+/// computes fused half-precision kernels). Off: one rounding per stored value is both
+/// more accurate and cheaper (no conversion pair per op); results then differ from the
+/// interpreter's by the intermediate roundings, within half-precision tolerance.
+pub const ROUND_EVERY_HALF_OP: bool = false;
+
+/// The result of an f16/bf16 op, rounded per [`ROUND_EVERY_HALF_OP`].
+fn round_op(h: &mut Helpers, d: DType, s: String) -> String {
+    if ROUND_EVERY_HALF_OP {
+        round_to(h, d, s)
+    } else {
+        s
+    }
+}
+
 /// Round an f32 register value to `d` (f16/bf16), identity otherwise.
 fn round_to(h: &mut Helpers, d: DType, s: String) -> String {
     match d {
@@ -422,7 +438,7 @@ pub(crate) fn unary_c(h: &mut Helpers, op: UnaryOp, d: DType, x: &str) -> String
             }
             UnaryOp::Not => format!("((unsigned char)!{x})"),
         };
-        return round_to(h, d, r);
+        return round_op(h, d, r);
     }
     let t = reg_type(d);
     if d == DType::U8 {
@@ -492,7 +508,7 @@ pub(crate) fn binary_c(h: &mut Helpers, op: BinaryOp, d: DType, a: &str, b: &str
             }
             _ => format!("{}({a}, {b})", math(d, "fmod")),
         };
-        return round_to(h, d, r);
+        return round_op(h, d, r);
     }
     let t = reg_type(d);
     let u = |o: &str| format!("(({t})((unsigned long long){a} {o} (unsigned long long){b}))");

@@ -6,9 +6,10 @@
 //! also carry a [`GemmDesc`] (the cuBLASLt call); the source is then the epilogue that
 //! cuBLASLt cannot do natively, or empty.
 //!
-//! Numerics follow the reference interpreter (`graphc_ir::interp`):
-//! - f16/bf16 are stored as `unsigned short` and computed in f32, each op's result
-//!   rounded to the expression's type (so a fused chain rounds where the graph did).
+//! Numerics follow the reference interpreter (`graphc_ir::interp`), except where a
+//! fused kernel is allowed to be more precise:
+//! - f16/bf16 are stored as `unsigned short` and computed in f32; a fused chain stays in
+//!   f32 and rounds at stores and explicit casts (see `cuda::ROUND_EVERY_HALF_OP`).
 //!   Conversions are inline PTX (`cvt.f32.f16`, `cvt.rn.f16.f32`) and bit arithmetic
 //!   for bf16 (round to nearest even, NaN kept quiet with its payload).
 //! - f64 is computed in `double`; integers wrap (add/sub/mul go through unsigned

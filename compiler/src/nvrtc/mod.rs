@@ -52,8 +52,8 @@ pub struct NvrtcOptions {
     pub cache_dir: Option<PathBuf>,
     /// Read and write the cache (false: always compile, write nothing).
     pub use_cache: bool,
-    /// More NVRTC options. The default, `--fmad=false`, keeps `a * b + c` two roundings
-    /// as the reference interpreter computes it.
+    /// More NVRTC options (none by default: NVRTC contracts `a * b + c` into an FMA,
+    /// one rounding where the interpreter rounds twice; `--fmad=false` turns that off).
     pub extra: Vec<String>,
 }
 
@@ -64,7 +64,7 @@ impl Default for NvrtcOptions {
             output: OutputKind::Cubin,
             cache_dir: cache::default_cache_dir(),
             use_cache: true,
-            extra: vec!["--fmad=false".to_string()],
+            extra: Vec::new(),
         }
     }
 }
