@@ -148,3 +148,33 @@ fn linear_layer_carries_its_epilogue() {
         assert!(batch.is_empty() && *m == 16, "batch folded into rows: {batch:?} x {m}");
     }
 }
+
+/// An embedding lookup (token and position embeddings added) is read through its
+/// indices by the kernel that consumes it: no gathered copy is written.
+#[test]
+fn embedding_gathers_fold_into_their_consumer() {
+    let b = GraphBuilder::new();
+    let ids = b.input("ids", DType::I64, [2, 8]);
+    let wte = b.param("wte", Tensor::randn(&TensorType::new(DType::F32, [50, 16]), 1.0, 6));
+    let wpe = b.param("wpe", Tensor::randn(&TensorType::new(DType::F32, [8, 16]), 1.0, 7));
+    let h = wte.gather(ids, 0) + wpe;
+    b.output("h", h.unary(UnaryOp::Tanh));
+    let g = b.finish().unwrap();
+    let program = fuse(&g).unwrap();
+    assert_eq!(kinds(&program), ["elementwise"], "{}", print_program(&program));
+    // Indices in range (randn would not be): every token id, some negative.
+    let ids: Vec<f64> = (0..16).map(|i| ((i * 7) % 100) as f64 - 50.0).collect();
+    let inputs: HashMap<String, Tensor> =
+        [("ids".to_string(), Tensor::from_f64(DType::I64, [2, 8], &ids).unwrap())].into();
+    let want = interpret(&g, &inputs).unwrap();
+    let got = run_program(&program, g.weights(), &inputs).unwrap();
+    assert_eq!(got[0].1, want[0].1);
+    // Out of range: an error naming the index, as the interpreter gives.
+    let bad: HashMap<String, Tensor> = [(
+        "ids".to_string(),
+        Tensor::from_f64(DType::I64, [2, 8], &[50.0; 16]).unwrap(),
+    )]
+    .into();
+    let e = run_program(&program, g.weights(), &bad).unwrap_err().to_string();
+    assert!(e.contains("gather index 50 out of range"), "{e}");
+}

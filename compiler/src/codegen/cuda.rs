@@ -248,6 +248,7 @@ pub(crate) fn operands(e: &Expr) -> Vec<ExprId> {
         Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
         Expr::Binary(_, a, b) => vec![*a, *b],
         Expr::Select(c, a, b) => vec![*c, *a, *b],
+        Expr::Gather { index, .. } => vec![*index],
         _ => vec![],
     }
 }
@@ -272,6 +273,12 @@ pub(crate) fn validate(
         let od = |k: ExprId| body.exprs[k as usize].1;
         match e {
             Expr::Load(n) if *n as usize >= n_inputs => return bad(format!("loads input {n} of {n_inputs}")),
+            Expr::Gather { input, .. } if *input as usize >= n_inputs => {
+                return bad(format!("gathers from input {input} of {n_inputs}"))
+            }
+            Expr::Gather { index, .. } if !matches!(od(*index), DType::I64 | DType::I32) => {
+                return bad(format!("gather index of type {}", od(*index)))
+            }
             Expr::Stage(n) if *n as usize >= n_stages => return bad(format!("uses stage {n} of {n_stages}")),
             Expr::Index(n) if *n as usize >= rank => return bad(format!("index of axis {n} in a rank-{rank} space")),
             Expr::Index(_) if !d.is_numeric() => return bad(format!("index as {d}")),
@@ -302,7 +309,7 @@ pub(crate) fn check_loads(
     inputs: &[crate::kernel::Access],
 ) -> Result<(), CodegenError> {
     for &id in ids {
-        if let (Expr::Load(n), d) = &body.exprs[id as usize] {
+        if let (Expr::Load(n) | Expr::Gather { input: n, .. }, d) = &body.exprs[id as usize] {
             let bd = cx.dtype(inputs[*n as usize].buffer)?;
             if bd != *d {
                 return Err(cx.malformed(format!("expression {id} loads a {bd} buffer as {d}")));
@@ -350,8 +357,27 @@ pub(crate) fn expr_c(
         Expr::Binary(op, a, b) => Ok(binary_c(h, *op, body.dtype(*a), &name(*a), &name(*b))),
         Expr::Select(c, a, b) => Ok(format!("({} ? {} : {})", name(*c), name(*a), name(*b))),
         Expr::Cast(a) => Ok(cast_c(h, body.dtype(*a), d, &name(*a))),
-        Expr::Load(_) | Expr::Index(_) | Expr::Stage(_) | Expr::Acc => leaf(h, id, e, d),
+        Expr::Load(_) | Expr::Index(_) | Expr::Stage(_) | Expr::Acc | Expr::Gather { .. } => leaf(h, id, e, d),
     }
+}
+
+/// The C expression of a gather read: `base` (the access's address, without the indexed
+/// term) plus the normalized index times the stride; an index out of range reads 0.
+pub(crate) fn gather_c(
+    h: &mut Helpers,
+    param: usize,
+    base: &str,
+    index: &str,
+    stride: i64,
+    extent: u64,
+    d: DType,
+) -> String {
+    let k = format!("((long long){index} + ((long long){index} < 0LL ? {extent}LL : 0LL))");
+    let read = load_conv(h, d, &format!("p{param}[{base} + {k} * {}]", i64_lit(stride)));
+    format!(
+        "((unsigned long long){k} < {extent}ULL ? {read} : {})",
+        lit(d, 0.0, None)
+    )
 }
 
 /// Emit `const T name = expr;` for each of `ids` (in order).

@@ -78,12 +78,15 @@ pub(crate) fn generate(
     let mut used: Vec<usize> = live
         .iter()
         .filter_map(|&id| match body.exprs[id as usize].0 {
-            Expr::Load(n) => Some(n as usize),
+            Expr::Load(n) | Expr::Gather { input: n, .. } => Some(n as usize),
             _ => None,
         })
         .collect();
     used.sort();
     used.dedup();
+    let gathers = live
+        .iter()
+        .any(|&id| matches!(body.exprs[id as usize].0, Expr::Gather { .. }));
 
     let mut params = Params::new();
     let mut in_param = vec![usize::MAX; inputs.len()];
@@ -130,6 +133,8 @@ pub(crate) fn generate(
     let stores_contig = stores.iter().all(|s| layout::is_contiguous(space, &s.access.strides));
     let used_acc: Vec<(usize, &Access)> = used.iter().map(|&n| (n, &inputs[n])).collect();
     let width = fast_width(cx, &used_acc, stores)?;
+    // A gather reads through a computed index: the general path only.
+    let reads = reads.filter(|_| !gathers);
     let fast = match (reads, width) {
         (Some(r), Some(v))
             if stores_contig
@@ -289,6 +294,24 @@ pub(crate) fn generate(
                     let n = *n as usize;
                     let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
                     Ok(cuda::load_conv(h, d, &format!("p{}[{addr}]", in_param[n])))
+                }
+                Expr::Gather {
+                    input,
+                    index,
+                    stride,
+                    extent,
+                } => {
+                    let n = *input as usize;
+                    let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
+                    Ok(cuda::gather_c(
+                        h,
+                        in_param[n],
+                        &format!("(long long){addr}"),
+                        &format!("e{index}"),
+                        *stride,
+                        *extent,
+                        d,
+                    ))
                 }
                 Expr::Index(a) => Ok(index_value(h, ix, "i", space, *a as usize, d)),
                 _ => Err(cx.malformed("stage or acc in an elementwise kernel")),

@@ -229,6 +229,44 @@ impl Emitter<'_> {
                     body.push(ex, dt)
                 }
                 FKind::Copy => arg(self, &mut body, &node.operands[0]),
+                FKind::Gather { axis } => {
+                    let (data, idx) = (&node.operands[0], &node.operands[1]);
+                    let (axis, r) = (*axis, idx.dims.len());
+                    let tail = data.dims.len() - axis - 1;
+                    let over_out = |root: usize, offset: i64, strides: Vec<i64>| Operand {
+                        root,
+                        layout: Layout { offset, strides },
+                        dims: node.dims().to_vec(),
+                        via: None,
+                    };
+                    let mut ds = data.layout.strides[..axis].to_vec();
+                    ds.extend(std::iter::repeat_n(0, r));
+                    ds.extend_from_slice(&data.layout.strides[axis + 1..]);
+                    let mut is = vec![0i64; axis];
+                    is.extend_from_slice(&idx.layout.strides);
+                    is.extend(std::iter::repeat_n(0, tail));
+                    let index = arg(self, &mut body, &over_out(idx.root, idx.layout.offset, is));
+                    let acc = self.access(
+                        &over_out(data.root, data.layout.offset, ds.clone()),
+                        frame.strides(&over_out(data.root, data.layout.offset, ds), level),
+                    );
+                    let k = match inputs.iter().position(|a| *a == acc) {
+                        Some(k) => k,
+                        None => {
+                            inputs.push(acc);
+                            inputs.len() - 1
+                        }
+                    };
+                    body.push(
+                        Expr::Gather {
+                            input: k as u32,
+                            index,
+                            stride: data.layout.strides[axis],
+                            extent: data.dims[axis] as u64,
+                        },
+                        dt,
+                    )
+                }
                 FKind::Iota { axis } => {
                     let ax = frame.perm.iter().position(|k| k == axis).unwrap_or(*axis);
                     body.push(Expr::Index(ax as u32), dt)

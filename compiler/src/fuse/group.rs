@@ -36,7 +36,9 @@ pub enum Space {
 impl Space {
     fn of(n: &FNode) -> Space {
         match &n.kind {
-            FKind::Ew(_) | FKind::Iota { .. } | FKind::Copy => Space::Elementwise(n.dims().to_vec()),
+            FKind::Ew(_) | FKind::Iota { .. } | FKind::Copy | FKind::Gather { .. } => {
+                Space::Elementwise(n.dims().to_vec())
+            }
             FKind::Reduce { axes, .. } => Space::Row(n.operands[0].dims.clone(), axes.clone()),
             FKind::MatMul => Space::MatMul(n.dims().to_vec()),
             _ => Space::Single,
@@ -197,11 +199,12 @@ impl Groups {
                 } else {
                     return None;
                 };
-                if level == Level::Row
-                    && self.members[ew]
-                        .iter()
-                        .any(|&m| matches!(nodes[m].kind, FKind::Iota { .. }))
-                {
+                // Row kernels take no gathers (their code generator reads rows directly),
+                // and no index of a per-row value.
+                if self.members[ew].iter().any(|&m| {
+                    matches!(nodes[m].kind, FKind::Gather { .. })
+                        || (level == Level::Row && matches!(nodes[m].kind, FKind::Iota { .. }))
+                }) {
                     return None;
                 }
                 let row = if ew == a { b } else { a };
@@ -251,7 +254,7 @@ impl Groups {
 /// `lp`) inside one kernel of space `space`.
 fn edge_ok(space: &Space, nodes: &[FNode], o: &Operand, c: &FNode, lp: Level, lc: Level) -> bool {
     match &c.kind {
-        FKind::MatMul | FKind::Single(_) => false,
+        FKind::MatMul | FKind::Single(_) | FKind::Gather { .. } => false,
         FKind::Reduce { .. } => lp == Level::Full && o.layout.is_contiguous(&o.dims),
         _ => match (lp, lc) {
             (Level::Full, Level::Full) => o.layout.is_contiguous(&o.dims) && nodes[o.root].dims() == o.dims.as_slice(),

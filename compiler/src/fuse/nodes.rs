@@ -20,6 +20,11 @@ pub enum FKind {
     Iota {
         axis: usize,
     },
+    /// A gather: its data and indices are read from memory by whichever kernel it joins
+    /// (an embedding lookup folded into its consumer's indexing).
+    Gather {
+        axis: usize,
+    },
     /// Materializes its operand densely (same shape).
     Copy,
     Reduce {
@@ -204,6 +209,12 @@ impl Nodes {
                     b.push(mk(FKind::Ew(node.op.clone()), operands))
                 }
                 Op::Iota { axis, .. } => b.push(mk(FKind::Iota { axis: *axis }, vec![])),
+                Op::Gather { axis } if matches!(graph.node(node.inputs[1]).ty.dtype, DType::I64 | DType::I32) => {
+                    b.push(mk(FKind::Gather { axis: *axis }, operands))
+                }
+                Op::Gather { axis } if matches!(graph.node(node.inputs[1]).ty.dtype, DType::I64 | DType::I32) => {
+                    b.push(mk(FKind::Gather { axis: *axis }, operands))
+                }
                 Op::Reduce { op, axes, .. } if !axes.is_empty() && axes.iter().all(|&a| operands[0].dims[a] > 0) => b
                     .push(mk(
                         FKind::Reduce {

@@ -116,6 +116,17 @@ pub enum Expr {
     Cast(ExprId),
     /// Row kernels: the result of stage `n` for the current row.
     Stage(u32),
+    /// An indexed read (a gather folded into its consumer): element
+    /// `access(i) + k * stride` of kernel input `input`'s buffer, where `k` is the value
+    /// of the integer expression `index`, counted from the end when negative (as
+    /// [`Op::Gather`] does). `k` outside `-extent..extent` is an error on the CPU; a GPU
+    /// kernel reads 0.
+    Gather {
+        input: u32,
+        index: ExprId,
+        stride: i64,
+        extent: u64,
+    },
     /// Matmul kernels: the product for the current output element, in the matmul's
     /// output dtype (accumulated as [`Op::MatMul`] defines), before the epilogue.
     Acc,

@@ -115,6 +115,12 @@ fn print_body(s: &mut String, body: &Body) {
             Expr::Select(c, x, y) => format!("select e{c} e{x} e{y}"),
             Expr::Cast(x) => format!("cast e{x}"),
             Expr::Stage(n) => format!("stage {n}"),
+            Expr::Gather {
+                input,
+                index,
+                stride,
+                extent,
+            } => format!("gather in{input} e{index} * {stride} (of {extent})"),
             Expr::Acc => "acc".to_string(),
         };
         let _ = writeln!(s, "    e{i}: {dt} = {rhs}");

@@ -230,3 +230,51 @@ pub(crate) fn scatter(value: Tensor, acc: &Access, ty: &TensorType) -> Result<Te
     };
     Tensor::new(ty.shape.clone(), data).map_err(|e| format!("internal error: {e}"))
 }
+
+/// An indexed read over `space`: element `i` is element
+/// `offset + sum_k i_k * strides[k] + k_i * stride` of `t`, where `k_i` is element `i` of
+/// `index` (an integer tensor of shape `space`), counted from the end when negative.
+/// An index outside `-extent..extent`, or an address outside `t`, is an error.
+pub(crate) fn gather_indexed(
+    t: &Tensor,
+    acc: &Access,
+    space: &[usize],
+    index: &Tensor,
+    stride: i64,
+    extent: u64,
+) -> Result<Tensor, String> {
+    let n = numel(space)?;
+    let ks: Vec<i64> = match index.data() {
+        graphc_ir::TensorData::I64(v) => v.clone(),
+        graphc_ir::TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
+        d => return Err(format!("gather index of type {}", d.dtype())),
+    };
+    if ks.len() != n {
+        return Err(format!("gather index has {} elements for a space of {n}", ks.len()));
+    }
+    let len = t.numel() as i128;
+    let mut addrs = Vec::with_capacity(n);
+    let mut j = 0usize;
+    let mut err = None;
+    if n > 0 {
+        walk_rows(space, &acc.strides, acc.offset, |base, row, s| {
+            for r in 0..row as i64 {
+                let k = ks[j];
+                let e = extent as i128;
+                let kn = if k < 0 { k as i128 + e } else { k as i128 };
+                let a = base as i128 + r as i128 * s as i128 + kn * stride as i128;
+                if err.is_none() && (kn < 0 || kn >= e || a < 0 || a >= len) {
+                    err = Some(format!(
+                        "gather index {k} out of range for an axis of {extent} (element {j} of the space)"
+                    ));
+                }
+                addrs.push(a.clamp(0, (len - 1).max(0)) as usize);
+                j += 1;
+            }
+        });
+    }
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Tensor::new(space.to_vec(), t.data().take(&addrs)).map_err(|e| format!("internal error: {e}"))
+}

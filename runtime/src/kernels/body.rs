@@ -48,6 +48,7 @@ fn expr_name(e: &Expr) -> String {
         Expr::Cast(_) => "cast".into(),
         Expr::Stage(n) => format!("stage {n}"),
         Expr::Acc => "acc".into(),
+        Expr::Gather { input, .. } => format!("gather {input}"),
     }
 }
 
@@ -57,6 +58,7 @@ fn operands(e: &Expr) -> Vec<ExprId> {
         Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
         Expr::Binary(_, a, b) => vec![*a, *b],
         Expr::Select(c, a, b) => vec![*c, *a, *b],
+        Expr::Gather { index, .. } => vec![*index],
         _ => vec![],
     }
 }
@@ -91,6 +93,14 @@ pub(crate) fn validate(body: &Body, space: &[usize], inputs: &[DType], extra: &E
             Expr::Load(n) => *inputs
                 .get(*n as usize)
                 .ok_or_else(|| format!("{}: the kernel has {} inputs", at(), inputs.len()))?,
+            Expr::Gather { input, index, .. } => {
+                if !matches!(exprs[*index as usize].1, DType::I64 | DType::I32) {
+                    return Err(format!("{}: index e{index} is {}", at(), exprs[*index as usize].1));
+                }
+                *inputs
+                    .get(*input as usize)
+                    .ok_or_else(|| format!("{}: the kernel has {} inputs", at(), inputs.len()))?
+            }
             Expr::Const(t) => {
                 if t.shape().rank() != 0 {
                     return Err(format!("{}: constant is {}, not a scalar", at(), t.ty()));
@@ -170,6 +180,15 @@ pub(crate) fn varies_from(body: &Body, space: &[usize], inputs: &[Access], from:
                     .any(|(k, &s)| k >= from && s != 0 && moves(k))
             }),
             Expr::Index(a) => *a as usize >= from && moves(*a as usize),
+            Expr::Gather { input, index, .. } => {
+                v.get(*index as usize).copied().unwrap_or(true)
+                    || inputs.get(*input as usize).is_some_and(|a| {
+                        a.strides
+                            .iter()
+                            .enumerate()
+                            .any(|(k, &s)| k >= from && s != 0 && moves(k))
+                    })
+            }
             Expr::Const(_) | Expr::Stage(_) | Expr::Acc => false,
             _ => operands(e).iter().any(|&o| v.get(o as usize).copied().unwrap_or(true)),
         };
@@ -237,9 +256,29 @@ pub(crate) fn load(ctx: &Ctx, inputs: &[Access], n: u32, space: &[usize]) -> Res
     gather(ctx.value(acc.buffer)?, acc, space)
 }
 
+/// An indexed read of kernel input `n` over `space`.
+pub(crate) fn gather_load(
+    ctx: &Ctx,
+    inputs: &[Access],
+    n: u32,
+    space: &[usize],
+    index: &Tensor,
+    stride: i64,
+    extent: u64,
+) -> Result<Tensor, String> {
+    let acc = inputs
+        .get(n as usize)
+        .ok_or_else(|| format!("gather from input {n}, which does not exist"))?;
+    super::access::gather_indexed(ctx.value(acc.buffer)?, acc, space, index, stride, extent)
+}
+
 /// How to compute the expressions that are not plain ops: loads, stages, the product.
 pub(crate) trait Leaves {
     fn load(&mut self, n: u32) -> Result<Tensor, String>;
+    /// An indexed read ([`Expr::Gather`]); by default not allowed.
+    fn gather(&mut self, _n: u32, _index: &Tensor, _stride: i64, _extent: u64) -> Result<Tensor, String> {
+        Err("gather reads are not supported in this kind of kernel".into())
+    }
     /// A stage or the product, given the values computed so far.
     fn special(&mut self, e: &Expr, dtype: DType, values: &[Option<Tensor>]) -> Result<Tensor, String>;
 }
@@ -321,6 +360,12 @@ pub(crate) fn evaluate(
             Expr::Select(c, x, y) => eval_op(&Op::Select, &[arg(*c)?, arg(*x)?, arg(*y)?], &ty).map_err(at)?,
             Expr::Cast(a) => eval_op(&Op::Cast { to: *dt }, &[arg(*a)?], &ty).map_err(at)?,
             Expr::Stage(_) | Expr::Acc => leaves.special(e, *dt, &values).map_err(at)?,
+            Expr::Gather {
+                input,
+                index,
+                stride,
+                extent,
+            } => leaves.gather(*input, arg(*index)?, *stride, *extent).map_err(at)?,
         };
         if v.ty() != ty {
             return Err(at(format!("internal error: computed {} for {ty}", v.ty())));

@@ -17,6 +17,10 @@ impl Leaves for Loads<'_, '_, '_> {
         body::load(self.ctx, self.inputs, n, self.space)
     }
 
+    fn gather(&mut self, n: u32, index: &Tensor, stride: i64, extent: u64) -> Result<Tensor, String> {
+        body::gather_load(self.ctx, self.inputs, n, self.space, index, stride, extent)
+    }
+
     fn special(&mut self, _: &Expr, _: DType, _: &[Option<Tensor>]) -> Result<Tensor, String> {
         Err("internal error: not an elementwise expression".into())
     }

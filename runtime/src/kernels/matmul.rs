@@ -65,6 +65,10 @@ impl Leaves for MatMulLeaves<'_, '_, '_> {
         body::load(self.ctx, self.mm.inputs, n, self.space)
     }
 
+    fn gather(&mut self, n: u32, index: &Tensor, stride: i64, extent: u64) -> Result<Tensor, String> {
+        body::gather_load(self.ctx, self.mm.inputs, n, self.space, index, stride, extent)
+    }
+
     fn special(&mut self, e: &Expr, dtype: DType, _: &[Option<Tensor>]) -> Result<Tensor, String> {
         if !matches!(e, Expr::Acc) {
             return Err("internal error: not a matmul-kernel expression".into());
