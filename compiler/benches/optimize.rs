@@ -1,5 +1,6 @@
-//! Optimizer benchmark: time, e-graph size and memory on GPT-style stacks of 1 to 96
-//! layers and on a 100k-node elementwise graph.
+//! Compile-time benchmark: the optimizer's time, e-graph size and memory, then fusion
+//! and CUDA code generation of its result, on GPT-style stacks of 1 to 96 layers and on
+//! a 100k-node elementwise graph.
 //!
 //! `cargo bench -p graphc-compiler --bench optimize` prints a markdown table. Times
 //! are the median of a few runs. Memory is the process's peak RSS (`VmHWM` from
@@ -9,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use graphc_compiler::codegen::generate_all;
+use graphc_compiler::fuse::fuse_with_report;
 use graphc_compiler::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use graphc_ir::nn::{self, GeluApprox};
 use graphc_ir::{DType, Graph, GraphBuilder, Tensor, TensorType, Value};
@@ -103,26 +106,48 @@ struct Row {
     median: Duration,
     peak_before: Option<u64>,
     peak_after: Option<u64>,
+    kernels: usize,
+    fuse: Duration,
+    codegen: Duration,
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
 }
 
 fn bench(name: &str, g: &Graph) -> Row {
     let peak_before = peak_rss_kib();
     let mut times = Vec::new();
     let mut report = None;
+    let mut optimized = None;
     for _ in 0..RUNS {
         let start = Instant::now();
         let (out, r) = optimize(g, &OptimizeOptions::default()).expect("optimize succeeds");
         times.push(start.elapsed());
-        drop(out);
+        optimized = Some(out);
         report = Some(r);
     }
-    times.sort();
+    let optimized = optimized.expect("at least one run");
+    let (mut fuse_times, mut codegen_times, mut kernels) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let (program, _) = fuse_with_report(&optimized).expect("fusion succeeds");
+        fuse_times.push(start.elapsed());
+        kernels = program.kernels.len();
+        let start = Instant::now();
+        generate_all(&program).expect("codegen succeeds");
+        codegen_times.push(start.elapsed());
+    }
     Row {
         name: name.to_string(),
         report: report.expect("at least one run"),
-        median: times[RUNS / 2],
+        median: median(times),
         peak_before,
         peak_after: peak_rss_kib(),
+        kernels,
+        fuse: median(fuse_times),
+        codegen: median(codegen_times),
     }
 }
 
@@ -145,16 +170,19 @@ fn main() {
         rows.push(bench("elementwise 100k", &elementwise(100_000)));
     }
 
-    println!("optimize, median of {RUNS} runs (default limits); peak RSS is the process high-water mark\n");
+    println!(
+        "optimize, then fuse and generate CUDA C; medians of {RUNS} runs (default limits); peak RSS is the \
+         process high-water mark\n"
+    );
     println!(
         "| graph | nodes before | nodes after | e-graph nodes | e-graph classes | iterations | stop reason \
-         | time (median) | time / node | peak RSS before → after (MiB) |"
+         | optimize (median) | optimize / node | peak RSS before → after (MiB) | kernels | fuse | codegen |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         let per_node = r.median.as_secs_f64() * 1e6 / r.report.nodes_before as f64;
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.1} ms | {:.2} µs | {} → {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} ms | {:.2} µs | {} → {} | {} | {:.1} ms | {:.1} ms |",
             r.name,
             r.report.nodes_before,
             r.report.nodes_after,
@@ -166,6 +194,9 @@ fn main() {
             per_node,
             mib(r.peak_before),
             mib(r.peak_after),
+            r.kernels,
+            r.fuse.as_secs_f64() * 1e3,
+            r.codegen.as_secs_f64() * 1e3,
         );
     }
 }

@@ -149,7 +149,10 @@ impl Emitter<'_> {
     }
 
     fn kernel(&mut self, groups: &Groups, group_of: &[usize], stored: &[bool], g: usize) -> Kernel {
-        let members = &groups.members[g];
+        // Members in topological order (groups keep them unsorted while merging).
+        let mut members = groups.members[g].clone();
+        members.sort_unstable();
+        let members = &members;
         let space = groups.space[g].clone();
         let perm: Vec<usize> = match &space {
             Space::Row(full, axes) => (0..full.len())

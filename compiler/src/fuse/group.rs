@@ -9,6 +9,8 @@
 //! merged group, which would make the kernel graph cyclic. A value that some consumer
 //! outside its group reads is stored; everything else stays in registers.
 
+use std::collections::HashMap;
+
 use super::nodes::{FKind, FNode, Operand};
 use crate::kernel::contiguous_strides;
 
@@ -64,6 +66,8 @@ pub struct Groups {
     pub consumers: Vec<Vec<(usize, usize)>>,
     /// Smallest and largest member index of each group (nodes are in topological order).
     span: Vec<(usize, usize)>,
+    /// Consumers outside each group (maybe stale: some may since have joined it).
+    external: Vec<Vec<usize>>,
 }
 
 impl Groups {
@@ -88,8 +92,16 @@ impl Groups {
                     _ => Level::Full,
                 })
                 .collect(),
-            consumers,
             span: (0..n).map(|i| (i, i)).collect(),
+            external: (0..n)
+                .map(|i| {
+                    let mut v: Vec<usize> = consumers[i].iter().map(|&(c, _)| c).collect();
+                    v.sort_unstable();
+                    v.dedup();
+                    v
+                })
+                .collect(),
+            consumers,
         }
     }
 
@@ -145,22 +157,30 @@ impl Groups {
         let Some((space, levels)) = self.combine(nodes, gp, gc) else {
             return false;
         };
-        let mut merged: Vec<usize> = self.members[gp].iter().chain(&self.members[gc]).copied().collect();
-        merged.sort_unstable();
-        let level_of = |n: usize| {
-            levels
-                .iter()
-                .find(|(m, _)| *m == n)
-                .map(|(_, l)| *l)
-                .unwrap_or(self.level[n])
+        let changed: HashMap<usize, Level> = levels.iter().copied().collect();
+        let level_of = |n: usize| changed.get(&n).copied().unwrap_or(self.level[n]);
+        // Every edge between the two groups must be readable in the kernel (edges inside
+        // each were checked when it formed, and a group changes level as a whole). Walk
+        // the smaller group's operands and consumers.
+        let (small, big) = if self.members[gp].len() <= self.members[gc].len() {
+            (gp, gc)
+        } else {
+            (gc, gp)
         };
-        // Every edge inside the merged group must be readable in the kernel.
-        for &n in &merged {
+        for &n in &self.members[small] {
             for o in &nodes[n].operands {
-                if merged.binary_search(&o.root).is_ok()
+                if self.find_const(o.root) == big
                     && !edge_ok(&space, nodes, o, &nodes[n], level_of(o.root), level_of(n))
                 {
                     return false;
+                }
+            }
+            for &(u, k) in &self.consumers[n] {
+                if self.find_const(u) == big {
+                    let o = &nodes[u].operands[k];
+                    if !edge_ok(&space, nodes, o, &nodes[u], level_of(n), level_of(u)) {
+                        return false;
+                    }
                 }
             }
         }
@@ -174,7 +194,13 @@ impl Groups {
         self.parent[gone] = keep;
         let moved = std::mem::take(&mut self.members[gone]);
         self.members[keep].extend(moved);
-        self.members[keep].sort_unstable();
+        let moved = std::mem::take(&mut self.external[gone]);
+        let mut ext = std::mem::take(&mut self.external[keep]);
+        ext.extend(moved);
+        ext.retain(|&u| self.find_const(u) != keep);
+        ext.sort_unstable();
+        ext.dedup();
+        self.external[keep] = ext;
         self.space[keep] = space;
         self.span[keep] = (
             self.span[gp].0.min(self.span[gc].0),
@@ -228,8 +254,8 @@ impl Groups {
         let mut seen = std::collections::HashSet::new();
         let mut stack = vec![from];
         while let Some(g) = stack.pop() {
-            for &m in &self.members[g] {
-                for &(c, _) in &self.consumers[m] {
+            {
+                for &c in &self.external[g] {
                     let h = self.find_const(c);
                     if h == g || h == from {
                         continue;
