@@ -152,3 +152,52 @@ pub fn transformer_block(cfg: &GptConfig) -> Result<Graph, GraphError> {
         ..cfg.clone()
     })
 }
+
+/// The kernel benchmarks of the GPU comparison (issue 5): graphs of one fused kernel
+/// each, run by graphc, PyTorch eager and torch.compile on the same inputs.
+pub mod kernel_bench {
+    use super::*;
+
+    /// (a) `y = gelu(x * a + b) * sigmoid(x)` on `n` f32 elements (`a`, `b` scalars,
+    /// erf GELU).
+    pub fn gelu_sigmoid(n: usize) -> Result<Graph, GraphError> {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [n]);
+        let y = nn::gelu(x * 1.5 + 0.25, GeluApprox::Erf) * x.unary(graphc_ir::UnaryOp::Sigmoid);
+        b.output("y", y);
+        b.finish()
+    }
+
+    /// (b) `gelu(layer_norm(x))` over the last axis of `[rows, cols]` in `dtype`
+    /// (affine weights; the norm computed in the input's dtype as PyTorch's is).
+    pub fn layernorm_gelu(rows: usize, cols: usize, dtype: DType) -> Result<Graph, GraphError> {
+        let b = GraphBuilder::new();
+        let x = b.input("x", dtype, [rows, cols]);
+        let g = b.param("ln.weight", Tensor::randn(&TensorType::new(dtype, [cols]), 1.0, 1));
+        let beta = b.param("ln.bias", Tensor::randn(&TensorType::new(dtype, [cols]), 1.0, 2));
+        let y = nn::gelu(nn::layer_norm(x, Some(g), Some(beta), 1e-5), GeluApprox::Erf);
+        b.output("y", y);
+        b.finish()
+    }
+
+    /// (c) softmax over the last axis of `[rows, cols]` f32.
+    pub fn softmax(rows: usize, cols: usize) -> Result<Graph, GraphError> {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [rows, cols]);
+        b.output("y", nn::softmax(x, -1));
+        b.finish()
+    }
+
+    /// The three at the sizes of the GPU comparison: 64M f32; [8192, 4096] bf16;
+    /// [8192, 8192] f32.
+    pub fn all() -> Result<Vec<(&'static str, Graph)>, GraphError> {
+        Ok(vec![
+            ("gelu_sigmoid_64M_f32", gelu_sigmoid(64 << 20)?),
+            (
+                "layernorm_gelu_8192x4096_bf16",
+                layernorm_gelu(8192, 4096, DType::BF16)?,
+            ),
+            ("softmax_8192x8192_f32", softmax(8192, 8192)?),
+        ])
+    }
+}

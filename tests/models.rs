@@ -137,3 +137,34 @@ fn snapshot_fused_programs() {
         graphc_compiler::kernel::print_program(&block.program)
     );
 }
+
+/// The GPU comparison's kernels are one kernel each, and small versions of them compute
+/// what the interpreter computes.
+#[test]
+fn kernel_benchmarks_are_one_kernel_each() {
+    use graphc::ir::DType;
+    use graphc::models::kernel_bench;
+    for (name, g) in kernel_bench::all().unwrap() {
+        let c = graphc::compile(&g).unwrap();
+        assert_eq!(
+            c.program.kernels.len(),
+            1,
+            "{name}: {}",
+            graphc_compiler::kernel::print_program(&c.program)
+        );
+    }
+    for g in [
+        kernel_bench::gelu_sigmoid(1000).unwrap(),
+        kernel_bench::layernorm_gelu(8, 96, DType::F32).unwrap(),
+        kernel_bench::softmax(8, 100).unwrap(),
+    ] {
+        let c = graphc::compile(&g).unwrap();
+        let inputs = random_inputs(&g, 3);
+        let want = graphc::ir::interpret(&g, &inputs).unwrap();
+        let got = graphc::run_cpu(&c, inputs).unwrap();
+        for ((_, a), (_, b)) in got.iter().zip(&want) {
+            let err = common::rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+            assert!(err < 1e-6, "relative L2 error {err:.2e}");
+        }
+    }
+}

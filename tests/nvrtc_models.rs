@@ -34,6 +34,9 @@ fn models() -> Vec<(String, Graph)> {
         };
         v.push((format!("gpt_2_layers_{dtype}"), gpt(&cfg).unwrap()));
     }
+    for (name, g) in graphc::models::kernel_bench::all().unwrap() {
+        v.push((name.to_string(), g));
+    }
     for name in ["gpt2", "bert", "llama", "vit"] {
         let path = repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx"));
         v.push((name.to_string(), graphc::load_model(&path, &[]).unwrap()));
