@@ -102,8 +102,9 @@ fn kernel_census(p: &graphc_compiler::kernel::Program) -> std::collections::BTre
 
 /// The pre-LN block fuses into 13 kernels: 2 layer norms and the softmax (one row kernel
 /// each), 4 linear layers with their epilogues (bias; bias + GELU; bias + residual add,
-/// twice), the 2 attention matmuls (scores with scale and causal mask fused), and 4
-/// copies that split and merge heads (a GEMM takes one batch stride, and [b, h] of a
+/// twice), the 2 attention matmuls (the scores scaled by the GEMM's alpha; the causal
+/// mask is the softmax kernel's prologue, not a generated GEMM epilogue), and 4 copies
+/// that split and merge heads (a GEMM takes one batch stride, and [b, h] of a
 /// head view of [b, s, h*d] are not one stride).
 #[test]
 fn transformer_block_kernel_count() {
@@ -124,7 +125,19 @@ fn transformer_block_kernel_count() {
         .iter()
         .filter(|k| k.kind_name() == "matmul" && k.nodes.len() > 1)
         .count();
-    assert_eq!(mm_with_epilogue, 5, "4 linear layers and the masked scores");
+    assert_eq!(mm_with_epilogue, 5, "4 linear layers and the scaled scores");
+    let softmax = compiled
+        .program
+        .kernels
+        .iter()
+        .find(|k| k.name.contains("max_sum"))
+        .unwrap();
+    assert!(
+        softmax.nodes.iter().any(|&n| {
+            compiled.graph.node(compiled.graph.canonical_order()[n as usize]).op == graphc::ir::Op::Select
+        }),
+        "the causal mask is applied by the softmax kernel"
+    );
 }
 
 #[test]

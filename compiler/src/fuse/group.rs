@@ -120,11 +120,22 @@ impl Groups {
         x
     }
 
-    /// Merge greedily along producer-consumer edges, the edge carrying the most bytes
-    /// first (a merge that makes a value internal saves writing and reading it, and a
-    /// launch); ties in topological order. Rounds repeat while merges happen, since a
-    /// merge can make another legal (an elementwise group joining a row group).
-    pub fn fuse(&mut self, nodes: &[FNode]) {
+    /// Merge greedily along producer-consumer edges, in three passes that follow the
+    /// cost of each choice:
+    ///
+    /// 1. the elementwise ops a GEMM library applies for free (alpha scale, `+ bias`,
+    ///    `+ C`, ReLU, tanh-GELU, in that order) join their matmul;
+    /// 2. every other merge except into a matmul: an elementwise op the GEMM cannot do
+    ///    costs a write and a read of the product as a matmul epilogue, but nothing as
+    ///    the prologue of the row kernel that consumes it (masked attention scores
+    ///    feeding a softmax);
+    /// 3. the remaining matmul epilogues (generated, run after the GEMM).
+    ///
+    /// Within a pass, the edge carrying the most bytes goes first (a merge that makes a
+    /// value internal saves writing and reading it, and a launch); ties in topological
+    /// order. Passes repeat while merges happen, since a merge can make another legal.
+    /// `stored[n]`: node `n` is a graph output (its value is written whatever happens).
+    pub fn fuse(&mut self, nodes: &[FNode], stored: &[bool]) {
         let mut edges: Vec<(usize, usize, usize)> = Vec::new();
         for (c, node) in nodes.iter().enumerate() {
             if !node.is_compute() {
@@ -138,15 +149,47 @@ impl Groups {
         }
         edges.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)).then(a.1.cmp(&b.1)));
         edges.dedup();
-        for _round in 0..4 {
-            let mut merged = false;
-            for &(_, p, c) in &edges {
-                merged |= self.try_merge(nodes, p, c);
+
+        // Pass 1: native GEMM epilogues, following each matmul's chain.
+        for m in 0..nodes.len() {
+            if !matches!(nodes[m].kind, FKind::MatMul) {
+                continue;
             }
-            if !merged {
-                break;
+            let mut chain = Chain::default();
+            let mut tip = m;
+            loop {
+                let users: Vec<usize> = self.consumers[tip].iter().map(|&(c, _)| c).collect();
+                let [c] = users.as_slice() else { break };
+                if stored[tip] || !chain.accepts(nodes, tip, &nodes[*c]) {
+                    break;
+                }
+                if !self.try_merge(nodes, tip, *c) {
+                    break;
+                }
+                tip = *c;
             }
         }
+        // Passes 2 and 3.
+        for into_matmul in [false, true] {
+            for _round in 0..4 {
+                let mut merged = false;
+                for &(_, p, c) in &edges {
+                    if !into_matmul && self.touches_matmul(p, c) {
+                        continue;
+                    }
+                    merged |= self.try_merge(nodes, p, c);
+                }
+                if !merged {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Whether merging along `p -> c` would add to a matmul group.
+    fn touches_matmul(&self, p: usize, c: usize) -> bool {
+        let (gp, gc) = (self.find_const(p), self.find_const(c));
+        gp != gc && (matches!(self.space[gp], Space::MatMul(_)) || matches!(self.space[gc], Space::MatMul(_)))
     }
 
     fn try_merge(&mut self, nodes: &[FNode], p: usize, c: usize) -> bool {
@@ -273,6 +316,55 @@ impl Groups {
             }
         }
         false
+    }
+}
+
+/// The epilogue a GEMM library applies in its own kernel: `act(alpha * AB + C + bias)`.
+#[derive(Default)]
+struct Chain {
+    scaled: bool,
+    bias: bool,
+    c: bool,
+    act: bool,
+}
+
+impl Chain {
+    /// Whether `next`, consuming the chain's value `tip`, extends the native epilogue
+    /// (and record it).
+    fn accepts(&mut self, nodes: &[FNode], tip: usize, next: &FNode) -> bool {
+        let FKind::Ew(op) = &next.kind else { return false };
+        let other = || next.operands.iter().find(|o| o.root != tip);
+        match op {
+            graphc_ir::Op::Unary(graphc_ir::UnaryOp::Relu | graphc_ir::UnaryOp::GeluTanh) if !self.act => {
+                self.act = true;
+                true
+            }
+            graphc_ir::Op::Binary(graphc_ir::BinaryOp::Mul) if !(self.scaled || self.bias || self.c || self.act) => {
+                let scalar = other().is_some_and(|o| matches!(nodes[o.root].kind, FKind::Scalar(_)));
+                self.scaled = scalar;
+                scalar
+            }
+            graphc_ir::Op::Binary(graphc_ir::BinaryOp::Add) if !self.act => {
+                let Some(o) = other() else { return false };
+                if matches!(nodes[o.root].kind, FKind::Scalar(_)) {
+                    return false;
+                }
+                let n = o.dims.len();
+                let bias_like = n >= 1
+                    && o.layout.strides[..n - 1].iter().all(|&s| s == 0)
+                    && (o.dims[n - 1] == 1 || o.layout.strides[n - 1] == 1);
+                if bias_like && !self.bias && !nodes[o.root].is_compute() {
+                    self.bias = true;
+                    true
+                } else if !self.c && o.layout.is_contiguous(&o.dims) {
+                    self.c = true;
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
     }
 }
 

@@ -45,7 +45,11 @@ pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), GraphErr
     graph.verify()?;
     let nodes = nodes::Nodes::build(graph);
     let mut groups = group::Groups::new(&nodes.nodes);
-    groups.fuse(&nodes.nodes);
+    let mut is_output = vec![false; nodes.nodes.len()];
+    for (_, o) in &nodes.outputs {
+        is_output[o.root] = true;
+    }
+    groups.fuse(&nodes.nodes, &is_output);
     let program = emit::emit(graph, &nodes, &mut groups);
     let (unfused_kernels, unfused_bytes) = nodes.unfused_cost();
     let report = FuseReport {
