@@ -104,7 +104,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         time: start.elapsed(),
         notes: vec![format!(
             "{} launches instead of {} unfused; {} bytes of global memory traffic instead of {}",
-            fusion.kernels, fusion.unfused_kernels, fusion.bytes, fusion.unfused_bytes
+            fusion.launches, fusion.unfused_kernels, fusion.bytes, fusion.unfused_bytes
         )],
     });
 

@@ -157,8 +157,10 @@ fn run(cli: Cli) -> Result<()> {
             println!("# constants folded: {}", r.constants_folded);
             let f = &compiled.fusion;
             println!(
-                "# kernels: {} (unfused {}); global memory traffic: {} (unfused {})",
+                "# kernels: {} ({} launches with generated GEMM epilogues; unfused {}); global memory traffic: {} \
+                 (unfused {})",
                 f.kernels,
+                f.launches,
                 f.unfused_kernels,
                 human_bytes(f.bytes),
                 human_bytes(f.unfused_bytes)

@@ -33,9 +33,13 @@ pub fn fuse(graph: &Graph) -> Result<Program, GraphError> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FuseReport {
     pub kernels: usize,
-    /// Bytes the kernels read and write ([`Program::traffic`]).
+    /// Launches: kernels, plus the generated epilogue of each matmul whose epilogue the
+    /// GEMM library cannot apply.
+    pub launches: usize,
+    /// Bytes the kernels read and write ([`Program::traffic`]), plus the product each
+    /// generated matmul epilogue writes and reads back.
     pub bytes: usize,
-    /// One kernel per compute op (views free), as an eager framework runs the graph.
+    /// One launch per compute op (views free), as an eager framework runs the graph.
     pub unfused_kernels: usize,
     pub unfused_bytes: usize,
 }
@@ -52,9 +56,26 @@ pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), GraphErr
     groups.fuse(&nodes.nodes, &is_output);
     let program = emit::emit(graph, &nodes, &mut groups);
     let (unfused_kernels, unfused_bytes) = nodes.unfused_cost();
+    // A matmul whose epilogue the GEMM library cannot apply writes its product and reads
+    // it back in a generated epilogue kernel (one more launch).
+    let (mut extra_bytes, mut extra_launches) = (0, 0);
+    for (k, kernel) in program.kernels.iter().enumerate() {
+        if let crate::kernel::KernelKind::MatMul { batch, m, n, .. } = &kernel.kind {
+            if crate::codegen::generate(&program, k).is_ok_and(|c| c.has_source()) {
+                let elems = batch.iter().product::<usize>() * m * n;
+                let dtype = kernel
+                    .writes()
+                    .first()
+                    .map_or(4, |b| program.buffer(*b).ty.dtype.size_bytes());
+                extra_bytes += 2 * elems * dtype;
+                extra_launches += 1;
+            }
+        }
+    }
     let report = FuseReport {
         kernels: program.kernels.len(),
-        bytes: program.traffic(),
+        launches: program.kernels.len() + extra_launches,
+        bytes: program.traffic() + extra_bytes,
         unfused_kernels,
         unfused_bytes,
     };
