@@ -311,7 +311,10 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         match mode {
             Mode::Warp => "a warp per row".to_string(),
             Mode::Block(_) => "a block per row".to_string(),
-            Mode::Columns(ws) => format!("32 adjacent rows per block, {ws} threads along each row"),
+            Mode::Columns(ws) => format!(
+                "32 adjacent rows per block, {ws} thread{} along each row",
+                if ws == 1 { "" } else { "s" }
+            ),
         },
         if cache { ", inputs cached in registers" } else { "" },
         if vw > 1 {

@@ -756,6 +756,7 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ),
         ("row_softmax_channels", row_softmax_channels(8, 64, 1024, DType::F32)),
         ("row_softmax_channels_f16", row_softmax_channels(2, 384, 48, DType::F16)),
+        ("row_softmax_channels_thin", row_softmax_channels(1, 8, 64, DType::F32)),
         ("matmul_bias_relu", matmul_bias_relu()),
         ("matmul_bias_gelu_erf", matmul_bias_gelu_erf()),
         ("matmul_gelu_tanh", matmul_gelu_tanh()),
