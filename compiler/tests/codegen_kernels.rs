@@ -179,35 +179,31 @@ fn softmax_row_kernel_caches_the_row() {
     let k = gen(&c::row_softmax(256, 200, DType::F32));
     let s = &k.source;
     assert!(
-        s.contains("a warp per row, 7 elements per thread, inputs cached in registers"),
+        s.contains("a warp per row, 8 elements per thread, inputs cached in registers, vector accesses of 4"),
         "{s}"
     );
-    assert!(s.contains("float c0[7];"), "{s}");
+    assert!(s.contains("float c0[8];"), "{s}");
     assert!(s.contains("__shfl_xor_sync"), "{s}");
     assert!(!s.contains("__syncthreads"), "warp rows need no block sync: {s}");
     // -inf start and NaN-propagating max.
     assert!(s.contains("float a0 = __uint_as_float(0xff800000u);"), "{s}");
     assert!(s.contains("if (e0 > a0 || e0 != e0) a0 = e0;"), "{s}");
     // The input is read from global memory once.
-    assert_eq!(s.matches("p0[").count(), 1, "{s}");
+    assert_eq!(s.matches("(p0 + ").count(), 1, "{s}");
     assert_eq!(k.launch.block, 256);
-    assert_eq!(
-        k.launch.grid,
-        GridSize::PerSm {
-            blocks_per_sm: 8,
-            max_blocks: 32
-        }
-    );
+    // A block per 8 rows on any device.
+    assert_eq!(k.launch.grid.blocks(132), 32);
+    assert_eq!(k.launch.grid.blocks(8), 32);
 
     let k = gen(&c::row_softmax(32, 4096, DType::F16));
     let s = &k.source;
     assert!(
-        s.contains("a block per row, 8 elements per thread, inputs cached"),
+        s.contains("a block per row, 16 elements per thread, inputs cached"),
         "{s}"
     );
     assert!(s.contains("__shared__ float red_float[32];"), "{s}");
     assert!(s.contains("__syncthreads();"), "{s}");
-    assert_eq!(k.launch.block, 512);
+    assert_eq!(k.launch.block, 256);
     // f32 accumulation, the result rounded to f16 once.
     assert!(s.contains("const float st1 = g_rnd_f16(a1);"), "{s}");
 
@@ -215,7 +211,7 @@ fn softmax_row_kernel_caches_the_row() {
     let k = gen(&c::row_softmax(4, 100_000, DType::F32));
     let s = &k.source;
     assert!(!s.contains("cached"), "{s}");
-    assert_eq!(s.matches("p0[").count(), 3, "{s}");
+    assert_eq!(s.matches("(p0 + ").count(), 3, "{s}");
     assert_eq!(k.launch.block, 1024);
 }
 
@@ -223,15 +219,19 @@ fn softmax_row_kernel_caches_the_row() {
 fn layernorm_row_kernel() {
     let k = gen(&c::row_layernorm());
     let s = &k.source;
-    assert!(s.contains("a block per row"), "{s}");
-    assert_eq!(k.launch.block, 128);
+    // 192 vectors of 4: 64 threads take 3 each.
+    assert!(s.contains("a block per row, 12 elements per thread"), "{s}");
+    assert_eq!(k.launch.block, 64);
     // mean = sum / n, per-row values computed once, row stores by one thread.
     assert!(s.contains("(a0 / 768.0f)"), "{s}");
     assert!(s.contains("if (t == 0)"), "{s}");
     assert!(s.contains("p3[rb0] = r3;") && s.contains("p4[rb1] = r9;"), "{s}");
     assert!(s.contains("(1.0f / sqrtf(r"), "{s}");
     // gamma and beta have zero row strides: ib1 = 0.
-    assert!(s.contains("p1[ib1 + j0]"), "{s}");
+    assert!(
+        s.contains("*(g_vec16*)vx1 = *(const g_vec16*)(p1 + ib1 + ci * 4);"),
+        "{s}"
+    );
     assert_eq!(k.params.len(), 6);
 }
 
@@ -243,6 +243,157 @@ fn row_kernel_over_a_strided_axis() {
     assert!(s.contains("ib0 = o0;"), "{s}");
     // Two stages, both reading the input (cached: 512 / 32 = 16 per thread).
     assert!(s.contains("stage 1: reduce_max"), "{s}");
+}
+
+#[test]
+fn contiguous_aligned_rows_use_vector_accesses() {
+    // f32 softmax [64, 1024]: 4 floats per 16-byte access, loads and stores.
+    let k = gen(&c::row_softmax(64, 1024, DType::F32));
+    let s = &k.source;
+    assert!(s.contains("vector accesses of 4 elements"), "{s}");
+    assert!(
+        s.contains("*(g_vec16*)vx0 = *(const g_vec16*)(p0 + ib0 + ci * 4);"),
+        "{s}"
+    );
+    assert!(
+        s.contains("*(g_vec16*)(p1 + sb0 + ci * 4) = *(const g_vec16*)vo0;"),
+        "{s}"
+    );
+    assert!(!s.contains("p0["), "no scalar loads: {s}");
+    assert!(
+        s.contains("a block per row, 16 elements per thread, inputs cached in registers"),
+        "{s}"
+    );
+    assert_eq!(k.launch.block, 64);
+
+    // bf16 layernorm [64, 768] (+ gelu): 8 bf16 per access, gamma and beta too, f32
+    // accumulation, rounded once per stage result.
+    let k = gen(&c::row_layernorm_gelu(64, 768, DType::BF16));
+    let s = &k.source;
+    assert!(s.contains("vector accesses of 8 elements"), "{s}");
+    for p in ["p0 + ib0", "p1 + ib1", "p2 + ib2"] {
+        assert!(s.contains(&format!("*(const g_vec16*)({p} + ci * 8);")), "{p}: {s}");
+    }
+    assert!(
+        s.contains("*(g_vec16*)(p3 + sb0 + ci * 8) = *(const g_vec16*)vo0;"),
+        "{s}"
+    );
+    assert!(s.contains("c0[v * 8 + u] = g_bf16_to_f32(vx0[u]);"), "{s}");
+    assert!(s.contains("float a0 = 0.0f;"), "{s}");
+    assert!(s.contains("const float st0 = g_rnd_bf16((a0 / 768.0f));"), "{s}");
+    assert!(s.contains("vo0[u] = g_f32_to_bf16("), "{s}");
+
+    // Mixed widths: bf16 in, f32 out: 4 elements per access (8 bytes of bf16).
+    let mut p = c::row_layernorm_gelu(64, 768, DType::BF16);
+    p.buffers[3].ty = graphc_ir::TensorType::new(DType::F32, vec![64, 768]);
+    if let KernelKind::Row { body, stores, .. } = &mut p.kernels[0].kind {
+        let v = body.push(graphc_compiler::kernel::Expr::Cast(stores[0].value), DType::F32);
+        stores[0].value = v;
+    }
+    let s = gen(&p).source;
+    assert!(
+        s.contains("*(g_vec8*)vx0 = *(const g_vec8*)(p0 + ib0 + ci * 4);"),
+        "{s}"
+    );
+    assert!(
+        s.contains("*(g_vec16*)(p3 + sb0 + ci * 4) = *(const g_vec16*)vo0;"),
+        "{s}"
+    );
+}
+
+#[test]
+fn rows_that_cannot_be_vectorized_fall_back_to_scalar() {
+    // 1001 f16 elements: not a multiple of 8 (1000 is: 125 vectors, 2000-byte rows).
+    let s = gen(&c::row_softmax(64, 1001, DType::F16)).source;
+    assert!(!s.contains("vector accesses") && !s.contains("g_vec16"), "{s}");
+    assert!(s.contains("p0[ib0 + j0]"), "{s}");
+    let s = gen(&c::row_softmax(64, 1000, DType::F16)).source;
+    assert!(s.contains("vector accesses of 8 elements"), "{s}");
+    // Rows start 2 floats into the buffer: not 16-byte aligned.
+    let s = gen(&c::row_softmax_offset(64, 1024, DType::F32, 2)).source;
+    assert!(!s.contains("g_vec16"), "{s}");
+    assert!(s.contains("const int ib0 = 2 + o0 * 1024;"), "{s}");
+    assert!(s.contains("p0[ib0 + j0]"), "{s}");
+    // Aligned offset, but a row stride that is not (rows of 1022 in a 1026-wide buffer).
+    let mut p = c::row_softmax(64, 1024, DType::F32);
+    p.buffers[0].ty = graphc_ir::TensorType::new(DType::F32, vec![64, 1026]);
+    if let KernelKind::Row { inputs, .. } = &mut p.kernels[0].kind {
+        inputs[0].strides = vec![1026, 1];
+    }
+    assert!(!gen(&p).source.contains("g_vec16"));
+    // A strided inner axis.
+    assert!(!gen(&c::row_axis0()).source.contains("g_vec16"));
+}
+
+#[test]
+fn launch_shapes_follow_the_row_length() {
+    // softmax [8192, 8192] f32: a 512-thread block per row, 16 floats per thread in
+    // registers, one block per row.
+    let k = gen(&c::row_softmax(8192, 8192, DType::F32));
+    assert_eq!(k.launch.block, 512);
+    assert_eq!(k.launch.grid.blocks(132), 8192);
+    assert!(
+        k.source
+            .contains("a block per row, 16 elements per thread, inputs cached in registers, vector accesses of 4"),
+        "{}",
+        k.source
+    );
+    // layernorm+gelu [8192, 4096] bf16: 256 threads, 16 per thread (two 16-byte loads).
+    let k = gen(&c::row_layernorm_gelu(8192, 4096, DType::BF16));
+    assert_eq!(k.launch.block, 256);
+    assert_eq!(k.launch.grid.blocks(132), 8192);
+    assert!(
+        k.source
+            .contains("a block per row, 16 elements per thread, inputs cached in registers, vector accesses of 8"),
+        "{}",
+        k.source
+    );
+    // 16K bf16 still cached (1024 threads x 16); 32K f32 is read again per pass, by vectors.
+    let k = gen(&c::row_layernorm_gelu(16, 16384, DType::BF16));
+    assert_eq!(k.launch.block, 1024);
+    assert!(k.source.contains("inputs cached"), "{}", k.source);
+    let k = gen(&c::row_softmax(8, 32768, DType::F32));
+    assert_eq!(k.launch.block, 1024);
+    assert!(!k.source.contains("cached"), "{}", k.source);
+    assert_eq!(
+        k.source.matches("*(const g_vec16*)(p0 + ib0 + ci * 4)").count(),
+        3,
+        "{}",
+        k.source
+    );
+    // Short rows: a warp each.
+    assert_eq!(gen(&c::row_softmax(64, 512, DType::F32)).launch.block, 256);
+}
+
+#[test]
+fn strided_reductions_with_adjacent_rows_are_coalesced() {
+    // softmax over axis 1 of [8, 64, 1024]: lanes take adjacent rows (hw), 4 warps split
+    // the 64 channels.
+    let k = gen(&c::row_softmax_channels(8, 64, 1024, DType::F32));
+    let s = &k.source;
+    assert!(
+        s.contains("32 adjacent rows per block, 4 threads along each row, 16 elements per thread"),
+        "{s}"
+    );
+    assert!(s.contains("row = (int)blockIdx.x * 32 + lane"), "{s}");
+    assert!(s.contains("const int t = warp;"), "{s}");
+    assert!(s.contains("c0[v] = p0[ib0 + j0 * 1024];"), "{s}");
+    assert!(s.contains("red_float[warp * 32 + lane] = a0;"), "{s}");
+    assert!(s.contains("if (y > a0 || y != y) a0 = y;"), "{s}");
+    assert_eq!(k.launch.block, 128);
+    assert_eq!(k.launch.grid.blocks(132), 256);
+    // Sum and max over axis 0 of [512, 64]: 64 adjacent rows, 16 warps along each.
+    let k = gen(&c::row_axis0());
+    assert!(
+        k.source
+            .contains("32 adjacent rows per block, 16 threads along each row"),
+        "{}",
+        k.source
+    );
+    assert!(k.source.contains("if (t == 0)"), "{}", k.source);
+    // Rows not a multiple of 32: left to a warp per row.
+    let k = gen(&c::row_softmax_channels(1, 64, 40, DType::F32));
+    assert!(k.source.contains("a warp per row"), "{}", k.source);
 }
 
 #[test]
@@ -527,6 +678,21 @@ fn snapshot_softmax() {
 #[test]
 fn snapshot_layernorm() {
     insta::assert_snapshot!(gen(&c::row_layernorm()).source);
+}
+
+#[test]
+fn snapshot_softmax_vector() {
+    insta::assert_snapshot!(gen(&c::row_softmax(64, 1024, DType::F32)).source);
+}
+
+#[test]
+fn snapshot_layernorm_gelu_bf16_vector() {
+    insta::assert_snapshot!(gen(&c::row_layernorm_gelu(8192, 4096, DType::BF16)).source);
+}
+
+#[test]
+fn snapshot_softmax_channels() {
+    insta::assert_snapshot!(gen(&c::row_softmax_channels(8, 64, 1024, DType::F32)).source);
 }
 
 #[test]

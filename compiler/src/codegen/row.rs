@@ -1,29 +1,43 @@
 //! Row kernels: stages of reductions over the inner dims of each row, then per-row and
 //! per-element stores.
 //!
-//! A row is handled by one warp when its inner extent is at most [`WARP_ROW_LIMIT`]
-//! (8 rows per 256-thread block), else by one block (128..1024 threads, about 8
-//! elements per thread). Thread `t` takes inner elements `t, t + T, t + 2T, ..`, so
-//! warps read contiguous runs. Each stage reduces in registers, then across the warp
-//! with shuffles, then (block per row) across warps through shared memory; the stages
-//! run in order. Expressions that depend only on stages and row-level loads are
-//! computed once per row. When the row fits in registers (at most 16 elements per
-//! thread) the inputs read by more than one pass are loaded once into registers and
-//! reused by every stage and the stores; otherwise each pass reads them again.
+//! Thread mapping ([`Mode`]), chosen at codegen time from the static shapes:
+//! - A row is handled by one warp when its inner extent is at most [`WARP_ROW_LIMIT`]
+//!   (8 rows per 256-thread block), else by one block of 64..1024 threads (whole warps,
+//!   about [`BLOCK_PER_THREAD`] elements per thread, evenly split where possible).
+//! - When the reduced axis is strided but neighbouring rows are adjacent in memory
+//!   (softmax over the channels of `[B, C, HW]`), the lanes of a warp take 32 adjacent
+//!   rows and the warps of the block split each row, so every warp access is coalesced.
+//!
+//! Thread `t` takes chunks `t, t + T, t + 2T, ..` of the row, so warps read contiguous
+//! runs. A chunk is one element, or (the vector path, see [`vector_width`]) 16 bytes of
+//! elements moved by one vector load or store when every access varying along the row
+//! is contiguous along it, 16-byte aligned at every row start, and the row is whole
+//! vectors. Each stage reduces in registers, then across the warp with shuffles, then
+//! (block per row, or split rows) across warps through shared memory; the stages run in
+//! order. Expressions that depend only on stages and row-level loads are computed once
+//! per row. When the row fits in registers (at most [`MAX_CACHED_PER_THREAD`] elements
+//! per thread, and a quarter of the registers `__launch_bounds__` leaves a thread) the inputs
+//! read by more than one pass are loaded once into registers and reused by every stage
+//! and the stores; otherwise each pass reads them again.
 
 use graphc_ir::{DType, ReduceOp};
 
 use super::cuda::{self, Writer};
-use super::elementwise::{check_store_dtype, index_value};
+use super::elementwise::{check_store_dtype, index_value, vec_type};
 use super::layout::{self, Ix};
-use super::prelude::Helpers;
+use super::prelude::{Helper, Helpers};
 use super::{finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig, ParamAccess, Params};
 use crate::kernel::{Access, Body, Expr, ExprId, Stage, Store};
 
 /// Rows with at most this many inner elements take one warp each.
 pub const WARP_ROW_LIMIT: usize = 512;
+/// Block-per-row kernels size the block for about this many elements per thread.
+const BLOCK_PER_THREAD: usize = 16;
+/// Split rows ([`Mode::Columns`]): about this many elements per thread along a row.
+const COLUMN_PER_THREAD: usize = 16;
 /// At most this many elements per thread are kept in registers.
-const MAX_CACHED_PER_THREAD: usize = 16;
+const MAX_CACHED_PER_THREAD: usize = 32;
 /// And at most this many registers for cached inputs in all.
 const MAX_CACHE_REGS: usize = 64;
 
@@ -248,30 +262,66 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     };
     let t = ix.ty();
 
-    // Threads.
-    let warp_rows = n_inner <= WARP_ROW_LIMIT;
-    let (tpr, block) = if warp_rows {
-        (32usize, 256usize)
-    } else {
-        let b = n_inner.div_ceil(8).next_power_of_two().clamp(128, 1024);
-        (b, b)
+    // Every access that varies along the row: (dtype, offset, position among the
+    // collapsed outer strides, position among the collapsed inner strides).
+    let n_used = used.len();
+    let mut elem_accs: Vec<(DType, i64, usize, usize)> = Vec::new();
+    for (pi, &n) in elem_inputs.iter().enumerate() {
+        let po = used.iter().position(|&m| m == n).unwrap_or(0);
+        elem_accs.push((cx.dtype(inputs[n].buffer)?, inputs[n].offset, po, pi));
+    }
+    for (i, s) in k.stores.iter().enumerate() {
+        elem_accs.push((
+            cx.dtype(s.access.buffer)?,
+            s.access.offset,
+            n_used + i,
+            elem_inputs.len() + i,
+        ));
+    }
+    let vw = vector_width(&elem_accs, n_inner, &oc.strides, &ic);
+    let mode = choose_mode(rows, n_inner, vw, &elem_accs, &oc, &ic);
+    let (tpr, block, rpb) = match mode {
+        Mode::Warp => (32usize, 256usize, 8usize),
+        Mode::Block(b) => (b, b, 1),
+        Mode::Columns(ws) => (ws, ws * 32, 32),
     };
-    let rpb = block / tpr;
-    let vpt = n_inner.div_ceil(tpr).max(1);
+
+    // Threads: each takes chunks of `vw` consecutive elements, chunk `t + v * tpr`.
+    let n_chunks = n_inner / vw;
+    let cpt = n_chunks.div_ceil(tpr).max(1);
+    let vpt = cpt * vw;
     let multi_pass: Vec<usize> = elem_inputs
         .iter()
         .copied()
         .filter(|&n| passes.iter().filter(|p| loads_of(p).contains(&n)).count() > 1)
         .collect();
-    let cache = !multi_pass.is_empty() && vpt <= MAX_CACHED_PER_THREAD && multi_pass.len() * vpt <= MAX_CACHE_REGS;
+    // A quarter of the registers a thread may have under `__launch_bounds__(block)` at
+    // most (1024 threads: 16 per thread, so rows past 16K elements are read per pass).
+    let budget = MAX_CACHE_REGS.min((65536 / block).min(255) / 4);
+    let cache = !multi_pass.is_empty() && vpt <= MAX_CACHED_PER_THREAD && multi_pass.len() * vpt <= budget;
     let cached = |n: usize| cache && multi_pass.contains(&n);
 
     let mut h = Helpers::new();
+    if vw > 1 {
+        h.need(Helper::Vec);
+    }
     let mut w = Writer::new();
     w.line(format!(
-        "// row kernel: {rows} rows of {n_inner}, {} per row, {vpt} elements per thread{}",
-        if warp_rows { "a warp" } else { "a block" },
-        if cache { ", inputs cached in registers" } else { "" }
+        "// row kernel: {rows} rows of {n_inner}, {}, {vpt} elements per thread{}{}",
+        match mode {
+            Mode::Warp => "a warp per row".to_string(),
+            Mode::Block(_) => "a block per row".to_string(),
+            Mode::Columns(ws) => format!(
+                "32 adjacent rows per block, {ws} thread{} along each row",
+                if ws == 1 { "" } else { "s" }
+            ),
+        },
+        if cache { ", inputs cached in registers" } else { "" },
+        if vw > 1 {
+            format!(", vector accesses of {vw} elements")
+        } else {
+            String::new()
+        }
     ));
     w.open(format!(
         "extern \"C\" __global__ void __launch_bounds__({block}) {}({})",
@@ -281,26 +331,41 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     let mut red_types: Vec<&str> = k.stages.iter().map(|s| acc_type(body.dtype(s.value))).collect();
     red_types.sort();
     red_types.dedup();
-    if !warp_rows {
+    let red_len = match mode {
+        Mode::Warp | Mode::Columns(1) => 0,
+        Mode::Block(_) => 32,
+        Mode::Columns(ws) => ws * 32,
+    };
+    if red_len > 0 {
         for rt in &red_types {
-            w.line(format!("__shared__ {rt} red_{}[32];", rt.replace(' ', "_")));
+            w.line(format!("__shared__ {rt} red_{}[{red_len}];", rt.replace(' ', "_")));
         }
     }
     w.line("const int lane = threadIdx.x & 31;");
-    if warp_rows {
-        w.line("const int warp = threadIdx.x >> 5;");
-        w.line("const int t = lane;");
-        w.open(format!(
-            "for ({t} row = ({t})blockIdx.x * {rpb} + warp; row < {}; row += ({t})gridDim.x * {rpb})",
-            ix.lit(rows as i64)
-        ));
-    } else {
-        w.line("const int warp = threadIdx.x >> 5;");
-        w.line("const int t = threadIdx.x;");
-        w.open(format!(
-            "for ({t} row = blockIdx.x; row < {}; row += gridDim.x)",
-            ix.lit(rows as i64)
-        ));
+    w.line("const int warp = threadIdx.x >> 5;");
+    match mode {
+        Mode::Warp => {
+            w.line("const int t = lane;");
+            w.open(format!(
+                "for ({t} row = ({t})blockIdx.x * {rpb} + warp; row < {}; row += ({t})gridDim.x * {rpb})",
+                ix.lit(rows as i64)
+            ));
+        }
+        Mode::Block(_) => {
+            w.line("const int t = threadIdx.x;");
+            w.open(format!(
+                "for ({t} row = blockIdx.x; row < {}; row += gridDim.x)",
+                ix.lit(rows as i64)
+            ));
+        }
+        Mode::Columns(_) => {
+            // Lanes take adjacent rows (contiguous in memory), warps split each row.
+            w.line("const int t = warp;");
+            w.open(format!(
+                "for ({t} row = ({t})blockIdx.x * {rpb} + lane; row < {}; row += ({t})gridDim.x * {rpb})",
+                ix.lit(rows as i64)
+            ));
+        }
     }
     layout::decompose(&mut w, ix, "row", &oc.dims, "o");
     // Row bases of every access.
@@ -310,7 +375,6 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
             layout::address(ix, inputs[n].offset, &oc.strides[pos], "o")
         ));
     }
-    let n_used = used.len();
     for (i, s) in k.stores.iter().enumerate() {
         w.line(format!(
             "const {t} sb{i} = {};",
@@ -352,18 +416,23 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     };
     emit_row_exprs(&mut w, &mut h, None)?;
 
-    // One pass over the row's elements: `pass` emits the body given the element `j`.
-    let full = n_inner.is_multiple_of(tpr);
+    // One pass over the row's chunks. Scalar (`vw == 1`): chunk `j` is element `j`.
+    // Vector: chunk `ci` is elements `ci * vw + u`, `u < vw`, moved by one access each.
+    let full = n_chunks.is_multiple_of(tpr);
+    let chunk = if vw == 1 { "j" } else { "ci" };
     let open_pass = |w: &mut Writer, unrolled: bool| {
         if unrolled {
             w.line("#pragma unroll");
-            w.open(format!("for (int v = 0; v < {vpt}; ++v)"));
-            w.line(format!("const {t} j = t + v * {tpr};"));
+            w.open(format!("for (int v = 0; v < {cpt}; ++v)"));
+            w.line(format!("const {t} {chunk} = t + v * {tpr};"));
             if !full {
-                w.open(format!("if (j < {})", ix.lit(n_inner as i64)));
+                w.open(format!("if ({chunk} < {})", ix.lit(n_chunks as i64)));
             }
         } else {
-            w.open(format!("for ({t} j = t; j < {}; j += {tpr})", ix.lit(n_inner as i64)));
+            w.open(format!(
+                "for ({t} {chunk} = t; {chunk} < {}; {chunk} += {tpr})",
+                ix.lit(n_chunks as i64)
+            ));
         }
     };
     let close_pass = |w: &mut Writer, unrolled: bool| {
@@ -372,9 +441,40 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         }
         w.close();
     };
+    // Vector mode: the elements of a chunk.
+    let open_elems = |w: &mut Writer| {
+        if vw > 1 {
+            w.line("#pragma unroll");
+            w.open(format!("for (int u = 0; u < {vw}; ++u)"));
+            w.line(format!("const {t} j = ci * {} + u;", ix.lit(vw as i64)));
+        }
+    };
+    let close_elems = |w: &mut Writer| {
+        if vw > 1 {
+            w.close();
+        }
+    };
     let inner_addr = |n: usize| {
         let a = layout::address(ix, 0, &ic.strides[inner_pos(n)], "j");
         format!("ib{n} + {a}")
+    };
+    let chunk_addr = |base: &str| format!("{base} + ci * {}", ix.lit(vw as i64));
+    // Vector mode: `alignas(16) T vx{n}[vw]` loaded with one access.
+    let vector_load = |w: &mut Writer, n: usize| -> Result<(), CodegenError> {
+        let d = cx.dtype(inputs[n].buffer)?;
+        let vt = vec_type(vw * d.size_bytes());
+        w.line(format!("alignas(16) {} vx{n}[{vw}];", cuda::storage_type(d)));
+        w.line(format!(
+            "*({vt}*)vx{n} = *(const {vt}*)(p{} + {});",
+            in_param[n],
+            chunk_addr(&format!("ib{n}"))
+        ));
+        Ok(())
+    };
+    let cache_slot = if vw == 1 {
+        "v".to_string()
+    } else {
+        format!("v * {vw} + u")
     };
 
     if cache {
@@ -383,15 +483,42 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
             w.line(format!("{} c{n}[{vpt}];", cuda::reg_type(d)));
         }
         open_pass(&mut w, true);
-        layout::decompose(&mut w, ix, "j", &ic.dims, "j");
-        for &n in &multi_pass {
-            let d = cx.dtype(inputs[n].buffer)?;
-            let raw = format!("p{}[{}]", in_param[n], inner_addr(n));
-            w.line(format!("c{n}[v] = {};", cuda::load_conv(&mut h, d, &raw)));
+        if vw > 1 {
+            for &n in &multi_pass {
+                vector_load(&mut w, n)?;
+            }
+            w.line("#pragma unroll");
+            w.open(format!("for (int u = 0; u < {vw}; ++u)"));
+            for &n in &multi_pass {
+                let d = cx.dtype(inputs[n].buffer)?;
+                w.line(format!(
+                    "c{n}[{cache_slot}] = {};",
+                    cuda::load_conv(&mut h, d, &format!("vx{n}[u]"))
+                ));
+            }
+            w.close();
+        } else {
+            layout::decompose(&mut w, ix, "j", &ic.dims, "j");
+            for &n in &multi_pass {
+                let d = cx.dtype(inputs[n].buffer)?;
+                let raw = format!("p{}[{}]", in_param[n], inner_addr(n));
+                w.line(format!("c{n}[v] = {};", cuda::load_conv(&mut h, d, &raw)));
+            }
         }
         close_pass(&mut w, true);
     }
 
+    // The vector loads of a pass: its element inputs not in registers.
+    let pass_vector_loads = |w: &mut Writer, ids: &[ExprId]| -> Result<(), CodegenError> {
+        if vw > 1 {
+            for n in loads_of(ids) {
+                if elem_inputs.contains(&n) && !cached(n) {
+                    vector_load(w, n)?;
+                }
+            }
+        }
+        Ok(())
+    };
     let emit_pass_body = |w: &mut Writer, h: &mut Helpers, ids: &[ExprId]| -> Result<(), CodegenError> {
         layout::decompose(w, ix, "j", &ic.dims, "j");
         let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| elem[id as usize]).collect();
@@ -400,7 +527,9 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
                 Expr::Load(n) => {
                     let n = *n as usize;
                     if cached(n) {
-                        Ok(format!("c{n}[v]"))
+                        Ok(format!("c{n}[{cache_slot}]"))
+                    } else if vw > 1 {
+                        Ok(cuda::load_conv(h, d, &format!("vx{n}[u]")))
                     } else {
                         Ok(cuda::load_conv(h, d, &format!("p{}[{}]", in_param[n], inner_addr(n))))
                     }
@@ -421,6 +550,8 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         w.line(format!("// stage {si}: {} over the row", stage.op.name()));
         w.line(format!("{at} a{si} = {};", acc_init(stage.op, d)));
         open_pass(&mut w, cache);
+        pass_vector_loads(&mut w, &passes[si])?;
+        open_elems(&mut w);
         emit_pass_body(&mut w, &mut h, &passes[si])?;
         let x = if at == cuda::reg_type(d) {
             name(stage.value)
@@ -428,23 +559,41 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
             format!("({at}){}", name(stage.value))
         };
         w.line(combine(stage.op, d, &format!("a{si}"), &x));
+        close_elems(&mut w);
         close_pass(&mut w, cache);
-        // Across the warp, then across warps.
-        w.line("#pragma unroll");
-        w.open("for (int off = 16; off > 0; off >>= 1)");
-        w.line(format!("const {at} y = __shfl_xor_sync(0xffffffffu, a{si}, off);"));
-        w.line(combine(stage.op, d, &format!("a{si}"), "y"));
-        w.close();
-        if !warp_rows {
-            let red = format!("red_{}", at.replace(' ', "_"));
-            w.line(format!("if (lane == 0) {red}[warp] = a{si};"));
-            w.line("__syncthreads();");
-            w.line(format!("a{si} = {red}[0];"));
-            w.open(format!("for (int k = 1; k < {}; ++k)", block / 32));
-            w.line(format!("const {at} y = {red}[k];"));
-            w.line(combine(stage.op, d, &format!("a{si}"), "y"));
-            w.close();
-            w.line("__syncthreads();");
+        let red = format!("red_{}", at.replace(' ', "_"));
+        match mode {
+            Mode::Warp | Mode::Block(_) => {
+                // Across the warp, then across warps.
+                w.line("#pragma unroll");
+                w.open("for (int off = 16; off > 0; off >>= 1)");
+                w.line(format!("const {at} y = __shfl_xor_sync(0xffffffffu, a{si}, off);"));
+                w.line(combine(stage.op, d, &format!("a{si}"), "y"));
+                w.close();
+                if let Mode::Block(b) = mode {
+                    w.line(format!("if (lane == 0) {red}[warp] = a{si};"));
+                    w.line("__syncthreads();");
+                    w.line(format!("a{si} = {red}[0];"));
+                    w.open(format!("for (int k = 1; k < {}; ++k)", b / 32));
+                    w.line(format!("const {at} y = {red}[k];"));
+                    w.line(combine(stage.op, d, &format!("a{si}"), "y"));
+                    w.close();
+                    w.line("__syncthreads();");
+                }
+            }
+            Mode::Columns(1) => {}
+            Mode::Columns(ws) => {
+                // Across the warps sharing the row (same lane), in warp order.
+                w.line(format!("{red}[warp * 32 + lane] = a{si};"));
+                w.line("__syncthreads();");
+                w.line(format!("a{si} = {red}[lane];"));
+                w.line("#pragma unroll");
+                w.open(format!("for (int k = 1; k < {ws}; ++k)"));
+                w.line(format!("const {at} y = {red}[k * 32 + lane];"));
+                w.line(combine(stage.op, d, &format!("a{si}"), "y"));
+                w.close();
+                w.line("__syncthreads();");
+            }
         }
         let mut fin = format!("a{si}");
         if stage.op == ReduceOp::Mean {
@@ -483,12 +632,36 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         w.line("// stores");
         open_pass(&mut w, cache);
         let ids = passes.last().cloned().unwrap_or_default();
+        pass_vector_loads(&mut w, &ids)?;
+        if vw > 1 {
+            for (i, s) in k.stores.iter().enumerate() {
+                let d = cx.dtype(s.access.buffer)?;
+                w.line(format!("alignas(16) {} vo{i}[{vw}];", cuda::storage_type(d)));
+            }
+        }
+        open_elems(&mut w);
         emit_pass_body(&mut w, &mut h, &ids)?;
         for (i, s) in k.stores.iter().enumerate() {
             let d = cx.dtype(s.access.buffer)?;
             let v = cuda::store_conv(&mut h, d, &name(s.value));
-            let a = layout::address(ix, 0, &ic.strides[elem_inputs.len() + i], "j");
-            w.line(format!("p{}[sb{i} + {a}] = {v};", st_param[i]));
+            if vw > 1 {
+                w.line(format!("vo{i}[u] = {v};"));
+            } else {
+                let a = layout::address(ix, 0, &ic.strides[elem_inputs.len() + i], "j");
+                w.line(format!("p{}[sb{i} + {a}] = {v};", st_param[i]));
+            }
+        }
+        close_elems(&mut w);
+        if vw > 1 {
+            for (i, s) in k.stores.iter().enumerate() {
+                let d = cx.dtype(s.access.buffer)?;
+                let vt = vec_type(vw * d.size_bytes());
+                w.line(format!(
+                    "*({vt}*)(p{} + {}) = *(const {vt}*)vo{i};",
+                    st_param[i],
+                    chunk_addr(&format!("sb{i}"))
+                ));
+            }
         }
         close_pass(&mut w, cache);
     }
@@ -496,7 +669,12 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     w.close();
 
     let (source, entry) = finish("row", &h, &w.finish());
-    let max_blocks = rows.div_ceil(rpb).min(u32::MAX as usize) as u32;
+    // A block per row (group of rows), not a grid that fits the device: how many blocks
+    // an SM holds depends on the registers ptxas gives the kernel, and a grid-stride
+    // loop over a grid larger than what is resident leaves a tail running on part of the
+    // device. `blocks_per_sm = max_blocks` gives `max_blocks` blocks on any device (the
+    // loop still strides, for grids past the launch limit).
+    let max_blocks = rows.div_ceil(rpb).min(i32::MAX as usize) as u32;
     Ok(CudaKernel {
         name: String::new(),
         source,
@@ -505,11 +683,90 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         launch: LaunchConfig {
             block: block as u32,
             grid: GridSize::PerSm {
-                blocks_per_sm: (2048 / block).max(1) as u32,
+                blocks_per_sm: max_blocks.max(1),
                 max_blocks,
             },
             shared_mem_bytes: 0,
         },
         gemm: None,
     })
+}
+
+/// How threads map to rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// A warp per row, 8 rows per 256-thread block.
+    Warp,
+    /// A block of this many threads (a multiple of 32) per row.
+    Block(usize),
+    /// 32 adjacent rows per block, one per lane, and this many warps splitting each row
+    /// (the reduced axis is strided, the rows' elements adjacent: coalesced).
+    Columns(usize),
+}
+
+/// The thread mapping for `rows` rows of `n_inner` elements moved `vw` at a time
+/// ([`vector_width`]; the split-row mode is never vectorized). `elem` lists the accesses
+/// varying along the row as `(dtype, offset, outer position, inner position)`.
+fn choose_mode(
+    rows: usize,
+    n_inner: usize,
+    vw: usize,
+    elem: &[(DType, i64, usize, usize)],
+    oc: &layout::Collapsed,
+    ic: &layout::Collapsed,
+) -> Mode {
+    // Columns: the innermost outer dim steps every access by 0 or 1 element (some
+    // varying access by 1), while no varying access is contiguous along the row.
+    let columns = match oc.dims.len().checked_sub(1) {
+        Some(l) if rows.is_multiple_of(32) && n_inner > 1 && oc.dims[l] >= 32 && !elem.is_empty() => {
+            oc.strides.iter().all(|s| s[l] == 0 || s[l] == 1)
+                && elem.iter().any(|&(_, _, po, _)| oc.strides[po][l] == 1)
+                && elem
+                    .iter()
+                    .all(|&(_, _, _, pi)| ic.strides[pi].last().is_some_and(|s| s.unsigned_abs() != 1))
+        }
+        _ => false,
+    };
+    if columns {
+        Mode::Columns(n_inner.div_ceil(COLUMN_PER_THREAD).next_power_of_two().clamp(1, 16))
+    } else if n_inner <= WARP_ROW_LIMIT {
+        Mode::Warp
+    } else {
+        // About BLOCK_PER_THREAD elements per thread, then as few threads as give each
+        // the same number of chunks (in whole warps), so few threads idle.
+        let n_chunks = n_inner / vw;
+        let target = (BLOCK_PER_THREAD / vw).max(1);
+        let threads = n_chunks.div_ceil(target).next_multiple_of(32).clamp(64, 1024);
+        let cpt = n_chunks.div_ceil(threads);
+        Mode::Block(n_chunks.div_ceil(cpt).next_multiple_of(32).clamp(64, 1024))
+    }
+}
+
+/// Elements per vector access (16 bytes of the widest type), or 1: every access varying
+/// along the row must read it as one contiguous run (stride 1), start every row at a
+/// multiple of the width (offset and outer strides), and the row must be whole vectors.
+fn vector_width(
+    elem: &[(DType, i64, usize, usize)],
+    n_inner: usize,
+    outer: &[Vec<i64>],
+    ic: &layout::Collapsed,
+) -> usize {
+    let Some(max_size) = elem.iter().map(|e| e.0.size_bytes()).max() else {
+        return 1;
+    };
+    let v = 16 / max_size.clamp(1, 16);
+    let ok = v > 1
+        && ic.dims.len() == 1
+        && n_inner >= v
+        && n_inner.is_multiple_of(v)
+        && elem.iter().all(|&(_, off, po, pi)| {
+            ic.strides[pi] == [1]
+                && off.rem_euclid(v as i64) == 0
+                && outer[po].iter().all(|s| s.rem_euclid(v as i64) == 0)
+        });
+    if ok {
+        v
+    } else {
+        1
+    }
 }

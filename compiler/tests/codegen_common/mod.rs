@@ -390,6 +390,105 @@ pub fn row_layernorm() -> Program {
     )
 }
 
+/// Softmax over rows of `inner` elements of dtype `d`, the input read from element
+/// `offset` of a larger buffer (a slice: rows start `offset` elements in).
+pub fn row_softmax_offset(rows: usize, inner: usize, d: DType, offset: usize) -> Program {
+    let mut p = row_softmax(rows, inner, d);
+    p.buffers[0].ty = TensorType::new(d, vec![rows * inner + offset]);
+    if let KernelKind::Row { inputs, .. } = &mut p.kernels[0].kind {
+        inputs[0].offset = offset as i64;
+    }
+    p
+}
+
+/// `gelu(layer_norm(x) * gamma + beta)` over rows of `n` elements of dtype `d`.
+pub fn row_layernorm_gelu(rows: usize, n: usize, d: DType) -> Program {
+    let dims = [rows, n];
+    let mut p = P::new();
+    let x = p.input("x", d, &dims);
+    let g = p.input("gamma", d, &[n]);
+    let be = p.input("beta", d, &[n]);
+    let out = p.temp(d, &dims);
+    let mut b = B::new();
+    let l = b.load(0, d);
+    let lg = b.load(1, d);
+    let lb = b.load(2, d);
+    let mean = b.stage(0, d);
+    let xc = b.bin(BinaryOp::Sub, l, mean);
+    let sq = b.bin(BinaryOp::Mul, xc, xc);
+    let var = b.stage(1, d);
+    let eps = b.c(d, 1e-5);
+    let ve = b.bin(BinaryOp::Add, var, eps);
+    let rstd = b.un(UnaryOp::Rsqrt, ve);
+    let y = b.bin(BinaryOp::Mul, xc, rstd);
+    let yg = b.bin(BinaryOp::Mul, y, lg);
+    let yb = b.bin(BinaryOp::Add, yg, lb);
+    let ge = b.un(UnaryOp::Gelu, yb);
+    p.kernel(
+        "layernorm_gelu",
+        KernelKind::Row {
+            outer: vec![rows],
+            inner: vec![n],
+            inputs: vec![contig(x, &dims), acc(g, 0, &[0, 1]), acc(be, 0, &[0, 1])],
+            body: b.b,
+            stages: vec![
+                Stage {
+                    op: ReduceOp::Mean,
+                    value: l,
+                },
+                Stage {
+                    op: ReduceOp::Mean,
+                    value: sq,
+                },
+            ],
+            row_stores: vec![],
+            stores: vec![store(ge, out, &dims)],
+        },
+    )
+}
+
+/// Softmax over axis 1 of `[b, c, hw]` (dtype `d`): the reduced axis has stride `hw`,
+/// neighbouring rows are adjacent.
+pub fn row_softmax_channels(bn: usize, c: usize, hw: usize, d: DType) -> Program {
+    let dims = [bn, c, hw];
+    let mut p = P::new();
+    let x = p.input("x", d, &dims);
+    let out = p.temp(d, &dims);
+    let mut b = B::new();
+    let l = b.load(0, d);
+    let m = b.stage(0, d);
+    let xm = b.bin(BinaryOp::Sub, l, m);
+    let e = b.un(UnaryOp::Exp, xm);
+    let s = b.stage(1, d);
+    let y = b.bin(BinaryOp::Div, e, s);
+    // Space [b, hw, c]: outer [b, hw], inner [c].
+    let st = [(c * hw) as i64, 1, hw as i64];
+    p.kernel(
+        "softmax_channels",
+        KernelKind::Row {
+            outer: vec![bn, hw],
+            inner: vec![c],
+            inputs: vec![acc(x, 0, &st)],
+            body: b.b,
+            stages: vec![
+                Stage {
+                    op: ReduceOp::Max,
+                    value: l,
+                },
+                Stage {
+                    op: ReduceOp::Sum,
+                    value: e,
+                },
+            ],
+            row_stores: vec![],
+            stores: vec![Store {
+                value: y,
+                access: acc(out, 0, &st),
+            }],
+        },
+    )
+}
+
 /// Sum and max over axis 0 of a `[512, 64]` tensor: rows along the strided axis.
 pub fn row_axis0() -> Program {
     let mut p = P::new();
@@ -640,6 +739,24 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("row_softmax_huge", row_softmax(4, 100_000, DType::F32)),
         ("row_layernorm", row_layernorm()),
         ("row_axis0", row_axis0()),
+        ("row_softmax_vec_f32", row_softmax(64, 1024, DType::F32)),
+        ("row_softmax_odd_f16", row_softmax(64, 1001, DType::F16)),
+        ("row_softmax_misaligned", row_softmax_offset(64, 1024, DType::F32, 2)),
+        ("row_softmax_8192_f32", row_softmax(8192, 8192, DType::F32)),
+        ("row_softmax_32k_f32", row_softmax(8, 32768, DType::F32)),
+        ("row_layernorm_gelu_768_bf16", row_layernorm_gelu(64, 768, DType::BF16)),
+        (
+            "row_layernorm_gelu_4096_bf16",
+            row_layernorm_gelu(8192, 4096, DType::BF16),
+        ),
+        ("row_layernorm_gelu_8192_f32", row_layernorm_gelu(64, 8192, DType::F32)),
+        (
+            "row_layernorm_gelu_16k_bf16",
+            row_layernorm_gelu(16, 16384, DType::BF16),
+        ),
+        ("row_softmax_channels", row_softmax_channels(8, 64, 1024, DType::F32)),
+        ("row_softmax_channels_f16", row_softmax_channels(2, 384, 48, DType::F16)),
+        ("row_softmax_channels_thin", row_softmax_channels(1, 8, 64, DType::F32)),
         ("matmul_bias_relu", matmul_bias_relu()),
         ("matmul_bias_gelu_erf", matmul_bias_gelu_erf()),
         ("matmul_gelu_tanh", matmul_gelu_tanh()),
