@@ -181,3 +181,29 @@ fn kernel_benchmarks_are_one_kernel_each() {
         }
     }
 }
+
+/// The generated CUDA of three kernels of the block: the first layer norm (one row
+/// kernel), the masked softmax (the mask as its prologue) and the first MLP linear
+/// layer (cuBLASLt with bias, then the erf GELU as a generated epilogue).
+#[test]
+fn snapshot_transformer_block_cuda() {
+    let block = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
+    let p = &block.program;
+    let pick = |pred: &dyn Fn(&graphc_compiler::kernel::Kernel) -> bool| {
+        p.kernels.iter().position(|k| pred(k)).expect("kernel")
+    };
+    let ln = pick(&|k| k.name.contains("row_mean_mean"));
+    let softmax = pick(&|k| k.name.contains("row_max_sum"));
+    let fc1 = pick(&|k| k.kind_name() == "matmul" && k.nodes.len() > 4);
+    let mut text = String::new();
+    for k in [ln, softmax, fc1] {
+        let c = graphc_compiler::codegen::generate(p, k).unwrap();
+        text.push_str(&format!("// ==== {} ({:?})\n", p.kernels[k].name, c.launch));
+        if let Some(g) = &c.gemm {
+            text.push_str(&format!("// gemm: {}\n", serde_json::to_string(g).unwrap()));
+        }
+        text.push_str(&c.source);
+        text.push('\n');
+    }
+    insta::assert_snapshot!("transformer_block_cuda", text);
+}
