@@ -190,7 +190,7 @@ fn snapshot_transformer_block_cuda() {
     let block = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
     let p = &block.program;
     let pick = |pred: &dyn Fn(&graphc_compiler::kernel::Kernel) -> bool| {
-        p.kernels.iter().position(|k| pred(k)).expect("kernel")
+        p.kernels.iter().position(pred).expect("kernel")
     };
     let ln = pick(&|k| k.name.contains("row_mean_mean"));
     let softmax = pick(&|k| k.name.contains("row_max_sum"));
