@@ -244,13 +244,7 @@ pub(crate) fn tensor_lit(cx: &Ctx, data: &TensorData) -> Result<String, CodegenE
 
 /// The operands of an expression.
 pub(crate) fn operands(e: &Expr) -> Vec<ExprId> {
-    match e {
-        Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
-        Expr::Binary(_, a, b) => vec![*a, *b],
-        Expr::Select(c, a, b) => vec![*c, *a, *b],
-        Expr::Gather { index, .. } => vec![*index],
-        _ => vec![],
-    }
+    e.operands()
 }
 
 /// Check SSA order and operand types of a body. `n_inputs` bounds loads, `n_stages`

@@ -132,6 +132,20 @@ pub enum Expr {
     Acc,
 }
 
+impl Expr {
+    /// The expressions this one reads (a stage's value and the product are not
+    /// operands: they come from the kernel, not the body).
+    pub fn operands(&self) -> Vec<ExprId> {
+        match self {
+            Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
+            Expr::Binary(_, a, b) => vec![*a, *b],
+            Expr::Select(c, a, b) => vec![*c, *a, *b],
+            Expr::Gather { index, .. } => vec![*index],
+            Expr::Load(_) | Expr::Const(_) | Expr::Index(_) | Expr::Stage(_) | Expr::Acc => vec![],
+        }
+    }
+}
+
 /// A typed expression list in SSA order: operands precede their users.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Body {

@@ -54,13 +54,7 @@ fn expr_name(e: &Expr) -> String {
 
 /// Operands of an expression (stage and acc references excluded).
 fn operands(e: &Expr) -> Vec<ExprId> {
-    match e {
-        Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
-        Expr::Binary(_, a, b) => vec![*a, *b],
-        Expr::Select(c, a, b) => vec![*c, *a, *b],
-        Expr::Gather { index, .. } => vec![*index],
-        _ => vec![],
-    }
+    e.operands()
 }
 
 /// Check `body` over `space`: every operand precedes its user, loads name kernel inputs
