@@ -189,9 +189,8 @@ fn kernel_benchmarks_are_one_kernel_each() {
 fn snapshot_transformer_block_cuda() {
     let block = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
     let p = &block.program;
-    let pick = |pred: &dyn Fn(&graphc_compiler::kernel::Kernel) -> bool| {
-        p.kernels.iter().position(pred).expect("kernel")
-    };
+    let pick =
+        |pred: &dyn Fn(&graphc_compiler::kernel::Kernel) -> bool| p.kernels.iter().position(pred).expect("kernel");
     let ln = pick(&|k| k.name.contains("row_mean_mean"));
     let softmax = pick(&|k| k.name.contains("row_max_sum"));
     let fc1 = pick(&|k| k.kind_name() == "matmul" && k.nodes.len() > 4);

@@ -178,3 +178,21 @@ fn embedding_gathers_fold_into_their_consumer() {
     let e = run_program(&program, g.weights(), &bad).unwrap_err().to_string();
     assert!(e.contains("gather index 50 out of range"), "{e}");
 }
+
+/// Exported linear layers multiply `[b*s, k] x [k, n]` and reshape the product to
+/// `[b, s, n]` before their activation and residual add: the epilogue is re-indexed
+/// over the product's shape and still joins the GEMM.
+#[test]
+fn epilogue_through_a_reshape_of_the_product_joins_the_matmul() {
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [2, 8, 32]);
+    let w = b.param("w", Tensor::randn(&TensorType::new(DType::F32, [32, 48]), 0.2, 8));
+    let bias = b.param("bias", Tensor::randn(&TensorType::new(DType::F32, [48]), 0.2, 9));
+    let res = b.input("res", DType::F32, [2, 8, 48]);
+    let h = (x.reshape([16, 32]).matmul(w) + bias).reshape([2, 8, 48]);
+    let y = nn::gelu(h, GeluApprox::Tanh) * 0.5 + res;
+    b.output("y", y);
+    let g = b.finish().unwrap();
+    let p = run_both(&g);
+    assert_eq!(kinds(&p), ["matmul"], "{}", print_program(&p));
+}

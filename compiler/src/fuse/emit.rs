@@ -125,6 +125,13 @@ impl Frame {
                 s.extend(std::iter::repeat_n(0, axes.len()));
                 s
             }
+            // A matmul epilogue over a reshape of the product reads in the product's
+            // shape (grouping checked that every layout reshapes).
+            (Space::MatMul(out), _) if o.dims != *out => o
+                .layout
+                .reshape(&o.dims, out)
+                .map(|l| l.strides)
+                .unwrap_or_else(|| o.layout.strides.clone()),
             _ => o.layout.strides.clone(),
         }
     }
@@ -318,6 +325,10 @@ impl Emitter<'_> {
                         },
                     });
                 }
+                (Space::MatMul(out), _) => stores.push(Store {
+                    value,
+                    access: Access::contiguous(buf, out),
+                }),
                 _ => stores.push(Store {
                     value,
                     access: Access::contiguous(buf, self.nodes[m].dims()),

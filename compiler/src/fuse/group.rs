@@ -287,6 +287,20 @@ impl Groups {
                 let mm = if matches!(sa, MatMul(_)) { a } else { b };
                 Some((self.space[mm].clone(), vec![]))
             }
+            // An epilogue written over a reshape of the product (`[b*s, n]` from a GEMM,
+            // `[b, s, n]` after it, as exported linear layers are): the elementwise
+            // group is re-indexed over the product's shape when every operand it reads
+            // can be (no index or gather, every layout reshapes).
+            (MatMul(x), Elementwise(y)) | (Elementwise(y), MatMul(x))
+                if x.iter().product::<usize>() == y.iter().product::<usize>() =>
+            {
+                let (mm, ew) = if matches!(sa, MatMul(_)) { (a, b) } else { (b, a) };
+                let respaced = self.members[ew].iter().all(|&m| {
+                    matches!(nodes[m].kind, FKind::Ew(_) | FKind::Copy)
+                        && nodes[m].operands.iter().all(|o| o.layout.reshape(&o.dims, x).is_some())
+                });
+                respaced.then(|| (self.space[mm].clone(), vec![]))
+            }
             _ => None,
         }
     }
@@ -375,7 +389,14 @@ fn edge_ok(space: &Space, nodes: &[FNode], o: &Operand, c: &FNode, lp: Level, lc
         FKind::MatMul | FKind::Single(_) | FKind::Gather { .. } => false,
         FKind::Reduce { .. } => lp == Level::Full && o.layout.is_contiguous(&o.dims),
         _ => match (lp, lc) {
-            (Level::Full, Level::Full) => o.layout.is_contiguous(&o.dims) && nodes[o.root].dims() == o.dims.as_slice(),
+            (Level::Full, Level::Full) => {
+                let same_shape = nodes[o.root].dims() == o.dims.as_slice();
+                // A matmul epilogue may read the product through a reshape (see
+                // `combine`): the same elements in the same order.
+                let reshaped =
+                    matches!(space, Space::MatMul(_)) && nodes[o.root].ty.numel() == o.dims.iter().product::<usize>();
+                o.layout.is_contiguous(&o.dims) && (same_shape || reshaped)
+            }
             (Level::Row, Level::Row) => o.layout.is_contiguous(&o.dims),
             (Level::Row, Level::Full) => {
                 let Space::Row(full, axes) = space else {
