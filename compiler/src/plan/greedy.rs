@@ -1,0 +1,77 @@
+//! Greedy best-fit: place buffers one at a time, each in the tightest free gap of its
+//! lifetime.
+
+use super::offsets::Problem;
+
+/// The orders greedy best-fit is run in. Ties go by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// Size, descending.
+    Size,
+    /// Lifetime length (in sections), descending.
+    Duration,
+    /// Size x lifetime length, descending.
+    Area,
+    /// Start, ascending.
+    Start,
+}
+
+impl Order {
+    pub const ALL: [Order; 4] = [Order::Size, Order::Duration, Order::Area, Order::Start];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Size => "greedy:size",
+            Order::Duration => "greedy:duration",
+            Order::Area => "greedy:area",
+            Order::Start => "greedy:start",
+        }
+    }
+
+    /// The problem's buffers in this order.
+    pub fn sequence(self, p: &Problem) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..p.len()).collect();
+        let dur = |b: usize| u64::from(p.last[b] - p.first[b]);
+        match self {
+            Order::Size => v.sort_by_key(|&b| (std::cmp::Reverse(p.size[b]), b)),
+            Order::Duration => v.sort_by_key(|&b| (std::cmp::Reverse(dur(b)), b)),
+            Order::Area => v.sort_by_key(|&b| (std::cmp::Reverse(u128::from(p.size[b]) * u128::from(dur(b))), b)),
+            Order::Start => v.sort_by_key(|&b| (p.first[b], b)),
+        }
+        v
+    }
+}
+
+/// Best-fit in `order` (a permutation of the problem's buffers): each buffer goes into
+/// the gap between the already-placed buffers overlapping it in time that it fits with
+/// the least waste (lowest offset on ties), else on top of them all. Offsets in units.
+pub(crate) fn best_fit(p: &Problem, order: &[usize]) -> Vec<u64> {
+    let mut off = vec![0u64; p.len()];
+    let mut placed: Vec<usize> = Vec::with_capacity(p.len());
+    let mut occupied: Vec<(u64, u64)> = Vec::new();
+    for &b in order {
+        occupied.clear();
+        occupied.extend(
+            placed
+                .iter()
+                .filter(|&&q| p.overlaps(b, q))
+                .map(|&q| (off[q], off[q] + p.size[q])),
+        );
+        occupied.sort_unstable();
+        let need = p.size[b];
+        let mut best: Option<(u64, u64)> = None; // (waste, offset)
+        let mut top = 0u64;
+        for &(lo, hi) in &occupied {
+            if lo > top && lo - top >= need {
+                let waste = lo - top - need;
+                if best.is_none_or(|(w, _)| waste < w) {
+                    best = Some((waste, top));
+                }
+            }
+            top = top.max(hi);
+        }
+        off[b] = best.map_or(top, |(_, o)| o);
+        placed.push(b);
+    }
+    off
+}
