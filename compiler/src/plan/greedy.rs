@@ -75,3 +75,54 @@ pub(crate) fn best_fit(p: &Problem, order: &[usize]) -> Vec<u64> {
     }
     off
 }
+
+/// Local search over best-fit orders: from `order` (whose placement has arena `arena`),
+/// repeatedly perturb the order (move a buffer that reaches the arena's top to an
+/// earlier position, or swap two buffers), re-run best-fit, and keep the new order when
+/// its arena is no larger (equal moves let it cross plateaus). Seeded, so deterministic;
+/// each evaluation costs `p.len()` from `budget`. Stops at `goal`, when `budget` is spent
+/// or at `deadline`. Returns the best improvement, if any, and the budget used.
+pub(crate) fn local_search(
+    p: &Problem,
+    mut order: Vec<usize>,
+    arena: u64,
+    goal: u64,
+    budget: u64,
+    deadline: std::time::Instant,
+) -> (Option<(Vec<u64>, u64)>, u64) {
+    let n = p.len();
+    let mut rng = graphc_ir::Rng::new(0x006f_6666_7365_7473);
+    let (mut cur, mut best): (u64, Option<(Vec<u64>, u64)>) = (arena, None);
+    let mut used = 0u64;
+    let mut off = best_fit(p, &order);
+    while n >= 2 && used.saturating_add(n as u64) <= budget && cur > goal {
+        if used / (n as u64) % 16 == 15 && std::time::Instant::now() >= deadline {
+            break;
+        }
+        used += n as u64;
+        let mut next = order.clone();
+        if rng.bool() {
+            // A buffer on top, moved earlier.
+            let tops: Vec<usize> = (0..n).filter(|&k| off[next[k]] + p.size[next[k]] == cur).collect();
+            let k = tops[rng.below(tops.len() as u64) as usize];
+            if k == 0 {
+                continue;
+            }
+            let to = rng.below(k as u64) as usize;
+            let b = next.remove(k);
+            next.insert(to, b);
+        } else {
+            let (i, j) = (rng.below(n as u64) as usize, rng.below(n as u64) as usize);
+            next.swap(i, j);
+        }
+        let o = best_fit(p, &next);
+        let a = p.arena(&o);
+        if a <= cur {
+            if a < cur {
+                best = Some((o.clone(), a));
+            }
+            (cur, order, off) = (a, next, o);
+        }
+    }
+    (best, used)
+}

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::greedy::{best_fit, Order};
+use super::greedy::{best_fit, local_search, Order};
 use super::search::{search, Outcome, VARIANTS};
 
 /// A buffer live over `[start, end)` of a schedule (`end > start`), taking `size` bytes.
@@ -62,12 +62,14 @@ pub struct Placement {
     /// [`lower_bound`] of the input at the same alignment.
     pub lower_bound: u64,
     /// Which method gave the final placement: `greedy:size`, `greedy:duration`,
-    /// `greedy:area`, `greedy:start`, or `search`. `empty` when nothing occupies memory.
+    /// `greedy:area`, `greedy:start`, `search` or `local` (the local search over greedy
+    /// orders). `empty` when nothing occupies memory.
     pub strategy: String,
     /// The best greedy arena (bytes) and its order's name, for reports.
     pub greedy_arena: u64,
     pub greedy_strategy: String,
-    /// States the search visited (0 if it did not run).
+    /// Budget used by the improvement phase: states the search visited plus, for the
+    /// local search, the number of buffers per best-fit evaluation (0 if neither ran).
     pub search_nodes: u64,
     /// Wall time of the whole call.
     pub time: Duration,
@@ -257,48 +259,42 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
         });
     }
 
-    let (mut greedy_arena, mut off, mut greedy_name) = (u64::MAX, Vec::new(), "");
+    let (mut greedy_arena, mut off, mut greedy_name, mut greedy_order) = (u64::MAX, Vec::new(), "", Vec::new());
     for order in Order::ALL {
-        let o = best_fit(&p, &order.sequence(&p));
+        let seq = order.sequence(&p);
+        let o = best_fit(&p, &seq);
         let a = p.arena(&o);
         if a < greedy_arena {
-            (greedy_arena, off, greedy_name) = (a, o, order.name());
+            (greedy_arena, off, greedy_name, greedy_order) = (a, o, order.name(), seq);
         }
     }
     let mut arena = greedy_arena;
     let mut strategy = greedy_name.to_string();
 
-    // Improvement: decision searches "fits in `t` units?", first at the goal, then by
-    // bisection between what failed and the best found. Each target gets a share of what
-    // is left (half for the goal, a third after), spent in restarts over the search
-    // variants with budgets doubling per round.
+    // Improvement. (a) The search, "fits in `goal` units?", with half the node budget and
+    // time, in restarts over its variants with budgets doubling per round. (b) If that
+    // does not reach the goal, a local search over best-fit orders with the rest.
     let goal = p.lower.max(opts.capacity.map_or(0, |c| c / align));
     let deadline = t0 + opts.time_budget;
-    let mut budget = opts.node_limit;
     let mut nodes = 0u64;
-    let (mut lo, mut first) = (goal, true);
-    while arena > goal && budget > 0 && lo < arena && Instant::now() < deadline {
-        let hi = arena - 1;
-        let target = if first { lo } else { lo + (hi - lo) / 2 };
-        let share = if first { budget / 2 } else { budget / 3 };
-        let mut share = share.max(budget.min(1000));
+    if arena > goal && opts.node_limit > 0 {
+        let mut share = opts.node_limit / 2;
         let now = Instant::now();
-        let attempt_deadline = now + (deadline - now) / if first { 2 } else { 3 };
-        first = false;
-        let mut found = None;
-        let mut round_budget = 500u64;
-        'attempt: while share > 0 && Instant::now() < attempt_deadline {
+        let search_deadline = now + deadline.saturating_duration_since(now) / 2;
+        let mut round_budget = 1000u64;
+        'attempt: while share > 0 && Instant::now() < search_deadline {
             for variant in 0..VARIANTS {
-                let (outcome, used) = search(&p, target, round_budget.min(share), attempt_deadline, variant);
+                let (outcome, used) = search(&p, goal, round_budget.min(share), search_deadline, variant);
                 nodes += used;
-                budget = budget.saturating_sub(used);
                 share = share.saturating_sub(used);
                 match outcome {
                     Outcome::Found(o) => {
-                        found = Some(o);
+                        arena = p.arena(&o);
+                        off = o;
+                        strategy = "search".into();
                         break 'attempt;
                     }
-                    // Exhausted by an exact variant: no placement within `target`.
+                    // Exhausted by an exact variant: no placement of the kind searched.
                     Outcome::NotFound if variant < VARIANTS / 2 => break 'attempt,
                     _ => {}
                 }
@@ -308,13 +304,15 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
             }
             round_budget = round_budget.saturating_mul(2);
         }
-        match found {
-            Some(o) => {
-                arena = p.arena(&o);
-                off = o;
-                strategy = "search".into();
+    }
+    if arena > goal && opts.node_limit > nodes {
+        let (better, used) = local_search(&p, greedy_order, arena, goal, opts.node_limit - nodes, deadline);
+        nodes += used;
+        if let Some((o, a)) = better {
+            if a < arena {
+                (arena, off) = (a, o);
+                strategy = "local".into();
             }
-            None => lo = target + 1,
         }
     }
 
