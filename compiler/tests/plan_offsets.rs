@@ -215,22 +215,28 @@ fn guillotine(rng: &mut Rng, t0: u32, t1: u32, width: u64, pieces: usize, out: &
 #[test]
 fn perfect_packings_reach_the_lower_bound() {
     let mut rng = Rng::new(7);
-    let (cases, mut fit, mut greedy_fit) = (60, 0, 0);
+    let (cases, mut fit, mut greedy_fit) = (200, 0, 0);
     for case in 0..cases {
         let width = 64 + rng.below(960);
         let mut bufs = Vec::new();
-        let (t1, pieces) = (10 + rng.below(50) as u32, 8 + rng.below(32) as usize);
+        let (t1, pieces) = (10 + rng.below(50) as u32, 20 + rng.below(60) as usize);
         guillotine(&mut rng, 0, t1, width, pieces, &mut bufs);
         for i in (1..bufs.len()).rev() {
             bufs.swap(i, rng.below(i as u64 + 1) as usize);
         }
         let o = PlanOptions {
-            node_limit: 100_000,
+            node_limit: 1_000_000,
             ..opts(1)
         };
         let p = assign_offsets(&bufs, &o).unwrap();
         verify(&bufs, &p, 1).unwrap_or_else(|e| panic!("case {case}: {e}"));
         assert_eq!(p.lower_bound, width);
+        if p.arena != width {
+            eprintln!(
+                "case {case}: width {width} arena {} nodes {} {:?}",
+                p.arena, p.search_nodes, bufs
+            );
+        }
         fit += usize::from(p.arena == width);
         greedy_fit += usize::from(p.greedy_arena == width);
     }
