@@ -13,5 +13,6 @@ pub mod nvrtc;
 pub mod optimize;
 pub mod passes;
 pub mod pipeline;
+pub mod plan;
 
 pub use pipeline::{compile, CompileError, CompileOptions, Compiled, PassReport};

@@ -1,0 +1,23 @@
+//! Memory planning: the offset-assignment core.
+//!
+//! Given buffers with lifetimes over a fixed schedule ([`Interval`]: live over
+//! `[start, end)`, `size` bytes), [`assign_offsets`] places each one at an offset in a
+//! single arena so that no two buffers live at the same time share an address, and tries
+//! to make the arena as small as the live-bytes [`lower_bound`].
+//!
+//! - `offsets.rs` — the API, input validation and the driver: greedy best-fit in several
+//!   orders (`greedy.rs`), then an exact-style search (`search.rs`) while the arena is
+//!   above `max(lower bound, capacity target)`.
+//! - `verify.rs` — [`verify`]: the plan checker (alignment, no overlap in time and
+//!   address, arena covers every buffer and is at least the lower bound).
+//!
+//! Everything works in units of the alignment: sizes are rounded up to `align` and
+//! offsets are multiples of it, so the arena is a multiple of `align` too.
+
+mod greedy;
+mod offsets;
+mod search;
+mod verify;
+
+pub use offsets::{assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions};
+pub use verify::verify;

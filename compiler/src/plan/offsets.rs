@@ -1,0 +1,342 @@
+//! The offset-assignment API and its driver.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use super::greedy::{best_fit, local_search, Order};
+use super::search::{search, Outcome, VARIANTS};
+
+/// A buffer live over `[start, end)` of a schedule (`end > start`), taking `size` bytes.
+///
+/// A buffer of size 0 is allowed: it gets offset 0 and occupies no address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Interval {
+    pub start: u32,
+    /// Exclusive; must be greater than `start`.
+    pub end: u32,
+    pub size: u64,
+}
+
+impl Interval {
+    pub fn new(start: u32, end: u32, size: u64) -> Interval {
+        Interval { start, end, size }
+    }
+}
+
+/// Options of [`assign_offsets`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Every offset is a multiple of `align`, and every size is rounded up to it (so the
+    /// arena is a multiple of it). Must be positive; need not be a power of two.
+    pub align: u64,
+    /// A safety stop on the improvement phase (greedy always runs to the end). When it
+    /// triggers, the result depends on the machine's speed: `node_limit` is the limit
+    /// meant to stop the search, and keeps the result deterministic.
+    pub time_budget: Duration,
+    /// A target: stop improving once the arena is at most this many bytes (or equals the
+    /// lower bound). `None`: aim for the lower bound.
+    pub capacity: Option<u64>,
+    /// The search's budget in visited states (over all its attempts): the primary,
+    /// deterministic limit of the improvement phase. 0 turns the search off.
+    pub node_limit: u64,
+}
+
+impl Default for PlanOptions {
+    fn default() -> PlanOptions {
+        PlanOptions {
+            align: 256,
+            time_budget: Duration::from_millis(200),
+            capacity: None,
+            node_limit: 200_000,
+        }
+    }
+}
+
+/// The result of [`assign_offsets`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The byte offset of each buffer, in input order (multiples of the alignment).
+    pub offsets: Vec<u64>,
+    /// The arena's size in bytes: the highest `offset + size rounded up to align`.
+    pub arena: u64,
+    /// [`lower_bound`] of the input at the same alignment.
+    pub lower_bound: u64,
+    /// Which method gave the final placement: `greedy:size`, `greedy:duration`,
+    /// `greedy:area`, `greedy:start`, `search` or `local` (the local search over greedy
+    /// orders). `empty` when nothing occupies memory.
+    pub strategy: String,
+    /// The best greedy arena (bytes) and its order's name, for reports.
+    pub greedy_arena: u64,
+    pub greedy_strategy: String,
+    /// Budget used by the improvement phase: states the search visited plus, for the
+    /// local search, the number of buffers per best-fit evaluation (0 if neither ran).
+    pub search_nodes: u64,
+    /// Wall time of the whole call.
+    pub time: Duration,
+}
+
+/// Why [`assign_offsets`] refused its input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanError {
+    /// `align` is 0.
+    ZeroAlign,
+    /// A buffer's `end` is not after its `start`.
+    EmptyLifetime { buffer: usize, start: u32, end: u32 },
+    /// The sizes (rounded up to the alignment) add up past `u64`.
+    Overflow,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanError::ZeroAlign => write!(f, "alignment must be positive"),
+            PlanError::EmptyLifetime { buffer, start, end } => {
+                write!(
+                    f,
+                    "buffer {buffer}: lifetime [{start}, {end}) is empty (end must be after start)"
+                )
+            }
+            PlanError::Overflow => write!(f, "buffer sizes add up past 2^64 bytes"),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// `size` rounded up to a multiple of `align`, in units of `align` (`align > 0`).
+pub(crate) fn units(size: u64, align: u64) -> u64 {
+    size.div_ceil(align)
+}
+
+/// The most bytes live at once, each size rounded up to a multiple of `align` (as the
+/// planner places them; `align` 0 is taken as 1). Buffers whose `end <= start` count as
+/// never live. No placement can use a smaller arena.
+pub fn lower_bound(bufs: &[Interval], align: u64) -> u64 {
+    let align = align.max(1);
+    let mut events: Vec<(u32, bool, u64)> = Vec::with_capacity(2 * bufs.len());
+    for b in bufs.iter().filter(|b| b.end > b.start) {
+        let s = units(b.size, align).saturating_mul(align);
+        events.push((b.start, true, s));
+        events.push((b.end, false, s));
+    }
+    // At equal times, ends (false) sort before starts (true): `end` is exclusive.
+    events.sort_unstable();
+    let (mut live, mut peak) = (0u64, 0u64);
+    for (_, start, s) in events {
+        if start {
+            live = live.saturating_add(s);
+            peak = peak.max(live);
+        } else {
+            live = live.saturating_sub(s);
+        }
+    }
+    peak
+}
+
+/// The buffers that occupy memory, with time compressed to sections and sizes in units
+/// of the alignment. Section `k` is the time between the `k`-th and `k+1`-th distinct
+/// endpoint; a buffer spans sections `first..last`.
+pub(crate) struct Problem {
+    /// Index into the caller's slice.
+    pub orig: Vec<usize>,
+    pub first: Vec<u32>,
+    pub last: Vec<u32>,
+    /// Size in units of the alignment (> 0).
+    pub size: Vec<u64>,
+    /// Per section, the buffers covering it (ascending).
+    pub cover: Vec<Vec<u32>>,
+    /// Live-units lower bound.
+    pub lower: u64,
+}
+
+impl Problem {
+    fn new(bufs: &[Interval], align: u64) -> Result<Problem, PlanError> {
+        let mut points: Vec<u32> = Vec::with_capacity(2 * bufs.len());
+        let mut total: u64 = 0;
+        for (i, b) in bufs.iter().enumerate() {
+            if b.end <= b.start {
+                return Err(PlanError::EmptyLifetime {
+                    buffer: i,
+                    start: b.start,
+                    end: b.end,
+                });
+            }
+            let u = units(b.size, align);
+            total = total.checked_add(u).ok_or(PlanError::Overflow)?;
+            if u > 0 {
+                points.push(b.start);
+                points.push(b.end);
+            }
+        }
+        total.checked_mul(align).ok_or(PlanError::Overflow)?;
+        points.sort_unstable();
+        points.dedup();
+        let sections = points.len().saturating_sub(1);
+        let index = |t: u32| points.partition_point(|&p| p < t) as u32;
+        let mut p = Problem {
+            orig: Vec::new(),
+            first: Vec::new(),
+            last: Vec::new(),
+            size: Vec::new(),
+            cover: vec![Vec::new(); sections],
+            lower: 0,
+        };
+        for (i, b) in bufs.iter().enumerate() {
+            let u = units(b.size, align);
+            if u == 0 {
+                continue;
+            }
+            let id = p.orig.len() as u32;
+            let (f, l) = (index(b.start), index(b.end));
+            for c in &mut p.cover[f as usize..l as usize] {
+                c.push(id);
+            }
+            p.orig.push(i);
+            p.first.push(f);
+            p.last.push(l);
+            p.size.push(u);
+        }
+        p.lower = p
+            .cover
+            .iter()
+            .map(|c| c.iter().map(|&b| p.size[b as usize]).sum::<u64>())
+            .max()
+            .unwrap_or(0);
+        Ok(p)
+    }
+
+    pub fn len(&self) -> usize {
+        self.orig.len()
+    }
+
+    pub fn overlaps(&self, a: usize, b: usize) -> bool {
+        self.first[a] < self.last[b] && self.first[b] < self.last[a]
+    }
+
+    /// The arena (units) of offsets (units) of every buffer.
+    pub fn arena(&self, off: &[u64]) -> u64 {
+        off.iter().zip(&self.size).map(|(o, s)| o + s).max().unwrap_or(0)
+    }
+}
+
+/// Places every buffer at an offset in one arena; see the module doc.
+///
+/// 1. Greedy best-fit in four orders (size, duration, area = size x duration, all
+///    descending; start ascending; ties by index): each buffer goes into the gap, among
+///    the buffers already placed that overlap it in time, that it fits with the least
+///    waste (lowest offset on ties), else on top of them. The smallest arena wins.
+/// 2. While the arena is above `max(lower bound, capacity)`, a depth-first search in the
+///    manner of MiniMalloc tries to fit smaller targets (see `search.rs`), within
+///    `node_limit` visited states and `time_budget`. The result is never worse than the
+///    best greedy order.
+///
+/// Deterministic for equal inputs and options as long as `time_budget` does not run out
+/// before `node_limit`.
+pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement, PlanError> {
+    let t0 = Instant::now();
+    let align = opts.align;
+    if align == 0 {
+        return Err(PlanError::ZeroAlign);
+    }
+    let p = Problem::new(bufs, align)?;
+    let to_bytes = |off: &[u64]| {
+        let mut out = vec![0u64; bufs.len()];
+        for (k, &o) in off.iter().enumerate() {
+            out[p.orig[k]] = o * align;
+        }
+        out
+    };
+    if p.len() == 0 {
+        return Ok(Placement {
+            offsets: vec![0; bufs.len()],
+            arena: 0,
+            lower_bound: 0,
+            strategy: "empty".into(),
+            greedy_arena: 0,
+            greedy_strategy: "empty".into(),
+            search_nodes: 0,
+            time: t0.elapsed(),
+        });
+    }
+
+    let (mut greedy_arena, mut off, mut greedy_name, mut greedy_order) = (u64::MAX, Vec::new(), "", Vec::new());
+    for order in Order::ALL {
+        let seq = order.sequence(&p);
+        let o = best_fit(&p, &seq);
+        let a = p.arena(&o);
+        if a < greedy_arena {
+            (greedy_arena, off, greedy_name, greedy_order) = (a, o, order.name(), seq);
+        }
+    }
+    let mut arena = greedy_arena;
+    let mut strategy = greedy_name.to_string();
+
+    // Improvement. (a) The search, "fits in `goal` units?", with half the node budget and
+    // time, in restarts over its variants with budgets doubling per round. (b) If that
+    // does not reach the goal, a local search over best-fit orders with the rest.
+    let goal = p.lower.max(opts.capacity.map_or(0, |c| c / align));
+    let deadline = t0 + opts.time_budget;
+    let mut nodes = 0u64;
+    if arena > goal && opts.node_limit > 0 {
+        let mut share = opts.node_limit / 2;
+        let now = Instant::now();
+        let search_deadline = now + deadline.saturating_duration_since(now) / 2;
+        let mut round_budget = 1000u64;
+        'attempt: while share > 0 && Instant::now() < search_deadline {
+            for variant in 0..VARIANTS {
+                let (outcome, used) = search(&p, goal, round_budget.min(share), search_deadline, variant);
+                nodes += used;
+                share = share.saturating_sub(used);
+                match outcome {
+                    Outcome::Found(o) => {
+                        arena = p.arena(&o);
+                        off = o;
+                        strategy = "search".into();
+                        break 'attempt;
+                    }
+                    // Exhausted by an exact variant: no placement of the kind searched.
+                    Outcome::NotFound if variant < VARIANTS / 2 => break 'attempt,
+                    _ => {}
+                }
+                if share == 0 {
+                    break 'attempt;
+                }
+            }
+            round_budget = round_budget.saturating_mul(2);
+        }
+    }
+    if arena > goal && opts.node_limit > nodes {
+        let (better, used) = local_search(&p, greedy_order, arena, goal, opts.node_limit - nodes, deadline);
+        nodes += used;
+        if let Some((o, a)) = better {
+            if a < arena {
+                (arena, off) = (a, o);
+                strategy = "local".into();
+            }
+        }
+    }
+
+    Ok(Placement {
+        offsets: to_bytes(&off),
+        arena: arena * align,
+        lower_bound: p.lower * align,
+        strategy,
+        greedy_arena: greedy_arena * align,
+        greedy_strategy: greedy_name.into(),
+        search_nodes: nodes,
+        time: t0.elapsed(),
+    })
+}
+
+/// The best-fit arena (bytes) of one greedy order by name (`size`, `duration`, `area`,
+/// `start`), for tests and reports; `None` for an unknown name.
+pub fn greedy_arena(bufs: &[Interval], align: u64, order: &str) -> Result<Option<u64>, PlanError> {
+    if align == 0 {
+        return Err(PlanError::ZeroAlign);
+    }
+    let p = Problem::new(bufs, align)?;
+    let Some(o) = Order::ALL.into_iter().find(|o| o.name() == format!("greedy:{order}")) else {
+        return Ok(None);
+    };
+    Ok(Some(p.arena(&best_fit(&p, &o.sequence(&p))) * align))
+}
