@@ -107,17 +107,7 @@ pub struct GemmDesc {
     pub scratch_bytes: u64,
 }
 
-pub(crate) struct MatMulKernel<'a> {
-    pub batch: &'a [usize],
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub a: &'a Access,
-    pub b: &'a Access,
-    pub inputs: &'a [Access],
-    pub body: &'a Body,
-    pub stores: &'a [Store],
-}
+pub(crate) use crate::kernel::MatMulRef as MatMulKernel;
 
 /// A `rows x cols` operand (last two dims of `a`) with its batch dims collapsed.
 fn operand(

@@ -28,7 +28,7 @@ use super::elementwise::{check_store_dtype, index_value, vec_type};
 use super::layout::{self, Ix};
 use super::prelude::{Helper, Helpers};
 use super::{finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig, ParamAccess, Params};
-use crate::kernel::{Access, Body, Expr, ExprId, Stage, Store};
+use crate::kernel::{Access, Expr, ExprId};
 
 /// Rows with at most this many inner elements take one warp each.
 pub const WARP_ROW_LIMIT: usize = 512;
@@ -41,15 +41,7 @@ const MAX_CACHED_PER_THREAD: usize = 32;
 /// And at most this many registers for cached inputs in all.
 const MAX_CACHE_REGS: usize = 64;
 
-pub(crate) struct RowKernel<'a> {
-    pub outer: &'a [usize],
-    pub inner: &'a [usize],
-    pub inputs: &'a [Access],
-    pub body: &'a Body,
-    pub stages: &'a [Stage],
-    pub row_stores: &'a [Store],
-    pub stores: &'a [Store],
-}
+pub(crate) use crate::kernel::RowRef as RowKernel;
 
 /// The accumulator C type of a reduction of dtype `d`.
 fn acc_type(d: DType) -> &'static str {

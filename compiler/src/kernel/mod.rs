@@ -234,6 +234,30 @@ pub enum KernelKind {
     },
 }
 
+/// The fields of a [`KernelKind::Row`], borrowed (for code that handles one kind).
+pub struct RowRef<'a> {
+    pub outer: &'a [usize],
+    pub inner: &'a [usize],
+    pub inputs: &'a [Access],
+    pub body: &'a Body,
+    pub stages: &'a [Stage],
+    pub row_stores: &'a [Store],
+    pub stores: &'a [Store],
+}
+
+/// The fields of a [`KernelKind::MatMul`], borrowed.
+pub struct MatMulRef<'a> {
+    pub batch: &'a [usize],
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: &'a Access,
+    pub b: &'a Access,
+    pub inputs: &'a [Access],
+    pub body: &'a Body,
+    pub stores: &'a [Store],
+}
+
 /// One kernel: what it computes, plus which IR nodes it came from (for reports).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Kernel {

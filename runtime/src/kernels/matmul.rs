@@ -1,7 +1,7 @@
 //! Matmul kernels: `[batch.., m, k] x [batch.., k, n]` through the interpreter's matmul,
 //! then the epilogue body over `batch ++ [m, n]`.
 
-use graphc_compiler::kernel::{Access, Body, BufferId, Expr, Store};
+use graphc_compiler::kernel::{Access, BufferId, Expr};
 use graphc_ir::interp::eval_op;
 use graphc_ir::{infer_type, DType, Op, Tensor, TensorType};
 
@@ -9,17 +9,7 @@ use super::access::{check_read, gather_strided};
 use super::body::{self, Extra, Leaves};
 use super::Ctx;
 
-pub(super) struct MatMulKernel<'a> {
-    pub batch: &'a [usize],
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub a: &'a Access,
-    pub b: &'a Access,
-    pub inputs: &'a [Access],
-    pub body: &'a Body,
-    pub stores: &'a [Store],
-}
+pub(crate) use graphc_compiler::kernel::MatMulRef as MatMulKernel;
 
 struct MatMulLeaves<'c, 'p, 'r> {
     ctx: &'c Ctx<'p, 'r>,

@@ -2,7 +2,7 @@
 //! when first referenced and broadcast back over the row; row stores write per-row
 //! values (the value at inner index 0), stores write per-element values.
 
-use graphc_compiler::kernel::{contiguous_strides, Access, Body, BufferId, Expr, Stage, Store};
+use graphc_compiler::kernel::{contiguous_strides, BufferId, Expr};
 use graphc_ir::interp::eval_op;
 use graphc_ir::{DType, Op, Shape, Tensor, TensorType};
 
@@ -10,15 +10,7 @@ use super::access::{gather_strided, scatter};
 use super::body::{self, stage_op, Extra, Leaves};
 use super::Ctx;
 
-pub(super) struct RowKernel<'a> {
-    pub outer: &'a [usize],
-    pub inner: &'a [usize],
-    pub inputs: &'a [Access],
-    pub body: &'a Body,
-    pub stages: &'a [Stage],
-    pub row_stores: &'a [Store],
-    pub stores: &'a [Store],
-}
+pub(crate) use graphc_compiler::kernel::RowRef as RowKernel;
 
 struct RowLeaves<'c, 'p, 'r> {
     ctx: &'c Ctx<'p, 'r>,
