@@ -240,3 +240,33 @@ fn opt_prints_the_optimized_graph_and_a_summary() {
     }
     assert!(text.contains("stopped: saturated"), "{text}");
 }
+
+#[test]
+fn plan_prints_the_arena_and_refuses_a_budget_it_exceeds() {
+    let o = graphc(&["plan", BLOCK]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("arena ") && text.contains("lower bound"), "{text}");
+    let o = graphc(&["plan", BLOCK, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for key in [
+        "arena_bytes",
+        "lower_bound_bytes",
+        "weights_bytes",
+        "budget_bytes",
+        "kernels",
+        "buffers",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    fails_with(
+        &graphc(&["plan", BLOCK, "--budget", "100KiB"]),
+        "budget is 100.0 KiB: over by",
+    );
+    let o = graphc(&["plan", BLOCK, "--budget", "24 parsecs"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("unknown unit `parsecs`"),
+        "{}",
+        stderr(&o)
+    );
+}

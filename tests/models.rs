@@ -206,3 +206,45 @@ fn snapshot_transformer_block_cuda() {
     }
     insta::assert_snapshot!("transformer_block_cuda", text);
 }
+
+/// Memory plans of the examples and fixtures: no two intermediates share an address
+/// while both are live, offsets are 256-byte aligned, and the arena is at least the
+/// most bytes live at once and within 2% of it.
+#[test]
+fn memory_plans_are_valid_and_tight() {
+    use graphc_compiler::plan::{plan_memory, MemoryOptions};
+    let mut models = vec![
+        ("mlp".to_string(), mlp(&MlpConfig::default()).unwrap()),
+        ("block".to_string(), gpt(&GptConfig::default()).unwrap()),
+    ];
+    for name in ["gpt2", "bert", "llama", "vit"] {
+        let path = repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx"));
+        models.push((name.to_string(), graphc::load_model(&path, &[]).unwrap()));
+    }
+    for (name, g) in models {
+        let c = graphc::compile(&g).unwrap();
+        let p = plan_memory(&c.program, &MemoryOptions::default()).unwrap();
+        for (i, a) in p.buffers.iter().enumerate() {
+            assert_eq!(a.offset % 256, 0, "{name}: buffer {} misaligned", a.buffer);
+            assert!(
+                a.offset + a.bytes <= p.arena_bytes,
+                "{name}: buffer {} outside the arena",
+                a.buffer
+            );
+            for b in &p.buffers[i + 1..] {
+                let time = a.start < b.end && b.start < a.end;
+                let space = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+                assert!(
+                    !(time && space),
+                    "{name}: buffers {} and {} overlap",
+                    a.buffer,
+                    b.buffer
+                );
+            }
+        }
+        assert!(p.arena_bytes >= p.lower_bound_bytes);
+        let ratio = p.arena_bytes as f64 / p.lower_bound_bytes.max(1) as f64;
+        assert!(ratio <= 1.02, "{name}: arena / lower bound {ratio:.3}");
+        assert!(p.fits());
+    }
+}

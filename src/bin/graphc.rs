@@ -38,6 +38,18 @@ enum Command {
         #[arg(long = "dim", value_parser = parse_dim)]
         dims: Vec<(String, usize)>,
     },
+    /// Plan memory: every intermediate at an offset in one arena; what the run needs.
+    Plan {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Memory budget: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
+        #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
+        budget: u64,
+    },
     /// Print the generated CUDA C of every kernel (and the GEMM each matmul runs).
     Cuda {
         model: PathBuf,
@@ -103,6 +115,35 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
         .parse()
         .map_err(|_| format!("`{n}` is not a dimension size in `{s}`"))?;
     Ok((name.to_string(), n))
+}
+
+/// `24GiB` -> 25769803776; plain numbers are bytes.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "tib" | "t" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        u => {
+            return Err(format!(
+                "unknown unit `{u}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a size, e.g. 24GiB"))?;
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{s}` is out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 fn main() -> ExitCode {
@@ -191,6 +232,50 @@ fn run(cli: Cli) -> Result<()> {
                     fired.join(", ")
                 }
             );
+        }
+        Command::Plan {
+            model,
+            dims,
+            json,
+            budget,
+        } => {
+            let graph = graphc::load_model(&model, &dims)?;
+            let compiled = graphc::compile(&graph)?;
+            let opts = graphc_compiler::plan::MemoryOptions {
+                budget_bytes: budget,
+                ..Default::default()
+            };
+            let plan = graphc_compiler::plan::plan_memory(&compiled.program, &opts)
+                .map_err(|e| anyhow::anyhow!("memory plan: {e}"))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&plan)?);
+            } else {
+                println!("model        {}: {} kernels", model.display(), plan.kernels);
+                println!("weights      {}", human_bytes(plan.weights_bytes as usize));
+                println!("inputs       {}", human_bytes(plan.inputs_bytes as usize));
+                println!("outputs      {}", human_bytes(plan.outputs_bytes as usize));
+                println!(
+                    "arena        {} for {} intermediates (lower bound {}, ratio {:.3}, {})",
+                    human_bytes(plan.arena_bytes as usize),
+                    plan.buffers.len(),
+                    human_bytes(plan.lower_bound_bytes as usize),
+                    plan.arena_bytes as f64 / plan.lower_bound_bytes.max(1) as f64,
+                    plan.strategy
+                );
+                println!(
+                    "total        {} of a {} budget",
+                    human_bytes(plan.total_bytes as usize),
+                    human_bytes(plan.budget_bytes as usize)
+                );
+            }
+            if !plan.fits() {
+                bail!(
+                    "the model needs {} but the budget is {}: over by {}",
+                    human_bytes(plan.total_bytes as usize),
+                    human_bytes(plan.budget_bytes as usize),
+                    human_bytes((plan.total_bytes - plan.budget_bytes) as usize)
+                );
+            }
         }
         Command::Cuda { model, dims, kernel } => {
             let graph = graphc::load_model(&model, &dims)?;

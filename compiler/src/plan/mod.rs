@@ -8,6 +8,8 @@
 //! - `offsets.rs` — the API, input validation and the driver: greedy best-fit in several
 //!   orders (`greedy.rs`), then an exact-style search (`search.rs`) while the arena is
 //!   above `max(lower bound, capacity target)`.
+//! - `memory.rs` — [`plan_memory`]: a fused program's intermediates into one arena
+//!   (liveness over the kernel order; inputs, weights and outputs outside the arena).
 //! - `verify.rs` — [`verify`]: the plan checker (alignment, no overlap in time and
 //!   address, arena covers every buffer and is at least the lower bound).
 //!
@@ -15,9 +17,11 @@
 //! offsets are multiples of it, so the arena is a multiple of `align` too.
 
 mod greedy;
+mod memory;
 mod offsets;
 mod search;
 mod verify;
 
+pub use memory::{plan_memory, MemoryOptions, MemoryPlan, PlannedBuffer, DEFAULT_BUDGET};
 pub use offsets::{assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions};
 pub use verify::verify;
