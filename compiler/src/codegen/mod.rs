@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use graphc_ir::DType;
 
-use crate::kernel::{BufferId, KernelKind, Program};
+use crate::kernel::{BufferId, KindRef, Program};
 
 pub use matmul::{GemmCompute, GemmDesc, GemmEpilogue, GemmOperand, GemmOutput};
 
@@ -172,58 +172,16 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         kernel: name.clone(),
         scratch: None,
     };
-    let mut out = match &kernel.kind {
-        KernelKind::Elementwise {
+    let mut out = match kernel.kind.view() {
+        KindRef::Elementwise {
             space,
             inputs,
             body,
             stores,
         } => elementwise::generate(&cx, space, inputs, body, stores)?,
-        KernelKind::Row {
-            outer,
-            inner,
-            inputs,
-            body,
-            stages,
-            row_stores,
-            stores,
-        } => row::generate(
-            &cx,
-            &row::RowKernel {
-                outer,
-                inner,
-                inputs,
-                body,
-                stages,
-                row_stores,
-                stores,
-            },
-        )?,
-        KernelKind::MatMul {
-            batch,
-            m,
-            n,
-            k,
-            a,
-            b,
-            inputs,
-            body,
-            stores,
-        } => matmul::generate(
-            &cx,
-            &matmul::MatMulKernel {
-                batch,
-                m: *m,
-                n: *n,
-                k: *k,
-                a,
-                b,
-                inputs,
-                body,
-                stores,
-            },
-        )?,
-        KernelKind::Op { op, inputs, output } => op_kernels::generate(&cx, op, inputs, *output)?,
+        KindRef::Row(r) => row::generate(&cx, &r)?,
+        KindRef::MatMul(mm) => matmul::generate(&cx, &mm)?,
+        KindRef::Op { op, inputs, output } => op_kernels::generate(&cx, op, inputs, output)?,
     };
     out.name = name;
     Ok(out)

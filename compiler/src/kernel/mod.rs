@@ -258,6 +258,86 @@ pub struct MatMulRef<'a> {
     pub stores: &'a [Store],
 }
 
+/// A kernel's kind with the fields of rows and matmuls gathered into their views, for
+/// code that dispatches on the kind (code generation, the CPU executor).
+pub enum KindRef<'a> {
+    Elementwise {
+        space: &'a [usize],
+        inputs: &'a [Access],
+        body: &'a Body,
+        stores: &'a [Store],
+    },
+    Row(RowRef<'a>),
+    MatMul(MatMulRef<'a>),
+    Op {
+        op: &'a Op,
+        inputs: &'a [(Access, TensorType)],
+        output: BufferId,
+    },
+}
+
+impl KernelKind {
+    /// The kind as [`KindRef`].
+    pub fn view(&self) -> KindRef<'_> {
+        match self {
+            KernelKind::Elementwise {
+                space,
+                inputs,
+                body,
+                stores,
+            } => KindRef::Elementwise {
+                space,
+                inputs,
+                body,
+                stores,
+            },
+            KernelKind::Row {
+                outer,
+                inner,
+                inputs,
+                body,
+                stages,
+                row_stores,
+                stores,
+            } => KindRef::Row(RowRef {
+                outer,
+                inner,
+                inputs,
+                body,
+                stages,
+                row_stores,
+                stores,
+            }),
+            KernelKind::MatMul {
+                batch,
+                m,
+                n,
+                k,
+                a,
+                b,
+                inputs,
+                body,
+                stores,
+            } => KindRef::MatMul(MatMulRef {
+                batch,
+                m: *m,
+                n: *n,
+                k: *k,
+                a,
+                b,
+                inputs,
+                body,
+                stores,
+            }),
+            KernelKind::Op { op, inputs, output } => KindRef::Op {
+                op,
+                inputs,
+                output: *output,
+            },
+        }
+    }
+}
+
 /// One kernel: what it computes, plus which IR nodes it came from (for reports).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Kernel {

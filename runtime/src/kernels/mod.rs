@@ -21,7 +21,7 @@ mod row;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KernelKind, Program};
+use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KindRef, Program};
 use graphc_ir::{Tensor, TensorType};
 
 /// An error running a program, naming what it is about.
@@ -304,58 +304,16 @@ fn exec_kernel<'r>(
         .get(index)
         .ok_or_else(|| KernelError::Program(format!("kernel {index} does not exist")))?;
     let ctx = Ctx { program, read };
-    let result = match &kernel.kind {
-        KernelKind::Elementwise {
+    let result = match kernel.kind.view() {
+        KindRef::Elementwise {
             space,
             inputs,
             body,
             stores,
         } => elementwise::run(&ctx, space, inputs, body, stores),
-        KernelKind::Row {
-            outer,
-            inner,
-            inputs,
-            body,
-            stages,
-            row_stores,
-            stores,
-        } => row::run(
-            &ctx,
-            &row::RowKernel {
-                outer,
-                inner,
-                inputs,
-                body,
-                stages,
-                row_stores,
-                stores,
-            },
-        ),
-        KernelKind::MatMul {
-            batch,
-            m,
-            n,
-            k,
-            a,
-            b,
-            inputs,
-            body,
-            stores,
-        } => matmul::run(
-            &ctx,
-            &matmul::MatMulKernel {
-                batch,
-                m: *m,
-                n: *n,
-                k: *k,
-                a,
-                b,
-                inputs,
-                body,
-                stores,
-            },
-        ),
-        KernelKind::Op { op, inputs, output } => op::run(&ctx, op, inputs, *output),
+        KindRef::Row(r) => row::run(&ctx, &r),
+        KindRef::MatMul(mm) => matmul::run(&ctx, &mm),
+        KindRef::Op { op, inputs, output } => op::run(&ctx, op, inputs, output),
     };
     let writes = result.map_err(|m| kernel_error(program, index, m))?;
     // Two stores of one kernel to the same buffer are rejected by validation; check
