@@ -207,12 +207,14 @@ fn snapshot_transformer_block_cuda() {
     insta::assert_snapshot!("transformer_block_cuda", text);
 }
 
-/// Memory plans of the examples and fixtures: no two intermediates share an address
-/// while both are live, offsets are 256-byte aligned, and the arena is at least the
-/// most bytes live at once and within 2% of it.
+/// Memory plans of the examples and fixtures pass the plan verifier (no two
+/// intermediates share an address while both are live, except an output written in
+/// place of its input; offsets 256-byte aligned; lifetimes cover every use), the arena
+/// is within 2% of the most bytes live at once, and the chosen schedule is the lowest
+/// peak of the candidates.
 #[test]
 fn memory_plans_are_valid_and_tight() {
-    use graphc_compiler::plan::{plan_memory, MemoryOptions};
+    use graphc_compiler::plan::verify_plan;
     let mut models = vec![
         ("mlp".to_string(), mlp(&MlpConfig::default()).unwrap()),
         ("block".to_string(), gpt(&GptConfig::default()).unwrap()),
@@ -223,28 +225,22 @@ fn memory_plans_are_valid_and_tight() {
     }
     for (name, g) in models {
         let c = graphc::compile(&g).unwrap();
-        let p = plan_memory(&c.program, &MemoryOptions::default()).unwrap();
-        for (i, a) in p.buffers.iter().enumerate() {
-            assert_eq!(a.offset % 256, 0, "{name}: buffer {} misaligned", a.buffer);
-            assert!(
-                a.offset + a.bytes <= p.arena_bytes,
-                "{name}: buffer {} outside the arena",
-                a.buffer
-            );
-            for b in &p.buffers[i + 1..] {
-                let time = a.start < b.end && b.start < a.end;
-                let space = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
-                assert!(
-                    !(time && space),
-                    "{name}: buffers {} and {} overlap",
-                    a.buffer,
-                    b.buffer
-                );
-            }
-        }
+        let p = &c.plan;
+        verify_plan(&c.program, p).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(p.buffers.iter().all(|b| b.offset % 256 == 0));
         assert!(p.arena_bytes >= p.lower_bound_bytes);
-        let ratio = p.arena_bytes as f64 / p.lower_bound_bytes.max(1) as f64;
-        assert!(ratio <= 1.02, "{name}: arena / lower bound {ratio:.3}");
+        assert!(p.ratio() <= 1.02, "{name}: arena / lower bound {:.3}", p.ratio());
+        let best = c.schedule.candidates.iter().map(|(_, peak)| *peak).min().unwrap();
+        assert_eq!(c.schedule.peak, best, "{name}: {:?}", c.schedule.candidates);
         assert!(p.fits());
+        println!(
+            "{name}: {} kernels, schedule {}, arena {} (lower bound {}, {:.3}x), {} in place",
+            p.kernels,
+            p.schedule,
+            p.arena_bytes,
+            p.lower_bound_bytes,
+            p.ratio(),
+            p.in_place
+        );
     }
 }

@@ -8,6 +8,7 @@ use crate::fuse::{fuse_with_report, FuseReport};
 use crate::kernel::Program;
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
+use crate::plan::{apply_schedule, plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 
 /// Knobs of the pipeline.
 #[derive(Clone, Debug, Default)]
@@ -16,6 +17,8 @@ pub struct CompileOptions {
     pub verify_each_pass: bool,
     /// Limits of the e-graph optimizer.
     pub optimize: OptimizeOptions,
+    /// The memory planner's budget, alignment, target architecture.
+    pub memory: MemoryOptions,
 }
 
 /// What one pass did.
@@ -39,6 +42,10 @@ pub struct Compiled {
     pub optimize: OptimizeReport,
     /// What fusion saved, by the cost model.
     pub fusion: FuseReport,
+    /// The kernel order chosen (already applied to `program`) and every candidate's peak.
+    pub schedule: Schedule,
+    /// Where every intermediate lives, and whether the run fits the budget.
+    pub plan: MemoryPlan,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +54,11 @@ pub enum CompileError {
     Input(GraphError),
     #[error("after pass {pass}: {error}")]
     Pass { pass: &'static str, error: GraphError },
+    #[error("memory plan: {0}")]
+    Plan(#[from] PlanError),
+    /// The planner produced an invalid plan (a bug; checked in debug builds).
+    #[error("memory plan failed verification: {0}")]
+    PlanInvalid(String),
 }
 
 /// Compile a graph: verify, then run each pass, verifying between passes.
@@ -108,12 +120,54 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         )],
     });
 
+    let start = Instant::now();
+    let order = schedule(&program);
+    let program = if order.name == "program" {
+        program
+    } else {
+        apply_schedule(&program, &order.order)
+    };
+    let plan = plan_memory(&program, &opts.memory)?;
+    if cfg!(debug_assertions) || opts.verify_each_pass {
+        verify_plan(&program, &plan).map_err(CompileError::PlanInvalid)?;
+    }
+    let mut plan_notes = vec![format!(
+        "schedule {} (peak {} bytes; {})",
+        order.name,
+        order.peak,
+        order
+            .candidates
+            .iter()
+            .map(|(n, p)| format!("{n} {p}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )];
+    plan_notes.push(format!(
+        "arena {} bytes, lower bound {} ({:.3}x, {}), {} in place",
+        plan.arena_bytes,
+        plan.lower_bound_bytes,
+        plan.ratio(),
+        plan.strategy,
+        plan.in_place
+    ));
+    passes.push(PassReport {
+        pass: "plan",
+        nodes_before: program.kernels.len(),
+        nodes_after: plan.buffers.len(),
+        time: start.elapsed(),
+        notes: plan_notes,
+    });
+    let mut plan = plan;
+    plan.schedule = order.name.to_string();
+
     Ok(Compiled {
         graph,
         program,
         passes,
         optimize: report,
         fusion,
+        schedule: order,
+        plan,
     })
 }
 

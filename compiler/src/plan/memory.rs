@@ -1,30 +1,52 @@
 //! The memory plan of a fused program: every intermediate buffer at an offset in one
-//! arena, from its lifetime over the kernel order.
+//! arena, from its lifetime over the kernel order, plus what the whole run needs.
 //!
-//! Liveness: a temp buffer is live from the kernel that writes it to the last kernel
-//! that reads it (inclusive). Graph inputs, weights, constants and graph outputs live
-//! outside the arena (caller-owned, or for the whole run). Views need no buffers: fusion
-//! already folded them into accesses.
+//! The program's kernel order is the schedule (the pipeline has already applied the
+//! memory-aware order of `schedule.rs`). Then:
 //!
-//! Today the schedule is the program's kernel order; memory-aware scheduling, in-place
-//! reuse and the over-budget diagnosis come next (issue 6).
+//! - **Liveness.** A temp buffer is live from the kernel that writes it through the last
+//!   kernel that reads it. Graph inputs, weights, constants and graph outputs live
+//!   outside the arena (caller-owned, or for the whole run). Views need no buffers:
+//!   fusion already folded reshapes, transposes, slices and broadcasts into the strided
+//!   accesses that read their source ([`MemoryPlan::aliases`] counts those reads).
+//! - **In place.** A kernel's per-element output takes the storage of one of its inputs
+//!   when the kernel is that input's last reader, both have the same element size and
+//!   count, and every read of the input in the kernel is the very access the output is
+//!   stored through (each element is read, then written, by the same thread). That holds
+//!   for elementwise kernels and the per-element stores of row kernels, whose threads
+//!   keep the same chunks of a row in every pass. GEMMs never write in place.
+//!   The two buffers then form one arena slot; [`PlannedBuffer::reuses`] says which
+//!   buffer's storage a buffer takes over.
+//! - **Offsets** of the slots: [`assign_offsets`] (greedy best-fit in several orders,
+//!   then a search towards the lower bound).
+//! - **Budget**: weights + inputs + outputs + arena + library workspace (cuBLASLt, when
+//!   the program has GEMMs), against `budget_bytes`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{assign_offsets, verify, Interval, PlanError, PlanOptions};
-use crate::kernel::{BufferKind, Program};
+use super::{assign_offsets, Interval, PlanError, PlanOptions};
+use crate::kernel::{strides_equal, Access, BufferId, BufferKind, KindRef, Program, Store};
 
 /// 24 GiB, an RTX 4090D.
 pub const DEFAULT_BUDGET: u64 = 24 << 30;
+
+/// The cuBLASLt workspace the runtime reserves when a program has GEMMs (what PyTorch
+/// gives cuBLASLt on Hopper: 32 MiB).
+pub const GEMM_WORKSPACE_BYTES: u64 = 32 << 20;
 
 /// Knobs of [`plan_memory`].
 #[derive(Clone, Debug)]
 pub struct MemoryOptions {
     pub budget_bytes: u64,
     pub align: u64,
+    /// A safety stop on the offset search.
     pub time_budget: Duration,
+    /// The target GPU architecture the plan is for (recorded in the plan).
+    pub arch: String,
+    /// Let outputs take their inputs' storage (see the module doc).
+    pub in_place: bool,
 }
 
 impl Default for MemoryOptions {
@@ -33,6 +55,8 @@ impl Default for MemoryOptions {
             budget_bytes: DEFAULT_BUDGET,
             align: 256,
             time_budget: Duration::from_millis(200),
+            arch: "sm_89".into(),
+            in_place: true,
         }
     }
 }
@@ -45,100 +69,416 @@ pub struct PlannedBuffer {
     pub name: Option<String>,
     pub offset: u64,
     pub bytes: u64,
+    /// The kernel that writes it.
     pub start: u32,
+    /// One past the last kernel that reads it (`start + 1` when nothing reads it).
     pub end: u32,
+    /// The buffer whose storage this one takes over, in place, at kernel `start` (that
+    /// kernel is the other buffer's last reader; both have this offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuses: Option<u32>,
+}
+
+/// A tensor live at the peak, for reports and the over-budget diagnosis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveTensor {
+    pub buffer: u32,
+    /// The IR node that defined it, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The kernel that produces it (its name) and that kernel's kind.
+    pub kernel: String,
+    pub op: String,
+    pub bytes: u64,
+}
+
+/// Where a kernel argument lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "place", rename_all = "snake_case")]
+pub enum Place {
+    /// In the arena, at this byte offset.
+    Arena { offset: u64 },
+    /// A graph input (caller-owned).
+    Input { name: String },
+    /// A weight (the weights region).
+    Weight { name: String },
+    /// A constant tensor (stored with the weights).
+    Constant,
+    /// A graph output (its own allocation; the first output name bound to it).
+    Output { name: String },
+}
+
+/// One buffer argument of a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanArg {
+    pub buffer: u32,
+    /// `read` or `write`.
+    pub access: ArgAccess,
+    #[serde(flatten)]
+    pub place: Place,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgAccess {
+    Read,
+    Write,
+}
+
+/// One kernel of the schedule, with where each of its arguments is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanStep {
+    pub kernel: String,
+    /// `elementwise`, `row`, `matmul` or the op's name.
+    pub kind: String,
+    pub args: Vec<PlanArg>,
 }
 
 /// Where every intermediate goes, and what the whole run needs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryPlan {
+    /// The GPU architecture the plan is for.
+    pub arch: String,
+    /// Number of kernels (steps).
     pub kernels: usize,
+    /// Which kernel order won (`program`, `dfs`, `list:free-largest`, ...).
+    pub schedule: String,
+    /// Every arena offset is a multiple of this.
+    pub align: u64,
     pub arena_bytes: u64,
+    /// The most arena bytes live at once (no placement can do better).
     pub lower_bound_bytes: u64,
     pub weights_bytes: u64,
     pub inputs_bytes: u64,
     pub outputs_bytes: u64,
+    /// Library workspace (cuBLASLt) the run reserves.
+    pub workspace_bytes: u64,
     pub budget_bytes: u64,
-    /// weights + inputs + outputs + arena.
+    /// weights + inputs + outputs + workspace + arena.
     pub total_bytes: u64,
     /// Which offset heuristic won (`greedy:size`, `search`, ...).
     pub strategy: String,
+    /// The best greedy arena, for comparison.
+    pub greedy_arena_bytes: u64,
+    /// Buffers that took over an input's storage.
+    pub in_place: usize,
+    /// Reads through views (reshape, transpose, slice, broadcast folded into strides):
+    /// each one a tensor that needed no buffer of its own.
+    pub aliases: usize,
+    /// The step (kernel index) where the most arena bytes are live.
+    pub peak_step: u32,
+    /// The arena tensors live at the peak, largest first.
+    pub peak_live: Vec<LiveTensor>,
+    /// Every kernel in order, with the place of each argument.
+    pub steps: Vec<PlanStep>,
+    /// The arena buffers.
     pub buffers: Vec<PlannedBuffer>,
+    /// How long planning took (not serialized: plans are compared and snapshotted).
+    #[serde(skip)]
+    pub time: Duration,
 }
 
 impl MemoryPlan {
     pub fn fits(&self) -> bool {
         self.total_bytes <= self.budget_bytes
     }
+
+    /// Bytes over the budget, if any.
+    pub fn over_budget(&self) -> Option<u64> {
+        self.total_bytes.checked_sub(self.budget_bytes).filter(|&b| b > 0)
+    }
+
+    /// arena / lower bound (1.0 for an empty arena).
+    pub fn ratio(&self) -> f64 {
+        if self.lower_bound_bytes == 0 {
+            1.0
+        } else {
+            self.arena_bytes as f64 / self.lower_bound_bytes as f64
+        }
+    }
+
+    /// The planned arena buffer of program buffer `id`, if it is in the arena.
+    pub fn buffer(&self, id: u32) -> Option<&PlannedBuffer> {
+        self.buffers.iter().find(|b| b.buffer == id)
+    }
 }
 
-/// Plan a program's intermediates into one arena.
+/// Union-find root.
+fn root(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
+}
+
+/// Plan a program's intermediates into one arena (kernels run in program order).
 pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan, PlanError> {
+    let t0 = Instant::now();
     let n = program.buffers.len();
+    let nk = program.kernels.len();
     let mut first = vec![None::<u32>; n];
     let mut last = vec![None::<u32>; n];
     for (k, kernel) in program.kernels.iter().enumerate() {
         let k = k as u32;
-        for b in kernel.writes() {
+        for b in kernel.writes().into_iter().filter(|b| b.index() < n) {
             first[b.index()].get_or_insert(k);
             last[b.index()] = Some(last[b.index()].map_or(k, |l| l.max(k)));
         }
-        for b in kernel.reads() {
+        for b in kernel.reads().into_iter().filter(|b| b.index() < n) {
             last[b.index()] = Some(last[b.index()].map_or(k, |l| l.max(k)));
         }
     }
-    let is_output: Vec<bool> = (0..n)
-        .map(|i| program.outputs.iter().any(|(_, b)| b.index() == i))
-        .collect();
-    let (mut weights, mut inputs, mut outputs) = (0u64, 0u64, 0u64);
-    let mut ids = Vec::new();
-    let mut intervals = Vec::new();
-    for (i, b) in program.buffers.iter().enumerate() {
-        let bytes = b.ty.size_bytes() as u64;
-        match (&b.kind, is_output[i]) {
-            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights += bytes,
-            (BufferKind::Input { .. }, _) => inputs += bytes,
-            (BufferKind::Temp, true) => outputs += bytes,
-            (BufferKind::Temp, false) => {
-                if let (Some(s), Some(e)) = (first[i], last[i]) {
-                    ids.push(i);
-                    intervals.push(Interval::new(s, e + 1, bytes));
+    let mut output_name: Vec<Option<&str>> = vec![None; n];
+    for (name, b) in &program.outputs {
+        if let Some(o) = output_name.get_mut(b.index()) {
+            o.get_or_insert(name.as_str());
+        }
+    }
+    let in_arena = |i: usize| {
+        matches!(program.buffers[i].kind, BufferKind::Temp) && output_name[i].is_none() && first[i].is_some()
+    };
+
+    // In-place reuse: union buffers into slots.
+    let mut parent: Vec<usize> = (0..n).collect();
+    let mut reuses: Vec<Option<u32>> = vec![None; n];
+    let mut taken = vec![false; n];
+    if opts.in_place {
+        for (k, kernel) in program.kernels.iter().enumerate() {
+            let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match kernel.kind.view() {
+                KindRef::Elementwise {
+                    space, inputs, stores, ..
+                } => (space.to_vec(), inputs, stores),
+                KindRef::Row(r) => (r.outer.iter().chain(r.inner).copied().collect(), r.inputs, r.stores),
+                _ => continue,
+            };
+            for store in stores {
+                let out = store.access.buffer.index();
+                if out >= n || !in_arena(out) || first[out] != Some(k as u32) || reuses[out].is_some() {
+                    continue;
+                }
+                let ob = &program.buffers[out];
+                let candidate = inputs.iter().map(|a| a.buffer.index()).find(|&a| {
+                    a < n
+                        && a != out
+                        && !taken[a]
+                        && in_arena(a)
+                        && last[a] == Some(k as u32)
+                        && program.buffers[a].ty.dtype.size_bytes() == ob.ty.dtype.size_bytes()
+                        && program.buffers[a].ty.numel() == ob.ty.numel()
+                        && inputs.iter().filter(|x| x.buffer.index() == a).all(|x| {
+                            x.offset == store.access.offset && strides_equal(&x.strides, &store.access.strides, &space)
+                        })
+                });
+                if let Some(a) = candidate {
+                    taken[a] = true;
+                    reuses[out] = Some(a as u32);
+                    let (ra, ro) = (root(&mut parent, a), root(&mut parent, out));
+                    parent[ro] = ra;
                 }
             }
         }
     }
+
+    let (mut weights, mut inputs, mut outputs) = (0u64, 0u64, 0u64);
+    // Slots: one interval per union-find root.
+    let mut slot_of = vec![usize::MAX; n];
+    let mut root_slot = vec![usize::MAX; n];
+    let mut slots: Vec<Interval> = Vec::new();
+    for (i, b) in program.buffers.iter().enumerate() {
+        let bytes = b.ty.size_bytes() as u64;
+        match (&b.kind, output_name[i].is_some()) {
+            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights += bytes,
+            (BufferKind::Input { .. }, _) => inputs += bytes,
+            (BufferKind::Temp, true) => outputs += bytes,
+            (BufferKind::Temp, false) => {}
+        }
+    }
+    for i in 0..n {
+        if !in_arena(i) {
+            continue;
+        }
+        let (Some(s), Some(e)) = (first[i], last[i]) else {
+            continue;
+        };
+        let bytes = program.buffers[i].ty.size_bytes() as u64;
+        let r = root(&mut parent, i);
+        if root_slot[r] == usize::MAX {
+            root_slot[r] = slots.len();
+            slots.push(Interval::new(s, e + 1, bytes));
+        }
+        let slot = root_slot[r];
+        let iv = &mut slots[slot];
+        iv.start = iv.start.min(s);
+        iv.end = iv.end.max(e + 1);
+        iv.size = iv.size.max(bytes);
+        slot_of[i] = slot;
+    }
     let placement = assign_offsets(
-        &intervals,
+        &slots,
         &PlanOptions {
             align: opts.align,
             time_budget: opts.time_budget,
             ..PlanOptions::default()
         },
     )?;
-    debug_assert!(verify(&intervals, &placement, opts.align).is_ok());
-    let buffers = ids
-        .iter()
-        .zip(&intervals)
-        .zip(&placement.offsets)
-        .map(|((&i, iv), &offset)| PlannedBuffer {
+    debug_assert!(super::verify(&slots, &placement, opts.align).is_ok());
+
+    let mut buffers = Vec::new();
+    for i in 0..n {
+        if slot_of[i] == usize::MAX {
+            continue;
+        }
+        let (Some(s), Some(e)) = (first[i], last[i]) else {
+            continue;
+        };
+        buffers.push(PlannedBuffer {
             buffer: i as u32,
             name: program.buffers[i].name.clone(),
-            offset,
-            bytes: iv.size,
-            start: iv.start,
-            end: iv.end,
+            offset: placement.offsets[slot_of[i]],
+            bytes: program.buffers[i].ty.size_bytes() as u64,
+            start: s,
+            end: e + 1,
+            reuses: reuses[i],
+        });
+    }
+
+    // The peak step: where the slots' live bytes (aligned) are highest.
+    let align = opts.align.max(1);
+    let mut delta = vec![0i128; nk + 1];
+    for iv in &slots {
+        let a = iv.size.div_ceil(align).saturating_mul(align);
+        delta[iv.start as usize] += i128::from(a);
+        delta[(iv.end as usize).min(nk)] -= i128::from(a);
+    }
+    let (mut live, mut peak, mut peak_step) = (0i128, 0i128, 0u32);
+    for (t, d) in delta.iter().enumerate().take(nk) {
+        live += d;
+        if live > peak {
+            (peak, peak_step) = (live, t as u32);
+        }
+    }
+    let mut seen_slot = vec![false; slots.len()];
+    let mut at_peak: Vec<&PlannedBuffer> = buffers
+        .iter()
+        .filter(|b| b.start <= peak_step && peak_step < b.end)
+        .collect();
+    // Of two buffers sharing a slot at the peak (the step that writes in place), the
+    // newer one stands for the slot.
+    at_peak.sort_by_key(|b| std::cmp::Reverse(b.start));
+    at_peak.retain(|b| !std::mem::replace(&mut seen_slot[slot_of[b.buffer as usize]], true));
+    let mut peak_live: Vec<LiveTensor> = at_peak
+        .iter()
+        .map(|b| {
+            let kernel = &program.kernels[b.start as usize];
+            LiveTensor {
+                buffer: b.buffer,
+                name: b.name.clone(),
+                kernel: kernel.name.clone(),
+                op: kernel.kind_name().to_string(),
+                bytes: b.bytes,
+            }
         })
         .collect();
+    peak_live.sort_by_key(|t| (std::cmp::Reverse(t.bytes), t.buffer));
+
+    let place = |b: BufferId| -> Place {
+        let i = b.index();
+        match program.buffers.get(i).map(|x| &x.kind) {
+            Some(BufferKind::Input { name }) => Place::Input { name: name.clone() },
+            Some(BufferKind::Weight { name }) => Place::Weight { name: name.clone() },
+            Some(BufferKind::Constant { .. }) => Place::Constant,
+            _ => match output_name.get(i).copied().flatten() {
+                Some(name) => Place::Output { name: name.to_string() },
+                None => Place::Arena {
+                    offset: slot_of
+                        .get(i)
+                        .and_then(|&s| placement.offsets.get(s))
+                        .copied()
+                        .unwrap_or(0),
+                },
+            },
+        }
+    };
+    let mut aliases = 0usize;
+    let steps = program
+        .kernels
+        .iter()
+        .map(|kernel| {
+            aliases += view_reads(program, kernel);
+            let reads = kernel.reads().into_iter().map(|b| (b, ArgAccess::Read));
+            let writes = kernel.writes().into_iter().map(|b| (b, ArgAccess::Write));
+            PlanStep {
+                kernel: kernel.name.clone(),
+                kind: kernel.kind_name().to_string(),
+                args: reads
+                    .chain(writes)
+                    .map(|(b, access)| PlanArg {
+                        buffer: b.0,
+                        access,
+                        place: place(b),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+
+    let has_gemm = program
+        .kernels
+        .iter()
+        .any(|k| matches!(k.kind.view(), KindRef::MatMul(_)));
+    let workspace = if has_gemm { GEMM_WORKSPACE_BYTES } else { 0 };
+    let total = weights
+        .saturating_add(inputs)
+        .saturating_add(outputs)
+        .saturating_add(workspace)
+        .saturating_add(placement.arena);
     Ok(MemoryPlan {
-        kernels: program.kernels.len(),
+        arch: opts.arch.clone(),
+        kernels: nk,
+        schedule: "program".into(),
+        align: opts.align,
         arena_bytes: placement.arena,
         lower_bound_bytes: placement.lower_bound,
         weights_bytes: weights,
         inputs_bytes: inputs,
         outputs_bytes: outputs,
+        workspace_bytes: workspace,
         budget_bytes: opts.budget_bytes,
-        total_bytes: weights + inputs + outputs + placement.arena,
+        total_bytes: total,
         strategy: placement.strategy,
+        greedy_arena_bytes: placement.greedy_arena,
+        in_place: reuses.iter().filter(|r| r.is_some()).count(),
+        aliases,
+        peak_step,
+        peak_live,
+        steps,
         buffers,
+        time: t0.elapsed(),
     })
+}
+
+/// Reads of a kernel that go through a view: an access that is not the plain row-major
+/// walk of its buffer over a space of the buffer's own shape.
+fn view_reads(program: &Program, kernel: &crate::kernel::Kernel) -> usize {
+    let plain = |a: &Access, space: &[usize]| {
+        program
+            .buffers
+            .get(a.buffer.index())
+            .is_some_and(|b| b.ty.shape.dims() == space && a.is_contiguous(space))
+    };
+    match kernel.kind.view() {
+        KindRef::Elementwise { space, inputs, .. } => inputs.iter().filter(|a| !plain(a, space)).count(),
+        KindRef::Row(r) => {
+            let space: Vec<usize> = r.outer.iter().chain(r.inner).copied().collect();
+            r.inputs.iter().filter(|a| !plain(a, &space)).count()
+        }
+        KindRef::MatMul(mm) => {
+            let dims = |x: usize, y: usize| mm.batch.iter().copied().chain([x, y]).collect::<Vec<usize>>();
+            usize::from(!plain(mm.a, &dims(mm.m, mm.k)))
+                + usize::from(!plain(mm.b, &dims(mm.k, mm.n)))
+                + mm.inputs.iter().filter(|a| !plain(a, &dims(mm.m, mm.n))).count()
+        }
+        KindRef::Op { inputs, .. } => inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
+    }
 }

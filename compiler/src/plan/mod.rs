@@ -1,27 +1,34 @@
-//! Memory planning: the offset-assignment core.
+//! Memory planning: the schedule, liveness, in-place reuse and the offsets of every
+//! intermediate in one arena.
 //!
-//! Given buffers with lifetimes over a fixed schedule ([`Interval`]: live over
-//! `[start, end)`, `size` bytes), [`assign_offsets`] places each one at an offset in a
-//! single arena so that no two buffers live at the same time share an address, and tries
-//! to make the arena as small as the live-bytes [`lower_bound`].
-//!
-//! - `offsets.rs` — the API, input validation and the driver: greedy best-fit in several
-//!   orders (`greedy.rs`), then an exact-style search (`search.rs`) while the arena is
-//!   above `max(lower bound, capacity target)`.
+//! - `schedule.rs` — [`schedule`]: several valid kernel orders (program, DFS, a list
+//!   scheduler that frees big buffers first, BFS); the lowest peak of live bytes wins.
+//!   The pipeline applies it ([`apply_schedule`]) before planning.
 //! - `memory.rs` — [`plan_memory`]: a fused program's intermediates into one arena
-//!   (liveness over the kernel order; inputs, weights and outputs outside the arena).
-//! - `verify.rs` — [`verify`]: the plan checker (alignment, no overlap in time and
-//!   address, arena covers every buffer and is at least the lower bound).
+//!   (liveness over the kernel order; in-place reuse; inputs, weights and outputs
+//!   outside the arena; the budget), as a serde [`MemoryPlan`] with every kernel's
+//!   arguments and where they live.
+//! - `offsets.rs` — [`assign_offsets`], the offset-assignment core: greedy best-fit in
+//!   several orders (`greedy.rs`), then an exact-style search (`search.rs`) while the
+//!   arena is above `max(lower bound, capacity target)`.
+//! - `verify.rs` — [`verify`] (a placement: alignment, no overlap in time and address,
+//!   arena covers every buffer, at least the lower bound) and [`verify_plan`] (a
+//!   [`MemoryPlan`] against its program).
 //!
-//! Everything works in units of the alignment: sizes are rounded up to `align` and
+//! The offset core works in units of the alignment: sizes are rounded up to `align` and
 //! offsets are multiples of it, so the arena is a multiple of `align` too.
 
 mod greedy;
 mod memory;
 mod offsets;
+mod schedule;
 mod search;
 mod verify;
 
-pub use memory::{plan_memory, MemoryOptions, MemoryPlan, PlannedBuffer, DEFAULT_BUDGET};
+pub use memory::{
+    plan_memory, ArgAccess, LiveTensor, MemoryOptions, MemoryPlan, Place, PlanArg, PlanStep, PlannedBuffer,
+    DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
+};
 pub use offsets::{assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions};
-pub use verify::verify;
+pub use schedule::{apply_schedule, schedule, Schedule};
+pub use verify::{verify, verify_plan};

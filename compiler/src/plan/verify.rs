@@ -1,6 +1,8 @@
 //! The plan verifier.
 
+use super::memory::{MemoryPlan, Place, PlannedBuffer};
 use super::offsets::{lower_bound, units, Interval, Placement};
+use crate::kernel::{BufferKind, Program};
 
 /// Checks a placement of `bufs` at alignment `align`:
 /// - one offset per buffer, each a multiple of `align`;
@@ -71,6 +73,192 @@ pub fn verify(bufs: &[Interval], p: &Placement, align: u64) -> Result<(), String
     }
     if p.arena < lb {
         return Err(format!("arena {} is below the lower bound {lb}", p.arena));
+    }
+    Ok(())
+}
+
+/// Checks a [`MemoryPlan`] against the program it was made for:
+/// - one step per kernel, in order, naming it, with every argument where the plan puts
+///   its buffer;
+/// - every arena buffer is a temp that is not a graph output, has its type's size, an
+///   offset that is a multiple of the plan's alignment, and lies inside the arena; every
+///   temp a kernel writes that is not an output is in the arena;
+/// - lifetimes: a buffer starts at the kernel that writes it and lives through every
+///   kernel that reads it;
+/// - no two arena buffers live at the same step overlap in address, except a buffer and
+///   the one whose storage it takes over ([`PlannedBuffer::reuses`]: same offset, at the
+///   one step where the old one is last read and the new one written);
+/// - the lower bound is the most aligned bytes live at once, and the arena is at least it;
+/// - the total is the sum of its parts.
+///
+/// Errors name the buffer or kernel.
+pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
+    let align = plan.align;
+    if align == 0 {
+        return Err("alignment must be positive".into());
+    }
+    let nk = program.kernels.len();
+    if plan.kernels != nk || plan.steps.len() != nk {
+        return Err(format!(
+            "the plan has {} kernels and {} steps for a program of {nk} kernels",
+            plan.kernels,
+            plan.steps.len()
+        ));
+    }
+    let n = program.buffers.len();
+    let mut is_output = vec![false; n];
+    for (_, b) in &program.outputs {
+        if b.index() < n {
+            is_output[b.index()] = true;
+        }
+    }
+    let mut planned: Vec<Option<&PlannedBuffer>> = vec![None; n];
+    for pb in &plan.buffers {
+        let i = pb.buffer as usize;
+        let buf = program
+            .buffers
+            .get(i)
+            .ok_or_else(|| format!("planned buffer b{i} does not exist"))?;
+        if !matches!(buf.kind, BufferKind::Temp) || is_output[i] {
+            return Err(format!("b{i} is in the arena but is not an intermediate temp"));
+        }
+        if planned[i].replace(pb).is_some() {
+            return Err(format!("b{i} is planned twice"));
+        }
+        if pb.bytes != buf.ty.size_bytes() as u64 {
+            return Err(format!(
+                "b{i}: planned {} bytes for a {} ({} bytes)",
+                pb.bytes,
+                buf.ty,
+                buf.ty.size_bytes()
+            ));
+        }
+        if pb.offset % align != 0 {
+            return Err(format!("b{i}: offset {} is not a multiple of {align}", pb.offset));
+        }
+        let top = pb
+            .offset
+            .checked_add(pb.bytes)
+            .ok_or_else(|| format!("b{i}: offset + size overflows"))?;
+        if top > plan.arena_bytes {
+            return Err(format!(
+                "b{i}: [{}, {top}) ends past the arena ({} bytes)",
+                pb.offset, plan.arena_bytes
+            ));
+        }
+        if pb.end <= pb.start || pb.end as usize > nk {
+            return Err(format!(
+                "b{i}: lifetime [{}, {}) is empty or past the last kernel",
+                pb.start, pb.end
+            ));
+        }
+    }
+    for (k, (kernel, step)) in program.kernels.iter().zip(&plan.steps).enumerate() {
+        if step.kernel != kernel.name {
+            return Err(format!(
+                "step {k} is kernel {} but the program's is {}",
+                step.kernel, kernel.name
+            ));
+        }
+        for b in kernel.writes() {
+            let i = b.index();
+            if i >= n {
+                return Err(format!(
+                    "kernel {k} ({}) writes b{i}, which does not exist",
+                    kernel.name
+                ));
+            }
+            if matches!(program.buffers[i].kind, BufferKind::Temp) && !is_output[i] {
+                let pb = planned[i].ok_or_else(|| format!("b{i}, written by kernel {k}, is not in the arena"))?;
+                if pb.start as usize != k {
+                    return Err(format!(
+                        "b{i}: written by kernel {k} but its lifetime starts at {}",
+                        pb.start
+                    ));
+                }
+            }
+        }
+        for b in kernel.reads() {
+            if let Some(pb) = planned.get(b.index()).copied().flatten() {
+                if !(pb.start as usize <= k && k < pb.end as usize) {
+                    return Err(format!(
+                        "b{}: read by kernel {k} ({}) outside its lifetime [{}, {})",
+                        b.0, kernel.name, pb.start, pb.end
+                    ));
+                }
+            }
+        }
+        for arg in &step.args {
+            if let (Place::Arena { offset }, Some(pb)) =
+                (&arg.place, planned.get(arg.buffer as usize).copied().flatten())
+            {
+                if *offset != pb.offset {
+                    return Err(format!(
+                        "step {k}: b{} at offset {offset}, but the buffer is planned at {}",
+                        arg.buffer, pb.offset
+                    ));
+                }
+            } else if matches!(arg.place, Place::Arena { .. }) {
+                return Err(format!(
+                    "step {k}: b{} is placed in the arena but not planned",
+                    arg.buffer
+                ));
+            }
+        }
+    }
+    // Overlaps: sweep over time.
+    let rounded = |b: &PlannedBuffer| b.bytes.div_ceil(align).saturating_mul(align);
+    let mut spans: Vec<&PlannedBuffer> = plan.buffers.iter().filter(|b| b.bytes > 0).collect();
+    spans.sort_by_key(|b| (b.start, b.buffer));
+    let mut live: Vec<&PlannedBuffer> = Vec::new();
+    let mut steps_live = vec![0u64; nk + 1];
+    for b in &spans {
+        live.retain(|o| o.end > b.start);
+        for o in &live {
+            let disjoint = b.offset >= o.offset + rounded(o) || o.offset >= b.offset + rounded(b);
+            let in_place = (b.reuses == Some(o.buffer) && b.offset == o.offset && o.end == b.start + 1)
+                || (o.reuses == Some(b.buffer) && b.offset == o.offset && b.end == o.start + 1);
+            if !disjoint && !in_place {
+                return Err(format!(
+                    "b{} and b{} overlap: both live at step {} and at addresses [{}, {})",
+                    o.buffer,
+                    b.buffer,
+                    b.start.max(o.start),
+                    b.offset.max(o.offset),
+                    (b.offset + rounded(b)).min(o.offset + rounded(o))
+                ));
+            }
+        }
+        live.push(b);
+        let taken_over = b.reuses.is_some();
+        for (t, s) in steps_live
+            .iter_mut()
+            .enumerate()
+            .take(b.end as usize)
+            .skip(b.start as usize)
+        {
+            // The step that writes in place holds one slot for the two buffers.
+            if !(taken_over && t == b.start as usize) {
+                *s += rounded(b);
+            }
+        }
+    }
+    let lb = steps_live.iter().copied().max().unwrap_or(0);
+    if plan.lower_bound_bytes != lb {
+        return Err(format!(
+            "lower bound is {lb} bytes, the plan says {}",
+            plan.lower_bound_bytes
+        ));
+    }
+    if plan.arena_bytes < lb {
+        return Err(format!("arena {} is below the lower bound {lb}", plan.arena_bytes));
+    }
+    let sum = plan.weights_bytes + plan.inputs_bytes + plan.outputs_bytes + plan.workspace_bytes + plan.arena_bytes;
+    if plan.total_bytes != sum {
+        return Err(format!(
+            "total {} is not the sum of its parts ({sum})",
+            plan.total_bytes
+        ));
     }
     Ok(())
 }

@@ -1,0 +1,351 @@
+//! Memory-aware scheduling: the order kernels run in decides which intermediates are
+//! live at once, so the planner tries several valid orders and keeps the one whose peak
+//! of live intermediate bytes is lowest.
+//!
+//! Candidates (every one a topological order of the kernels' buffer dependencies):
+//! - `program`: the order fusion emitted (the graph's canonical order);
+//! - `dfs`: depth-first post-order from the outputs, producers in operand order;
+//! - `dfs:largest-first`: the same, visiting the producer of the largest operand first
+//!   (its big result is then consumed sooner relative to the others);
+//! - `list:free-largest`: a list scheduler that, among ready kernels, runs the one that
+//!   frees the most bytes net of what it allocates (frees: operands it is the last
+//!   reader of);
+//! - `bfs`: level by level (Kahn's algorithm), the widest order; usually the worst for
+//!   memory, kept as a baseline.
+//!
+//! The peak counts intermediate temps only (graph outputs live outside the arena for the
+//! whole run). Ties go to the earlier candidate in the list above, so the program order
+//! is kept unless another order is strictly better.
+
+use crate::kernel::{BufferKind, Program};
+
+/// The chosen order and how every candidate did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// Kernel indices of the input program, in the order to run them.
+    pub order: Vec<usize>,
+    /// The winning candidate's name.
+    pub name: &'static str,
+    /// Its peak of live intermediate bytes (unaligned; the plan's lower bound aligns).
+    pub peak: u64,
+    /// Every candidate tried, with its peak, in the order tried.
+    pub candidates: Vec<(&'static str, u64)>,
+}
+
+/// Who writes and reads what: the dependency structure the schedulers share.
+struct Deps {
+    /// Per kernel, the kernels it depends on (writers of buffers it reads), sorted.
+    preds: Vec<Vec<usize>>,
+    /// Per kernel, the kernels that depend on it, sorted.
+    succs: Vec<Vec<usize>>,
+    /// Per kernel, the arena-resident temps it reads and writes.
+    reads: Vec<Vec<usize>>,
+    writes: Vec<Vec<usize>>,
+    /// Bytes of each buffer if it is an arena temp (a temp that is not an output), else 0.
+    bytes: Vec<u64>,
+}
+
+impl Deps {
+    fn new(program: &Program) -> Deps {
+        let n = program.buffers.len();
+        let k = program.kernels.len();
+        let mut is_output = vec![false; n];
+        for (_, b) in &program.outputs {
+            if let Some(o) = is_output.get_mut(b.index()) {
+                *o = true;
+            }
+        }
+        let bytes: Vec<u64> = program
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b.kind {
+                BufferKind::Temp if !is_output[i] => b.ty.size_bytes() as u64,
+                _ => 0,
+            })
+            .collect();
+        let mut writer = vec![usize::MAX; n];
+        let mut reads = Vec::with_capacity(k);
+        let mut writes = Vec::with_capacity(k);
+        for (i, kernel) in program.kernels.iter().enumerate() {
+            let w: Vec<usize> = kernel.writes().iter().map(|b| b.index()).filter(|&b| b < n).collect();
+            for &b in &w {
+                if writer[b] == usize::MAX {
+                    writer[b] = i;
+                }
+            }
+            writes.push(w);
+            reads.push(
+                kernel
+                    .reads()
+                    .iter()
+                    .map(|b| b.index())
+                    .filter(|&b| b < n)
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let mut preds = vec![Vec::new(); k];
+        let mut succs = vec![Vec::new(); k];
+        for (i, r) in reads.iter().enumerate() {
+            for &b in r {
+                let w = writer[b];
+                if w != usize::MAX && w != i {
+                    preds[i].push(w);
+                    succs[w].push(i);
+                }
+            }
+        }
+        for v in preds.iter_mut().chain(succs.iter_mut()) {
+            v.sort_unstable();
+            v.dedup();
+        }
+        Deps {
+            preds,
+            succs,
+            reads,
+            writes,
+            bytes,
+        }
+    }
+
+    /// Whether `order` is a permutation of the kernels that respects the dependencies.
+    fn is_valid(&self, order: &[usize]) -> bool {
+        let k = self.preds.len();
+        if order.len() != k {
+            return false;
+        }
+        let mut pos = vec![usize::MAX; k];
+        for (t, &i) in order.iter().enumerate() {
+            if i >= k || pos[i] != usize::MAX {
+                return false;
+            }
+            pos[i] = t;
+        }
+        (0..k).all(|i| self.preds[i].iter().all(|&p| pos[p] < pos[i]))
+    }
+
+    /// The peak of live arena bytes when kernels run in `order`: a temp is live from the
+    /// step that writes it through the last step that reads it.
+    fn peak(&self, order: &[usize]) -> u64 {
+        let n = self.bytes.len();
+        let (mut first, mut last) = (vec![usize::MAX; n], vec![0usize; n]);
+        for (t, &i) in order.iter().enumerate() {
+            for &b in self.writes[i].iter().chain(&self.reads[i]) {
+                if self.bytes[b] == 0 {
+                    continue;
+                }
+                first[b] = first[b].min(t);
+                last[b] = last[b].max(t);
+            }
+        }
+        let mut delta = vec![0i128; order.len() + 1];
+        for b in 0..n {
+            if first[b] != usize::MAX {
+                delta[first[b]] += i128::from(self.bytes[b]);
+                delta[last[b] + 1] -= i128::from(self.bytes[b]);
+            }
+        }
+        let (mut live, mut peak) = (0i128, 0i128);
+        for d in delta {
+            live += d;
+            peak = peak.max(live);
+        }
+        peak as u64
+    }
+
+    /// Depth-first post-order from the kernels no other kernel depends on (in program
+    /// order), each kernel's producers visited in index order, or largest result first.
+    fn dfs(&self, largest_first: bool) -> Vec<usize> {
+        let k = self.preds.len();
+        // The biggest arena temp a kernel writes, to order producers by.
+        let out_bytes: Vec<u64> = self
+            .writes
+            .iter()
+            .map(|w| w.iter().map(|&b| self.bytes[b]).max().unwrap_or(0))
+            .collect();
+        let children = |i: usize| -> Vec<usize> {
+            let mut c = self.preds[i].clone();
+            if largest_first {
+                c.sort_by_key(|&p| (std::cmp::Reverse(out_bytes[p]), p));
+            }
+            c
+        };
+        let mut done = vec![false; k];
+        let mut on_stack = vec![false; k];
+        let mut order = Vec::with_capacity(k);
+        let roots: Vec<usize> = (0..k).filter(|&i| self.succs[i].is_empty()).chain(0..k).collect();
+        for root in roots {
+            if done[root] {
+                continue;
+            }
+            // Iterative post-order: (kernel, its children, next child).
+            let mut stack: Vec<(usize, Vec<usize>, usize)> = vec![(root, children(root), 0)];
+            on_stack[root] = true;
+            while let Some((node, kids, next)) = stack.last_mut() {
+                if *next < kids.len() {
+                    let c = kids[*next];
+                    *next += 1;
+                    if !done[c] && !on_stack[c] {
+                        on_stack[c] = true;
+                        let grand = children(c);
+                        stack.push((c, grand, 0));
+                    }
+                } else {
+                    let node = *node;
+                    done[node] = true;
+                    on_stack[node] = false;
+                    order.push(node);
+                    stack.pop();
+                }
+            }
+        }
+        order
+    }
+
+    /// Kahn's algorithm, level by level, program order within a level.
+    fn bfs(&self) -> Vec<usize> {
+        let k = self.preds.len();
+        let mut indeg: Vec<usize> = self.preds.iter().map(Vec::len).collect();
+        let mut level: Vec<usize> = (0..k).filter(|&i| indeg[i] == 0).collect();
+        let mut order = Vec::with_capacity(k);
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for &i in &level {
+                order.push(i);
+                for &s in &self.succs[i] {
+                    indeg[s] -= 1;
+                    if indeg[s] == 0 {
+                        next.push(s);
+                    }
+                }
+            }
+            next.sort_unstable();
+            level = next;
+        }
+        order
+    }
+
+    /// The list scheduler: among ready kernels, the one with the largest
+    /// `freed - allocated` bytes (ties: lowest index).
+    fn list(&self) -> Vec<usize> {
+        let k = self.preds.len();
+        let n = self.bytes.len();
+        let mut readers_left = vec![0usize; n];
+        for r in &self.reads {
+            for &b in r {
+                readers_left[b] += 1;
+            }
+        }
+        let mut indeg: Vec<usize> = self.preds.iter().map(Vec::len).collect();
+        let mut ready: std::collections::BTreeSet<usize> = (0..k).filter(|&i| indeg[i] == 0).collect();
+        let mut order = Vec::with_capacity(k);
+        while !ready.is_empty() {
+            let score = |i: usize| -> i128 {
+                let freed: u64 = self.reads[i]
+                    .iter()
+                    .filter(|&&b| readers_left[b] == 1)
+                    .map(|&b| self.bytes[b])
+                    .sum();
+                // A temp nobody reads dies at once; it still takes memory at this step.
+                let alloc: u64 = self.writes[i].iter().map(|&b| self.bytes[b]).sum();
+                i128::from(freed) - i128::from(alloc)
+            };
+            let mut best = usize::MAX;
+            let mut best_score = i128::MIN;
+            for &i in &ready {
+                let s = score(i);
+                if s > best_score {
+                    (best, best_score) = (i, s);
+                }
+            }
+            ready.remove(&best);
+            order.push(best);
+            for &b in &self.reads[best] {
+                readers_left[b] -= 1;
+            }
+            for &s in &self.succs[best] {
+                indeg[s] -= 1;
+                if indeg[s] == 0 {
+                    ready.insert(s);
+                }
+            }
+        }
+        order
+    }
+}
+
+/// Try every candidate order and keep the lowest peak (see the module doc).
+pub fn schedule(program: &Program) -> Schedule {
+    let deps = Deps::new(program);
+    let k = program.kernels.len();
+    let candidates: [(&'static str, Vec<usize>); 5] = [
+        ("program", (0..k).collect()),
+        ("dfs", deps.dfs(false)),
+        ("dfs:largest-first", deps.dfs(true)),
+        ("list:free-largest", deps.list()),
+        ("bfs", deps.bfs()),
+    ];
+    let mut best: Option<(u64, usize)> = None;
+    let mut tried = Vec::new();
+    for (c, (name, order)) in candidates.iter().enumerate() {
+        // A malformed program (a cycle through buffers) can make an order incomplete:
+        // such a candidate is skipped; the program order is always kept as the fallback.
+        if c > 0 && !deps.is_valid(order) {
+            continue;
+        }
+        let peak = deps.peak(order);
+        tried.push((*name, peak));
+        if best.is_none_or(|(p, _)| peak < p) {
+            best = Some((peak, c));
+        }
+    }
+    let (peak, c) = best.unwrap_or((0, 0));
+    let [(_, a), (_, b), (_, c2), (_, d), (_, e)] = candidates;
+    let mut orders = [a, b, c2, d, e];
+    Schedule {
+        order: std::mem::take(&mut orders[c]),
+        name: ["program", "dfs", "dfs:largest-first", "list:free-largest", "bfs"][c],
+        peak,
+        candidates: tried,
+    }
+}
+
+/// `program` with its kernels in `order` (a permutation of its kernel indices), renamed
+/// so that kernel names still start with their position (`k3_...`).
+pub fn apply_schedule(program: &Program, order: &[usize]) -> Program {
+    let mut out = program.clone();
+    out.kernels = order
+        .iter()
+        .enumerate()
+        .map(|(pos, &i)| {
+            let mut kernel = program.kernels[i].clone();
+            kernel.name = rename(&kernel.name, pos);
+            kernel
+        })
+        .collect();
+    out
+}
+
+/// `k12_row_softmax` at position 3 -> `k3_row_softmax`; other names get a `k3_` prefix.
+fn rename(name: &str, pos: usize) -> String {
+    let rest = name
+        .strip_prefix('k')
+        .map(|r| r.trim_start_matches(|c: char| c.is_ascii_digit()))
+        .filter(|r| r.len() < name.len() - 1);
+    match rest {
+        Some(r) => format!("k{pos}{r}"),
+        None => format!("k{pos}_{name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rename;
+
+    #[test]
+    fn renames_keep_the_suffix() {
+        assert_eq!(rename("k12_row_softmax", 3), "k3_row_softmax");
+        assert_eq!(rename("k0", 7), "k7");
+        assert_eq!(rename("kernel", 2), "k2_kernel");
+    }
+}
