@@ -127,8 +127,27 @@ INPUT_NOTES = {
     "llama": f"input_ids ~ randint(0, 128, [{BATCH}, {SEQ}]), generator seed {SEED}",
     "vit": f"pixel_values ~ randn([{BATCH}, 3, 32, 32]), generator seed {SEED}",
 }
+INPUT_NOTES["gpt2_dynamic"] = INPUT_NOTES["gpt2"]
 
-MODELS = {"gpt2": build_gpt2, "bert": build_bert, "llama": build_llama, "vit": build_vit}
+MODELS = {
+    "gpt2": build_gpt2,
+    "bert": build_bert,
+    "llama": build_llama,
+    "vit": build_vit,
+    # The same GPT-2 exported with symbolic batch and sequence dims (ONNX dim_params
+    # "batch" and "seq"), for `graphc fit` and --dim: every other fixture is static.
+    "gpt2_dynamic": build_gpt2,
+}
+
+# Per model, torch.export dynamic shapes (None: static).
+DYNAMIC = {
+    "gpt2_dynamic": lambda: {
+        "input_ids": {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=64),
+        }
+    },
+}
 
 
 # --------------------------------------------------------------- helpers ---
@@ -217,6 +236,7 @@ def export_one(name, out_root):
             dynamo=True,
             input_names=list(inputs),
             output_names=output_names,
+            dynamic_shapes=DYNAMIC[name]() if name in DYNAMIC else None,
         )
     del program
     files = sorted(p.name for p in out.iterdir())
@@ -273,7 +293,8 @@ def export_one(name, out_root):
         "reference_inputs": INPUT_NOTES[name],
         "versions": versions(),
         "config": json.loads(json.dumps(cfg_dict, default=str)),
-        "export": "torch.onnx.export(model, (), kwargs=inputs, dynamo=True), static shapes",
+        "export": "torch.onnx.export(model, (), kwargs=inputs, dynamo=True), "
+        + ("dynamic shapes: " + str(DYNAMIC[name]()) if name in DYNAMIC else "static shapes"),
         "opset": opsets.get("ai.onnx"),
         "opset_import": opsets,
         "ir_version": proto.ir_version,

@@ -14,6 +14,7 @@
 //! assert_eq!(out[0].1.shape().dims(), &[8, 64]);
 //! ```
 
+pub mod fit;
 pub mod models;
 pub mod npz;
 
@@ -38,6 +39,14 @@ pub enum Error {
     Compile(#[from] graphc_compiler::CompileError),
     #[error(transparent)]
     Run(#[from] graphc_runtime::RunError),
+    /// Even the smallest value of the dimension searched by [`fit::fit`] does not fit.
+    #[error(
+        "even {value} does not fit: the plan needs {} bytes, {} over the budget of {} bytes",
+        compiled.plan.total_bytes,
+        compiled.plan.total_bytes.saturating_sub(compiled.plan.budget_bytes),
+        compiled.plan.budget_bytes
+    )]
+    DoesNotFit { value: usize, compiled: Box<Compiled> },
 }
 
 /// Load a model: an `.onnx` file (with its external data), a `.gir` text IR file (with
@@ -77,7 +86,12 @@ pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error>
 
 /// Compile with default options.
 pub fn compile(graph: &Graph) -> Result<Compiled, Error> {
-    Ok(graphc_compiler::compile(graph, &CompileOptions::default())?)
+    compile_with(graph, &CompileOptions::default())
+}
+
+/// Compile with the given options (memory budget, target architecture, optimizer limits).
+pub fn compile_with(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Error> {
+    Ok(graphc_compiler::compile(graph, opts)?)
 }
 
 /// Run a compiled model on the CPU.

@@ -50,6 +50,19 @@ enum Command {
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
         budget: u64,
     },
+    /// The largest value of a symbolic dimension whose memory plan fits the budget.
+    Fit {
+        model: PathBuf,
+        /// The dimension to search: NAME; other symbolic dimensions fixed: NAME=N.
+        #[arg(long = "dim", value_parser = parse_dim_spec, required = true)]
+        dims: Vec<(String, Option<usize>)>,
+        /// Memory budget: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
+        #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
+        budget: u64,
+        /// Search no higher than this.
+        #[arg(long, default_value_t = 1 << 20)]
+        max: usize,
+    },
     /// Print the generated CUDA C of every kernel (and the GEMM each matmul runs).
     Cuda {
         model: PathBuf,
@@ -115,6 +128,17 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
         .parse()
         .map_err(|_| format!("`{n}` is not a dimension size in `{s}`"))?;
     Ok((name.to_string(), n))
+}
+
+/// `NAME` (the dimension `fit` searches) or `NAME=N` (a fixed one).
+fn parse_dim_spec(s: &str) -> Result<(String, Option<usize>), String> {
+    if s.contains('=') {
+        parse_dim(s).map(|(n, v)| (n, Some(v)))
+    } else if s.is_empty() {
+        Err("expected NAME or NAME=N".into())
+    } else {
+        Ok((s.to_string(), None))
+    }
 }
 
 /// `24GiB` -> 25769803776; plain numbers are bytes.
@@ -277,6 +301,90 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
+        Command::Fit {
+            model,
+            dims,
+            budget,
+            max,
+        } => {
+            let searched: Vec<&str> = dims
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(n, _)| n.as_str())
+                .collect();
+            let [dim] = searched[..] else {
+                bail!(
+                    "give exactly one --dim NAME to search (and NAME=N for the others); got {}",
+                    if searched.is_empty() {
+                        "none".to_string()
+                    } else {
+                        searched.join(", ")
+                    }
+                );
+            };
+            let fixed: Vec<(String, usize)> = dims.iter().filter_map(|(n, v)| v.map(|v| (n.clone(), v))).collect();
+            let opts = graphc::CompileOptions {
+                memory: graphc_compiler::plan::MemoryOptions {
+                    budget_bytes: budget,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let start = Instant::now();
+            let fit = graphc::fit::fit_model(&model, &fixed, dim, &opts, max)?;
+            let plan = &fit.compiled.plan;
+            let over = match fit.first_over() {
+                Some(p) => match (p.total_bytes, &p.error) {
+                    (Some(t), _) => format!(
+                        "; {dim}={} needs {} (over by {})",
+                        p.value,
+                        human_bytes(t as usize),
+                        human_bytes(t.saturating_sub(budget) as usize)
+                    ),
+                    (None, Some(e)) => format!("; {dim}={} cannot be planned: {e}", p.value),
+                    _ => String::new(),
+                },
+                None if fit.capped => format!("; stopped at --max {max}"),
+                None => String::new(),
+            };
+            println!(
+                "fit          {dim} = {} is the largest that fits {}{over}",
+                fit.value,
+                human_bytes(budget as usize)
+            );
+            let tried: Vec<String> = fit
+                .probes
+                .iter()
+                .map(|p| match p.total_bytes {
+                    Some(t) => format!(
+                        "{}: {}{}",
+                        p.value,
+                        human_bytes(t as usize),
+                        if p.fits { "" } else { " (over)" }
+                    ),
+                    None => format!("{}: error", p.value),
+                })
+                .collect();
+            println!(
+                "probes       {} in {:.0} ms: {}",
+                fit.probes.len(),
+                start.elapsed().as_secs_f64() * 1e3,
+                tried.join(", ")
+            );
+            println!(
+                "plan         at {dim}={}: weights {}, arena {} (lower bound {}, {:.3}x), inputs {}, outputs {}, \
+                 workspace {}, total {}",
+                fit.value,
+                human_bytes(plan.weights_bytes as usize),
+                human_bytes(plan.arena_bytes as usize),
+                human_bytes(plan.lower_bound_bytes as usize),
+                plan.ratio(),
+                human_bytes(plan.inputs_bytes as usize),
+                human_bytes(plan.outputs_bytes as usize),
+                human_bytes(plan.workspace_bytes as usize),
+                human_bytes(plan.total_bytes as usize)
+            );
+        }
         Command::Cuda { model, dims, kernel } => {
             let graph = graphc::load_model(&model, &dims)?;
             let compiled = graphc::compile(&graph)?;
@@ -407,12 +515,16 @@ fn run(cli: Cli) -> Result<()> {
             let inputs = graphc::npz::read_inputs(&inputs, &graph)?;
             let compiled = graphc::compile(&graph)?;
             for p in &compiled.passes {
+                let (before, after) = match p.pass {
+                    "fuse" => ("nodes", "kernels"),
+                    "plan" => ("kernels", "arena buffers"),
+                    _ => ("nodes", "nodes"),
+                };
                 println!(
-                    "pass     {}: {} nodes -> {} {} in {:.2} ms{}",
+                    "pass     {}: {} {before} -> {} {after} in {:.2} ms{}",
                     p.pass,
                     p.nodes_before,
                     p.nodes_after,
-                    if p.pass == "fuse" { "kernels" } else { "nodes" },
                     p.time.as_secs_f64() * 1e3,
                     p.notes.iter().map(|n| format!("; {n}")).collect::<String>()
                 );
