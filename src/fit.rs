@@ -68,7 +68,7 @@ where
     if !one.plan.fits() {
         return Err(Error::DoesNotFit {
             value: 1,
-            compiled: Box::new(one),
+            plan: Box::new(one.plan),
         });
     }
     let mut probe = |value: usize, probes: &mut Vec<Probe>| -> Result<Option<Compiled>, Error> {

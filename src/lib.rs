@@ -35,6 +35,9 @@ pub enum Error {
     Gir(#[from] graphc_ir::weights::LoadError),
     #[error(transparent)]
     Npz(#[from] npz::NpzError),
+    /// A graph built in Rust (the builder) is malformed.
+    #[error("graph: {0}")]
+    Graph(#[from] graphc_ir::GraphError),
     #[error(transparent)]
     Compile(#[from] graphc_compiler::CompileError),
     #[error(transparent)]
@@ -42,11 +45,14 @@ pub enum Error {
     /// Even the smallest value of the dimension searched by [`fit::fit`] does not fit.
     #[error(
         "even {value} does not fit: the plan needs {} bytes, {} over the budget of {} bytes",
-        compiled.plan.total_bytes,
-        compiled.plan.total_bytes.saturating_sub(compiled.plan.budget_bytes),
-        compiled.plan.budget_bytes
+        plan.total_bytes,
+        plan.total_bytes.saturating_sub(plan.budget_bytes),
+        plan.budget_bytes
     )]
-    DoesNotFit { value: usize, compiled: Box<Compiled> },
+    DoesNotFit {
+        value: usize,
+        plan: Box<graphc_compiler::plan::MemoryPlan>,
+    },
 }
 
 /// Load a model: an `.onnx` file (with its external data), a `.gir` text IR file (with

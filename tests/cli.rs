@@ -270,3 +270,49 @@ fn plan_prints_the_arena_and_refuses_a_budget_it_exceeds() {
         stderr(&o)
     );
 }
+
+#[test]
+fn fit_prints_the_largest_batch_and_refuses_static_models() {
+    let model = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
+    let o = graphc(&["fit", model, "--dim", "batch", "--dim", "seq=16", "--budget", "40MiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out.lines().next().unwrap_or_default();
+    assert!(line.starts_with("fit          batch = "), "{out}");
+    assert!(
+        line.contains("is the largest that fits 40.0 MiB") && line.contains("over by"),
+        "{out}"
+    );
+    // The plan at that batch fits, one more does not.
+    let n: usize = line["fit          batch = ".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    let at = |b: usize| {
+        graphc(&[
+            "plan",
+            model,
+            "--dim",
+            &format!("batch={b}"),
+            "--dim",
+            "seq=16",
+            "--budget",
+            "40MiB",
+        ])
+    };
+    assert!(at(n).status.success());
+    assert_eq!(at(n + 1).status.code(), Some(1));
+    fails_with(
+        &graphc(&["fit", BLOCK, "--dim", "batch", "--budget", "1GiB"]),
+        "only static dimensions",
+    );
+    fails_with(
+        &graphc(&["fit", model, "--dim", "seq=16", "--budget", "1GiB"]),
+        "exactly one --dim NAME",
+    );
+    fails_with(
+        &graphc(&["fit", model, "--dim", "batch", "--dim", "seq=16", "--budget", "1MiB"]),
+        "even 1 does not fit",
+    );
+}

@@ -1,0 +1,125 @@
+//! Batch-size fitting (`graphc::fit`, `graphc fit`): the largest value of a dimension
+//! whose memory plan fits, checked by replanning on both sides of the answer.
+
+mod common;
+
+use common::{random_inputs, rel_l2, repo_path};
+use graphc::models::{mlp, MlpConfig};
+use graphc::{CompileOptions, Error};
+use graphc_compiler::plan::MemoryOptions;
+
+const DYNAMIC: &str = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
+
+fn with_budget(budget_bytes: u64) -> CompileOptions {
+    CompileOptions {
+        memory: MemoryOptions {
+            budget_bytes,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn total_at(batch: usize, seq: usize) -> u64 {
+    let g = graphc::load_model(&repo_path(DYNAMIC), &[("batch".into(), batch), ("seq".into(), seq)]).unwrap();
+    graphc::compile(&g).unwrap().plan.total_bytes
+}
+
+#[test]
+fn fit_finds_the_largest_batch_of_an_onnx_model() {
+    let budget = 40 << 20;
+    let opts = with_budget(budget);
+    let fit = graphc::fit::fit_model(&repo_path(DYNAMIC), &[("seq".into(), 16)], "batch", &opts, 1 << 20).unwrap();
+    assert!(!fit.capped);
+    assert!(fit.value > 1);
+    assert!(fit.compiled.plan.fits());
+    // Replanning on both sides of the answer agrees.
+    assert!(total_at(fit.value, 16) <= budget);
+    assert!(total_at(fit.value + 1, 16) > budget);
+    assert_eq!(fit.first_over().map(|p| p.value), Some(fit.value + 1));
+    // Doubling then bisection: a logarithmic number of probes.
+    assert!(fit.probes.len() < 2 * 22, "{} probes", fit.probes.len());
+}
+
+#[test]
+fn fit_through_a_builder_and_at_the_cap() {
+    let build = |batch: usize| -> Result<graphc::ir::Graph, Error> {
+        Ok(mlp(&MlpConfig {
+            batch,
+            widths: vec![64, 1024, 64],
+            ..Default::default()
+        })?)
+    };
+    // Activations of [batch, 1024] f32: 4 KiB a row, plus the weights and the 32 MiB
+    // GEMM workspace.
+    let budget = 36 << 20;
+    let fit = graphc::fit::fit(build, &with_budget(budget), 1 << 16).unwrap();
+    let at = |b: usize| graphc::compile(&build(b).unwrap()).unwrap().plan.total_bytes;
+    assert!(at(fit.value) <= budget && at(fit.value + 1) > budget, "{}", fit.value);
+    // A cap below the answer stops the search there, and says so.
+    let capped = graphc::fit::fit(build, &with_budget(budget), 10).unwrap();
+    assert_eq!((capped.value, capped.capped), (10, true));
+}
+
+#[test]
+fn fit_says_when_nothing_fits() {
+    let e = graphc::fit::fit_model(
+        &repo_path(DYNAMIC),
+        &[("seq".into(), 16)],
+        "batch",
+        &with_budget(1 << 20),
+        1 << 20,
+    )
+    .unwrap_err();
+    match &e {
+        Error::DoesNotFit { value: 1, plan } => assert!(!plan.fits()),
+        other => panic!("{other}"),
+    }
+    assert!(e.to_string().contains("even 1 does not fit"), "{e}");
+    // A static model has no dimension to search.
+    let e = graphc::fit::fit_model(
+        &repo_path("examples/models/transformer_block.gir"),
+        &[],
+        "batch",
+        &with_budget(1 << 30),
+        8,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("only static dimensions"), "{e}");
+}
+
+/// The dynamic export computes what PyTorch computed at the shape it was traced with,
+/// and what the interpreter computes at other shapes.
+#[test]
+fn dynamic_gpt2_runs_at_any_batch_and_sequence() {
+    let dir = repo_path("tests/fixtures/onnx/gpt2_dynamic");
+    let g = graphc::load_model(&dir.join("model.onnx"), &[("batch".into(), 2), ("seq".into(), 16)]).unwrap();
+    let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &g).unwrap();
+    let expected = graphc::npz::read_arrays(&dir.join("outputs.npz")).unwrap();
+    let got = graphc::run_cpu(&graphc::compile(&g).unwrap(), inputs).unwrap();
+    let err = rel_l2(&got[0].1.to_f64_vec(), &expected[0].1.to_f64_vec());
+    assert!(err < 1e-4, "vs PyTorch: {err:.2e}");
+    for (batch, seq) in [(1, 5), (3, 9)] {
+        let g = graphc::load_model(&dir.join("model.onnx"), &[("batch".into(), batch), ("seq".into(), seq)]).unwrap();
+        // Token ids must be valid indices: random i64 in [0, 128).
+        let inputs: std::collections::HashMap<_, _> = random_inputs(&g, 5)
+            .into_iter()
+            .map(|(n, t)| {
+                let v: Vec<f64> = t
+                    .to_f64_vec()
+                    .iter()
+                    .map(|x| x.abs().rem_euclid(128.0).floor())
+                    .collect();
+                (
+                    n,
+                    graphc::ir::Tensor::from_f64(t.dtype(), t.shape().clone(), &v).unwrap(),
+                )
+            })
+            .collect();
+        let want = graphc::ir::interpret(&g, &inputs).unwrap();
+        let got = graphc::run_cpu(&graphc::compile(&g).unwrap(), inputs).unwrap();
+        assert_eq!(got[0].1.shape().dims(), &[batch, seq, 128]);
+        let err = rel_l2(&got[0].1.to_f64_vec(), &want[0].1.to_f64_vec());
+        assert!(err < 1e-5, "batch {batch} seq {seq}: {err:.2e}");
+    }
+}
