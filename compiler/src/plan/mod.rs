@@ -30,5 +30,5 @@ pub use memory::{
     DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
 };
 pub use offsets::{assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions};
-pub use schedule::{apply_schedule, schedule, Schedule};
+pub use schedule::{apply_schedule, candidate_orders, schedule, Schedule};
 pub use verify::{verify, verify_plan};

@@ -7,6 +7,10 @@
 //! - `dfs`: depth-first post-order from the outputs, producers in operand order;
 //! - `dfs:largest-first`: the same, visiting the producer of the largest operand first
 //!   (its big result is then consumed sooner relative to the others);
+//! - `dfs:heaviest-first`: the same, visiting first the producer whose subtree needs the
+//!   most memory beyond its own result (the Sethi-Ullman order for expression trees:
+//!   a subtree's `need` is the most it holds at once; producers are visited by
+//!   `need - result` descending, so what stays live while the others run is small);
 //! - `list:free-largest`: a list scheduler that, among ready kernels, runs the one that
 //!   frees the most bytes net of what it allocates (frees: operands it is the last
 //!   reader of);
@@ -155,18 +159,27 @@ impl Deps {
 
     /// Depth-first post-order from the kernels no other kernel depends on (in program
     /// order), each kernel's producers visited in index order, or largest result first.
-    fn dfs(&self, largest_first: bool) -> Vec<usize> {
+    fn dfs(&self, visit: Visit) -> Vec<usize> {
         let k = self.preds.len();
-        // The biggest arena temp a kernel writes, to order producers by.
+        // The arena bytes a kernel writes, to order producers by.
         let out_bytes: Vec<u64> = self
             .writes
             .iter()
-            .map(|w| w.iter().map(|&b| self.bytes[b]).max().unwrap_or(0))
+            .map(|w| w.iter().map(|&b| self.bytes[b]).sum())
             .collect();
+        let need = if visit == Visit::HeaviestFirst {
+            self.need(&out_bytes)
+        } else {
+            Vec::new()
+        };
         let children = |i: usize| -> Vec<usize> {
             let mut c = self.preds[i].clone();
-            if largest_first {
-                c.sort_by_key(|&p| (std::cmp::Reverse(out_bytes[p]), p));
+            match visit {
+                Visit::InOrder => {}
+                Visit::LargestFirst => c.sort_by_key(|&p| (std::cmp::Reverse(out_bytes[p]), p)),
+                Visit::HeaviestFirst => {
+                    c.sort_by_key(|&p| (std::cmp::Reverse(need[p].saturating_sub(out_bytes[p])), p))
+                }
             }
             c
         };
@@ -200,6 +213,30 @@ impl Deps {
             }
         }
         order
+    }
+
+    /// Per kernel, the Sethi-Ullman estimate of the most bytes its subtree holds at once
+    /// when producers run heaviest first (shared producers counted in each consumer:
+    /// an estimate for DAGs, exact for trees). Kernels are indexed in a valid order, so
+    /// producers come first (a malformed program's back edges are ignored).
+    fn need(&self, out_bytes: &[u64]) -> Vec<u64> {
+        let k = self.preds.len();
+        let mut need = vec![0u64; k];
+        for i in 0..k {
+            let mut kids: Vec<(u64, u64)> = self.preds[i]
+                .iter()
+                .filter(|&&p| p < i)
+                .map(|&p| (need[p], out_bytes[p]))
+                .collect();
+            kids.sort_by_key(|&(n, o)| std::cmp::Reverse(n.saturating_sub(o)));
+            let (mut held, mut most) = (0u64, 0u64);
+            for (n, o) in kids {
+                most = most.max(held.saturating_add(n));
+                held = held.saturating_add(o);
+            }
+            need[i] = most.max(held.saturating_add(out_bytes[i]));
+        }
+        need
     }
 
     /// Kahn's algorithm, level by level, program order within a level.
@@ -274,17 +311,36 @@ impl Deps {
     }
 }
 
+/// How the DFS orders a kernel's producers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Visit {
+    InOrder,
+    LargestFirst,
+    HeaviestFirst,
+}
+
+/// Every candidate order, by name, in the order [`schedule`] tries them (an order of a
+/// malformed program may be incomplete).
+pub fn candidate_orders(program: &Program) -> Vec<(&'static str, Vec<usize>)> {
+    candidates(&Deps::new(program), program.kernels.len())
+}
+
+fn candidates(deps: &Deps, k: usize) -> Vec<(&'static str, Vec<usize>)> {
+    vec![
+        ("program", (0..k).collect()),
+        ("dfs", deps.dfs(Visit::InOrder)),
+        ("dfs:largest-first", deps.dfs(Visit::LargestFirst)),
+        ("dfs:heaviest-first", deps.dfs(Visit::HeaviestFirst)),
+        ("list:free-largest", deps.list()),
+        ("bfs", deps.bfs()),
+    ]
+}
+
 /// Try every candidate order and keep the lowest peak (see the module doc).
 pub fn schedule(program: &Program) -> Schedule {
     let deps = Deps::new(program);
     let k = program.kernels.len();
-    let candidates: [(&'static str, Vec<usize>); 5] = [
-        ("program", (0..k).collect()),
-        ("dfs", deps.dfs(false)),
-        ("dfs:largest-first", deps.dfs(true)),
-        ("list:free-largest", deps.list()),
-        ("bfs", deps.bfs()),
-    ];
+    let candidates = candidates(&deps, k);
     let mut best: Option<(u64, usize)> = None;
     let mut tried = Vec::new();
     for (c, (name, order)) in candidates.iter().enumerate() {
@@ -300,11 +356,10 @@ pub fn schedule(program: &Program) -> Schedule {
         }
     }
     let (peak, c) = best.unwrap_or((0, 0));
-    let [(_, a), (_, b), (_, c2), (_, d), (_, e)] = candidates;
-    let mut orders = [a, b, c2, d, e];
+    let (name, order) = candidates.into_iter().nth(c).unwrap_or(("program", (0..k).collect()));
     Schedule {
-        order: std::mem::take(&mut orders[c]),
-        name: ["program", "dfs", "dfs:largest-first", "list:free-largest", "bfs"][c],
+        order,
+        name,
         peak,
         candidates: tried,
     }
