@@ -80,7 +80,22 @@ pub fn compile(graph: &Graph) -> Result<Compiled, Error> {
     Ok(graphc_compiler::compile(graph, &CompileOptions::default())?)
 }
 
-/// Run a compiled model on the CPU.
+/// Run a compiled model on the CPU: its kernels, with every intermediate in one host
+/// arena at the offsets of its memory plan.
 pub fn run_cpu(model: &Compiled, inputs: HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, Error> {
     Ok(CpuExecutor.run(model, &inputs)?)
+}
+
+/// The memory plan [`run_cpu`] runs `model` through.
+pub fn plan_cpu(model: &Compiled) -> Result<graphc_compiler::plan::MemoryPlan, Error> {
+    Ok(CpuExecutor.plan(model)?)
+}
+
+/// [`run_cpu`] through a given plan of `model` (checked before anything runs).
+pub fn run_cpu_planned(
+    model: &Compiled,
+    plan: &graphc_compiler::plan::MemoryPlan,
+    inputs: HashMap<String, Tensor>,
+) -> Result<Vec<(String, Tensor)>, Error> {
+    Ok(CpuExecutor.run_with_plan(model, plan, &inputs)?)
 }
