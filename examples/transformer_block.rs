@@ -51,6 +51,42 @@ fn time_interpreter(label: &str, graph: &Graph) -> Result<(), Box<dyn std::error
         compiled.program.kernels.len(),
         fused[runs / 2]
     );
+
+    // The CPU run is planning + the kernels through the arena; the unplanned executor
+    // (one allocation per buffer) for comparison.
+    let reps = 21;
+    let median = |f: &dyn Fn() -> Result<(), Box<dyn std::error::Error>>| -> Result<f64, Box<dyn std::error::Error>> {
+        f()?; // warm up
+        let mut t = Vec::new();
+        for _ in 0..reps {
+            let start = Instant::now();
+            f()?;
+            t.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        t.sort_by(f64::total_cmp);
+        Ok(t[reps / 2])
+    };
+    let plan = compiled.plan.clone();
+    let planning = median(&|| {
+        let s = graphc_compiler::plan::schedule(&compiled.program);
+        let p = graphc_compiler::plan::apply_schedule(&compiled.program, &s.order);
+        graphc_compiler::plan::plan_memory(&p, &Default::default())?;
+        Ok(())
+    })?;
+    let arena = median(&|| {
+        graphc::run_cpu_planned(&compiled, &plan, inputs.clone())?;
+        Ok(())
+    })?;
+    let unplanned = median(&|| {
+        graphc_runtime::kernels::run_program(&compiled.program, compiled.graph.weights(), &inputs)?;
+        Ok(())
+    })?;
+    println!(
+        "  of which: memory plan {planning:.2} ms ({} arena, {} intermediates), kernels through the arena \
+         {arena:.2} ms; unplanned (one allocation per buffer) {unplanned:.2} ms (medians of {reps})",
+        plan.arena_bytes,
+        plan.buffers.len()
+    );
     Ok(())
 }
 

@@ -100,7 +100,17 @@ pub fn compile_with(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Er
     Ok(graphc_compiler::compile(graph, opts)?)
 }
 
-/// Run a compiled model on the CPU.
+/// Run a compiled model on the CPU: its kernels, with every intermediate in one host
+/// arena at the offsets of its memory plan.
 pub fn run_cpu(model: &Compiled, inputs: HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, Error> {
     Ok(CpuExecutor.run(model, &inputs)?)
+}
+
+/// [`run_cpu`] through a given plan of `model` (checked before anything runs).
+pub fn run_cpu_planned(
+    model: &Compiled,
+    plan: &graphc_compiler::plan::MemoryPlan,
+    inputs: HashMap<String, Tensor>,
+) -> Result<Vec<(String, Tensor)>, Error> {
+    Ok(CpuExecutor.run_with_plan(model, plan, &inputs)?)
 }

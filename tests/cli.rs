@@ -73,6 +73,10 @@ fn run_main_job_matches_the_interpreter() {
     let text = stdout(&o);
     assert!(text.contains("output   y: f32[2,16,128]"), "{text}");
     assert!(text.contains("pass     dce"), "{text}");
+    assert!(
+        text.contains("(kernel-IR executor) through a ") && text.contains(" arena ("),
+        "the CPU run goes through the planned arena: {text}"
+    );
 
     let graph = graphc::load_model(&repo_path(BLOCK), &[]).unwrap();
     let inputs = graphc::npz::read_inputs(&repo_path(BLOCK_INPUTS), &graph).unwrap();

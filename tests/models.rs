@@ -51,6 +51,58 @@ fn compiling_preserves_outputs() {
     }
 }
 
+/// Every example model, run on the CPU (its fused kernels through the memory plan's
+/// arena): bitwise what the interpreter computes for the compiled graph and what the
+/// unplanned executor computes, and within rounding of the interpreter on the model.
+#[test]
+fn examples_run_through_the_arena_as_the_interpreter() {
+    use graphc::models::kernel_bench;
+    let models = [
+        ("mlp", mlp(&MlpConfig::default()).unwrap()),
+        ("block", gpt(&GptConfig::default()).unwrap()),
+        (
+            "saved block",
+            graphc::load_model(&repo_path("examples/models/transformer_block.gir"), &[]).unwrap(),
+        ),
+        (
+            "2-layer gpt",
+            gpt(&GptConfig {
+                layers: 2,
+                d_model: 64,
+                ..GptConfig::default()
+            })
+            .unwrap(),
+        ),
+        ("gelu_sigmoid", kernel_bench::gelu_sigmoid(1000).unwrap()),
+        (
+            "layernorm_gelu",
+            kernel_bench::layernorm_gelu(8, 96, graphc::ir::DType::F32).unwrap(),
+        ),
+        ("softmax", kernel_bench::softmax(8, 100).unwrap()),
+    ];
+    for (name, g) in &models {
+        let c = graphc::compile(g).unwrap();
+        let plan = &c.plan;
+        assert!(
+            !plan.buffers.is_empty() || c.program.kernels.len() == 1,
+            "{name}: nothing planned"
+        );
+        let inputs = random_inputs(g, 11);
+        let got = graphc::run_cpu(&c, inputs.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            got,
+            interpret(&c.graph, &inputs).unwrap(),
+            "{name}: arena vs interpreter"
+        );
+        let unplanned = graphc_runtime::kernels::run_program(&c.program, c.graph.weights(), &inputs).unwrap();
+        assert_eq!(got, unplanned, "{name}: arena vs unplanned executor");
+        for ((n, a), (_, b)) in got.iter().zip(&interpret(g, &inputs).unwrap()) {
+            let err = common::rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+            assert!(err < 1e-5, "{name}/{n}: relative L2 error {err:.2e}");
+        }
+    }
+}
+
 #[test]
 fn gpt_outputs_are_finite_and_depend_on_every_position_causally() {
     let cfg = GptConfig {

@@ -2,7 +2,12 @@
 //!
 //! Today one executor: [`cpu::CpuExecutor`], which runs a compiled model's fused kernels
 //! ([`kernels`]: the kernel IR executed column-at-a-time with the interpreter's op
-//! functions). The CUDA executor of a later stage implements the same [`Executor`] trait.
+//! functions) through one host arena laid out by the model's memory plan
+//! ([`kernels::run_planned`]): every intermediate at its planned offset, the bytes the
+//! GPU would use, so a plan that overlaps live buffers gives wrong numbers on the CPU
+//! too. [`kernels::run_program`] (one allocation per buffer, no plan) stays as the
+//! unplanned reference of the low-level kernel tests. The CUDA executor of a later
+//! stage implements the same [`Executor`] trait.
 
 pub mod cpu;
 pub mod kernels;
@@ -23,4 +28,6 @@ pub enum RunError {
     Interp(#[from] InterpError),
     #[error("{0}")]
     Kernel(#[from] kernels::KernelError),
+    #[error("memory plan: {0}")]
+    Plan(#[from] graphc_compiler::plan::PlanError),
 }

@@ -1,7 +1,7 @@
 //! Every ONNX backend node-test model that imports: optimized and fused into kernels,
-//! run by the kernel executor, it computes what the interpreter computes for the
-//! imported graph, on the suite's own inputs (bitwise, NaN equal to NaN, and the sign of
-//! zero ignored, which `x + 0 -> x` does not keep).
+//! run by the kernel executor through its memory plan's arena, it computes what the
+//! interpreter computes for the imported graph, on the suite's own inputs (bitwise, NaN
+//! equal to NaN, and the sign of zero ignored, which `x + 0 -> x` does not keep).
 //!
 //! Reads the suite materialized by `scripts/onnx_node_tests.py` (see
 //! `ir/tests/onnx_conformance.rs`); skips without it unless GRAPHC_REQUIRE_ONNX_TESTS.
@@ -11,11 +11,22 @@ use std::path::{Path, PathBuf};
 
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::optimize::optimize;
+use graphc_compiler::plan::{plan_memory, MemoryOptions};
 use graphc_ir::onnx::proto::{self, ModelProto, TensorProto};
 use graphc_ir::onnx::tensor::tensor_from_proto;
 use graphc_ir::onnx::{import_model, ImportOptions};
 use graphc_ir::{interpret, Tensor};
-use graphc_runtime::kernels::run_program;
+use graphc_runtime::kernels::run_planned;
+
+/// Plan the program's memory (default options) and run it through the arena.
+fn run_arena(
+    program: &graphc_compiler::kernel::Program,
+    weights: &std::collections::BTreeMap<String, Tensor>,
+    inputs: &HashMap<String, Tensor>,
+) -> Result<Vec<(String, Tensor)>, graphc_runtime::kernels::KernelError> {
+    let plan = plan_memory(program, &MemoryOptions::default()).expect("memory plan");
+    run_planned(program, &plan, weights, inputs)
+}
 
 fn suite_dir() -> PathBuf {
     match std::env::var_os("GRAPHC_ONNX_NODE_TESTS") {
@@ -76,8 +87,8 @@ fn fused_conformance_models_compute_the_same() {
         }
         let Ok(want) = interpret(&graph, &inputs) else { continue };
         let program = fuse(&opt).unwrap_or_else(|e| panic!("{case}: fuse: {e}"));
-        let got = run_program(&program, opt.weights(), &inputs)
-            .unwrap_or_else(|e| panic!("{case}: fused program fails: {e}"));
+        let got =
+            run_arena(&program, opt.weights(), &inputs).unwrap_or_else(|e| panic!("{case}: fused program fails: {e}"));
         checked += 1;
         kernels += program.kernels.len();
         if opt.len() < graph.len() {

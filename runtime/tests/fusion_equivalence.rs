@@ -1,5 +1,6 @@
 //! Fusion keeps meaning: random graphs (every op kind and dtype), fused into kernels and
-//! run by the kernel-IR CPU executor, give the reference interpreter's outputs.
+//! run by the kernel-IR CPU executor through their memory plan's arena, give the
+//! reference interpreter's outputs.
 //!
 //! The executor evaluates each kernel expression with the interpreter's own op
 //! functions, so a correct fusion is bitwise equal (up to NaN payloads); what this
@@ -12,8 +13,19 @@ mod random_graph;
 use std::collections::HashMap;
 
 use graphc_compiler::fuse::fuse;
+use graphc_compiler::plan::{plan_memory, MemoryOptions};
 use graphc_ir::{interpret, Graph, Op, Tensor, TensorData};
-use graphc_runtime::kernels::run_program;
+use graphc_runtime::kernels::run_planned;
+
+/// Plan the program's memory (default options) and run it through the arena.
+fn run_arena(
+    program: &graphc_compiler::kernel::Program,
+    weights: &std::collections::BTreeMap<String, Tensor>,
+    inputs: &HashMap<String, Tensor>,
+) -> Result<Vec<(String, Tensor)>, graphc_runtime::kernels::KernelError> {
+    let plan = plan_memory(program, &MemoryOptions::default()).expect("memory plan");
+    run_planned(program, &plan, weights, inputs)
+}
 
 const GRAPHS: u64 = 400;
 
@@ -67,7 +79,7 @@ fn fused_random_graphs_match_the_interpreter() {
         let Ok(want) = interpret(&g, &ins) else {
             continue; // e.g. integer division by zero: nothing to compare
         };
-        let got = run_program(&program, g.weights(), &ins)
+        let got = run_arena(&program, g.weights(), &ins)
             .unwrap_or_else(|e| panic!("graph {seed}: run failed: {e}\n{}", graphc_ir::print(&g)));
         assert_eq!(got.len(), want.len());
         for ((n1, a), (n2, b)) in got.iter().zip(&want) {
@@ -119,7 +131,7 @@ fn views_rows_and_epilogues_match() {
     let program = fuse(&g).unwrap();
     let ins = inputs(&g, 7);
     let want = interpret(&g, &ins).unwrap();
-    let got = run_program(&program, g.weights(), &ins).unwrap();
+    let got = run_arena(&program, g.weights(), &ins).unwrap();
     for ((n, a), (_, b)) in got.iter().zip(&want) {
         assert!(
             same(a, b),

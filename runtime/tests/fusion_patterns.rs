@@ -3,15 +3,27 @@
 //! exports spell them, and inside the exported fixtures), an elementwise tree with
 //! broadcasts and casts becomes one kernel with a store per value read outside it, and
 //! a linear layer carries bias, activation and residual add as its epilogue. Each is
-//! also run by the kernel executor against the interpreter.
+//! also run by the kernel executor (through its memory plan's arena) against the
+//! interpreter.
 
 use std::collections::HashMap;
 
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::kernel::{print_program, KernelKind, Program};
+use graphc_compiler::plan::{plan_memory, MemoryOptions};
 use graphc_ir::nn::{self, GeluApprox};
 use graphc_ir::{interpret, DType, Graph, GraphBuilder, Tensor, TensorType, UnaryOp};
-use graphc_runtime::kernels::run_program;
+use graphc_runtime::kernels::run_planned;
+
+/// Plan the program's memory (default options) and run it through the arena.
+fn run_arena(
+    program: &graphc_compiler::kernel::Program,
+    weights: &std::collections::BTreeMap<String, Tensor>,
+    inputs: &HashMap<String, Tensor>,
+) -> Result<Vec<(String, Tensor)>, graphc_runtime::kernels::KernelError> {
+    let plan = plan_memory(program, &MemoryOptions::default()).expect("memory plan");
+    run_planned(program, &plan, weights, inputs)
+}
 
 fn run_both(g: &Graph) -> Program {
     let program = fuse(g).unwrap();
@@ -25,7 +37,7 @@ fn run_both(g: &Graph) -> Program {
         })
         .collect();
     let want = interpret(g, &inputs).unwrap();
-    let got = run_program(&program, g.weights(), &inputs).unwrap();
+    let got = run_arena(&program, g.weights(), &inputs).unwrap();
     for ((n, a), (_, b)) in got.iter().zip(&want) {
         assert_eq!(a.ty(), b.ty());
         for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
@@ -167,7 +179,7 @@ fn embedding_gathers_fold_into_their_consumer() {
     let inputs: HashMap<String, Tensor> =
         [("ids".to_string(), Tensor::from_f64(DType::I64, [2, 8], &ids).unwrap())].into();
     let want = interpret(&g, &inputs).unwrap();
-    let got = run_program(&program, g.weights(), &inputs).unwrap();
+    let got = run_arena(&program, g.weights(), &inputs).unwrap();
     assert_eq!(got[0].1, want[0].1);
     // Out of range: an error naming the index, as the interpreter gives.
     let bad: HashMap<String, Tensor> = [(
@@ -175,7 +187,7 @@ fn embedding_gathers_fold_into_their_consumer() {
         Tensor::from_f64(DType::I64, [2, 8], &[50.0; 16]).unwrap(),
     )]
     .into();
-    let e = run_program(&program, g.weights(), &bad).unwrap_err().to_string();
+    let e = run_arena(&program, g.weights(), &bad).unwrap_err().to_string();
     assert!(e.contains("gather index 50 out of range"), "{e}");
 }
 

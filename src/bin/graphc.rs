@@ -529,11 +529,14 @@ fn run(cli: Cli) -> Result<()> {
                     p.notes.iter().map(|n| format!("; {n}")).collect::<String>()
                 );
             }
+            let plan = &compiled.plan;
             let start = Instant::now();
             let outputs = graphc::run_cpu(&compiled, inputs)?;
             println!(
-                "run      cpu, {} kernels (kernel-IR executor): {:.2} ms",
+                "run      cpu, {} kernels (kernel-IR executor) through a {} arena ({} intermediates at planned offsets): {:.2} ms",
                 compiled.program.kernels.len(),
+                human_bytes(plan.arena_bytes as usize),
+                plan.buffers.len(),
                 start.elapsed().as_secs_f64() * 1e3
             );
             for (name, t) in &outputs {

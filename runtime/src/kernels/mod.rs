@@ -7,11 +7,23 @@
 //! (a plain copy when contiguous, an odometer walk otherwise) and stores are scattered
 //! into fresh, whole buffers.
 //!
+//! Two drivers share that machinery:
+//!
+//! - [`run_planned`] (`arena.rs`): the executor models run through. Every intermediate
+//!   lives in ONE host arena (`Vec<u8>`, poisoned with `0xFF` bytes) at the offset a
+//!   [`MemoryPlan`](graphc_compiler::plan::MemoryPlan) gives it, the bytes the GPU would
+//!   use; each kernel decodes the arena buffers it reads, runs, and encodes what it
+//!   writes back. A plan that overlaps live buffers gives wrong numbers here; a plan
+//!   that does not fit the program is a [`KernelError::Plan`] naming the buffer.
+//! - [`run_program`]: the unplanned reference, one allocation per buffer, used by the
+//!   low-level kernel tests (and to compare the arena against).
+//!
 //! Nothing here panics on a malformed program: every kernel is validated (access ranks
 //! and bounds, expression operands, dtypes, stage and store rules) before it reads any
 //! data, and errors name the kernel (index and name) or the input, weight or buffer.
 
 mod access;
+mod arena;
 mod body;
 mod elementwise;
 mod matmul;
@@ -23,6 +35,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KindRef, Program};
 use graphc_ir::{Tensor, TensorType};
+
+pub use arena::run_planned;
 
 /// An error running a program, naming what it is about.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -54,6 +68,10 @@ pub enum KernelError {
     /// The program as a whole (outputs, input list, buffer slots) is malformed.
     #[error("program: {0}")]
     Program(String),
+    /// The memory plan does not fit the program (or the arena cannot be allocated);
+    /// the message names the buffer.
+    #[error("memory plan: {0}")]
+    Plan(String),
 }
 
 /// Run `program` on named inputs with its weights; returns the named outputs in order.
@@ -62,11 +80,74 @@ pub enum KernelError {
 /// and no other name may be given), weights by name from `weights`, constants from
 /// their values. Kernels run in program order; a temp buffer is allocated when a kernel
 /// writes it and dropped after its last reader (unless it is an output).
+///
+/// This is the *unplanned* executor (one allocation per buffer): the reference the
+/// low-level kernel tests use. Models run through [`run_planned`], which keeps every
+/// intermediate in one arena at the offsets of a memory plan.
 pub fn run_program(
     program: &Program,
     weights: &BTreeMap<String, Tensor>,
     inputs: &HashMap<String, Tensor>,
 ) -> Result<Vec<(String, Tensor)>, KernelError> {
+    let n = program.buffers.len();
+    let mut slots = bind(program, weights, inputs)?;
+
+    // The last kernel reading each buffer, to drop temps early.
+    let mut last_read: Vec<Option<usize>> = vec![None; n];
+    for (k, kernel) in program.kernels.iter().enumerate() {
+        for b in kernel.reads() {
+            if let Some(l) = last_read.get_mut(b.index()) {
+                *l = Some(k);
+            }
+        }
+    }
+    let mut is_output = vec![false; n];
+    for (_, id) in &program.outputs {
+        is_output[id.index()] = true;
+    }
+
+    for index in 0..program.kernels.len() {
+        let writes = exec_kernel(program, index, &|id| slots.get(id.index()).and_then(|s| s.as_deref()))?;
+        for (id, t) in writes {
+            if slots[id.index()].is_some() {
+                return Err(kernel_error(
+                    program,
+                    index,
+                    format!("writes buffer b{} which an earlier kernel already wrote", id.0),
+                ));
+            }
+            slots[id.index()] = Some(Cow::Owned(t));
+        }
+        for b in program.kernels[index].reads() {
+            let i = b.index();
+            if i < n
+                && last_read[i] == Some(index)
+                && !is_output[i]
+                && matches!(program.buffers[i].kind, BufferKind::Temp)
+            {
+                slots[i] = None;
+            }
+        }
+    }
+
+    let mut out = Vec::with_capacity(program.outputs.len());
+    for (name, id) in &program.outputs {
+        let t = slots[id.index()].as_deref().ok_or_else(|| KernelError::Output {
+            name: name.clone(),
+            message: format!("buffer b{} was never written", id.0),
+        })?;
+        out.push((name.clone(), t.clone()));
+    }
+    Ok(out)
+}
+
+/// Check the program's input and output lists, then bind inputs (by name, exact type,
+/// no unknown names), weights and constants: one slot per buffer, temps empty.
+pub(crate) fn bind<'a>(
+    program: &'a Program,
+    weights: &'a BTreeMap<String, Tensor>,
+    inputs: &'a HashMap<String, Tensor>,
+) -> Result<Vec<Option<Cow<'a, Tensor>>>, KernelError> {
     let n = program.buffers.len();
     for &id in &program.inputs {
         match program.buffers.get(id.index()) {
@@ -142,54 +223,7 @@ pub fn run_program(
     if let Some(name) = extra.first() {
         return Err(KernelError::UnknownInput((*name).clone()));
     }
-
-    // The last kernel reading each buffer, to drop temps early.
-    let mut last_read: Vec<Option<usize>> = vec![None; n];
-    for (k, kernel) in program.kernels.iter().enumerate() {
-        for b in kernel.reads() {
-            if let Some(l) = last_read.get_mut(b.index()) {
-                *l = Some(k);
-            }
-        }
-    }
-    let mut is_output = vec![false; n];
-    for (_, id) in &program.outputs {
-        is_output[id.index()] = true;
-    }
-
-    for index in 0..program.kernels.len() {
-        let writes = exec_kernel(program, index, &|id| slots.get(id.index()).and_then(|s| s.as_deref()))?;
-        for (id, t) in writes {
-            if slots[id.index()].is_some() {
-                return Err(kernel_error(
-                    program,
-                    index,
-                    format!("writes buffer b{} which an earlier kernel already wrote", id.0),
-                ));
-            }
-            slots[id.index()] = Some(Cow::Owned(t));
-        }
-        for b in program.kernels[index].reads() {
-            let i = b.index();
-            if i < n
-                && last_read[i] == Some(index)
-                && !is_output[i]
-                && matches!(program.buffers[i].kind, BufferKind::Temp)
-            {
-                slots[i] = None;
-            }
-        }
-    }
-
-    let mut out = Vec::with_capacity(program.outputs.len());
-    for (name, id) in &program.outputs {
-        let t = slots[id.index()].as_deref().ok_or_else(|| KernelError::Output {
-            name: name.clone(),
-            message: format!("buffer b{} was never written", id.0),
-        })?;
-        out.push((name.clone(), t.clone()));
-    }
-    Ok(out)
+    Ok(slots)
 }
 
 /// Run kernel `index` of `program` on `buffers` (indexed by buffer id, one slot per
