@@ -20,6 +20,7 @@ pub mod npz;
 use std::collections::HashMap;
 use std::path::Path;
 
+pub use graphc_compiler::plan::MemoryOptions;
 pub use graphc_compiler::{CompileOptions, Compiled};
 pub use graphc_ir as ir;
 use graphc_ir::{Graph, Tensor};
@@ -38,6 +39,9 @@ pub enum Error {
     Compile(#[from] graphc_compiler::CompileError),
     #[error(transparent)]
     Run(#[from] graphc_runtime::RunError),
+    /// The memory plan does not fit its budget (the diagnosis says why and what would help).
+    #[error(transparent)]
+    OverBudget(#[from] graphc_compiler::plan::OverBudget),
 }
 
 /// Load a model: an `.onnx` file (with its external data), a `.gir` text IR file (with
@@ -78,6 +82,24 @@ pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error>
 /// Compile with default options.
 pub fn compile(graph: &Graph) -> Result<Compiled, Error> {
     Ok(graphc_compiler::compile(graph, &CompileOptions::default())?)
+}
+
+/// Compile with these options (e.g. a memory budget in `opts.memory.budget_bytes`).
+/// The result carries its memory plan whether or not it fits; check it with
+/// [`check_budget`].
+pub fn compile_with(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Error> {
+    Ok(graphc_compiler::compile(graph, opts)?)
+}
+
+/// [`Error::OverBudget`] (with the full diagnosis) when the compiled model's memory plan
+/// exceeds its budget. `symbolic_dims` names the model's symbolic dimensions (the ONNX
+/// `--dim` names), which the diagnosis offers as remedies.
+pub fn check_budget(model: &Compiled, symbolic_dims: &[String]) -> Result<(), Error> {
+    Ok(graphc_compiler::plan::check_budget(
+        &model.program,
+        &model.plan,
+        symbolic_dims,
+    )?)
 }
 
 /// Run a compiled model on the CPU.
