@@ -66,9 +66,14 @@ where
         error: None,
     }];
     if !one.plan.fits() {
+        let diagnosis = graphc_compiler::plan::over_budget_diagnosis(&one.program, &one.plan, &[])
+            .unwrap_or_default()
+            .trim_end()
+            .to_string();
         return Err(Error::DoesNotFit {
             value: 1,
             plan: Box::new(one.plan),
+            diagnosis,
         });
     }
     let mut probe = |value: usize, probes: &mut Vec<Probe>| -> Result<Option<Compiled>, Error> {

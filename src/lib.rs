@@ -21,6 +21,7 @@ pub mod npz;
 use std::collections::HashMap;
 use std::path::Path;
 
+pub use graphc_compiler::plan::MemoryOptions;
 pub use graphc_compiler::{CompileOptions, Compiled};
 pub use graphc_ir as ir;
 use graphc_ir::{Graph, Tensor};
@@ -42,17 +43,17 @@ pub enum Error {
     Compile(#[from] graphc_compiler::CompileError),
     #[error(transparent)]
     Run(#[from] graphc_runtime::RunError),
-    /// Even the smallest value of the dimension searched by [`fit::fit`] does not fit.
-    #[error(
-        "even {value} does not fit: the plan needs {} bytes, {} over the budget of {} bytes",
-        plan.total_bytes,
-        plan.total_bytes.saturating_sub(plan.budget_bytes),
-        plan.budget_bytes
-    )]
+    /// Even the smallest value of the dimension searched by [`fit::fit`] does not fit
+    /// (`diagnosis`: the over-budget diagnosis of the plan at that value).
+    #[error("even {value} does not fit: {diagnosis}")]
     DoesNotFit {
         value: usize,
         plan: Box<graphc_compiler::plan::MemoryPlan>,
+        diagnosis: String,
     },
+    /// The memory plan does not fit its budget (the diagnosis says why and what would help).
+    #[error(transparent)]
+    OverBudget(#[from] graphc_compiler::plan::OverBudget),
 }
 
 /// Load a model: an `.onnx` file (with its external data), a `.gir` text IR file (with
@@ -95,9 +96,22 @@ pub fn compile(graph: &Graph) -> Result<Compiled, Error> {
     compile_with(graph, &CompileOptions::default())
 }
 
-/// Compile with the given options (memory budget, target architecture, optimizer limits).
+/// Compile with these options (e.g. a memory budget in `opts.memory.budget_bytes`).
+/// The result carries its memory plan whether or not it fits; check it with
+/// [`check_budget`].
 pub fn compile_with(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Error> {
     Ok(graphc_compiler::compile(graph, opts)?)
+}
+
+/// [`Error::OverBudget`] (with the full diagnosis) when the compiled model's memory plan
+/// exceeds its budget. `symbolic_dims` names the model's symbolic dimensions (the ONNX
+/// `--dim` names), which the diagnosis offers as remedies.
+pub fn check_budget(model: &Compiled, symbolic_dims: &[String]) -> Result<(), Error> {
+    Ok(graphc_compiler::plan::check_budget(
+        &model.program,
+        &model.plan,
+        symbolic_dims,
+    )?)
 }
 
 /// Run a compiled model on the CPU: its kernels, with every intermediate in one host

@@ -265,7 +265,7 @@ fn plan_prints_the_arena_and_refuses_a_budget_it_exceeds() {
     }
     fails_with(
         &graphc(&["plan", BLOCK, "--budget", "100KiB"]),
-        "budget is 100.0 KiB: over by",
+        "budget is 100.0 KiB (102400 B): over by",
     );
     let o = graphc(&["plan", BLOCK, "--budget", "24 parsecs"]);
     assert!(
@@ -319,4 +319,130 @@ fn fit_prints_the_largest_batch_and_refuses_static_models() {
         &graphc(&["fit", model, "--dim", "batch", "--dim", "seq=16", "--budget", "1MiB"]),
         "even 1 does not fit",
     );
+}
+
+#[test]
+fn plan_summary_picture_and_svg() {
+    let dir = temp_dir("cli-plan-svg");
+    let svg = dir.join("plan.svg");
+    let o = graphc(&["plan", BLOCK, "--picture", "--svg", svg.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for fragment in [
+        "arena / bound",
+        "fragmentation",
+        "peak ",
+        "tensors live at the peak",
+        "legend (largest first):",
+        "^ peak: step",
+        "fits, headroom",
+    ] {
+        assert!(text.contains(fragment), "missing `{fragment}` in:\n{text}");
+    }
+    let written = std::fs::read_to_string(&svg).expect("the SVG is written");
+    assert!(written.starts_with("<svg"), "{written}");
+    assert!(written.trim_end().ends_with("</svg>"));
+
+    // Without --picture, no picture.
+    let o = graphc(&["plan", BLOCK]);
+    assert!(!stdout(&o).contains("legend"), "{}", stdout(&o));
+
+    // An SVG that cannot be written: the error names the path.
+    let bad = dir.join("no/such/folder/plan.svg");
+    fails_with(
+        &graphc(&["plan", BLOCK, "--svg", bad.to_str().unwrap()]),
+        "no/such/folder/plan.svg",
+    );
+}
+
+#[test]
+fn plan_json_has_the_contract_fields_and_steps() {
+    let o = graphc(&["plan", BLOCK, "--json", "--budget", "1GiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stdout is only JSON");
+    for key in [
+        "arch",
+        "arena_bytes",
+        "lower_bound_bytes",
+        "weights_bytes",
+        "budget_bytes",
+        "total_bytes",
+        "peak_step",
+        "peak_live",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["budget_bytes"], 1u64 << 30);
+    let kernels = v["kernels"].as_u64().expect("kernels is a count");
+    assert_eq!(v["steps"].as_array().unwrap().len() as u64, kernels);
+    let buffers = v["buffers"].as_array().unwrap();
+    assert!(!buffers.is_empty());
+    for b in buffers {
+        for key in ["offset", "bytes", "start", "end"] {
+            assert!(b.get(key).is_some_and(|x| x.is_u64()), "buffer without {key}: {b}");
+        }
+    }
+}
+
+#[test]
+fn plan_over_budget_names_the_peak_and_remedies_and_writes_nothing() {
+    let o = graphc(&["plan", GPT2, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let peak = plan["peak_step"].as_u64().unwrap() as usize;
+    let peak_kernel = plan["steps"][peak]["kernel"].as_str().unwrap().to_string();
+    let top = plan["peak_live"][0]["name"].as_str().unwrap().to_string();
+    // Room for the weights and the GEMM workspace, not for all the activations.
+    let fixed = plan["weights_bytes"].as_u64().unwrap() + plan["workspace_bytes"].as_u64().unwrap();
+    let budget = (fixed + (plan["total_bytes"].as_u64().unwrap() - fixed) / 2).to_string();
+
+    let dir = temp_dir("cli-plan-over");
+    let svg = dir.join("plan.svg");
+    for json in [false, true] {
+        let mut args = vec!["plan", GPT2, "--budget", &budget, "--svg", svg.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        let o = graphc(&args);
+        fails_with(&o, "over by ");
+        let err = stderr(&o);
+        assert!(err.contains("B) but the budget is "), "{err}");
+        assert!(err.contains(&format!("({budget} B): over by")), "{err}");
+        assert!(err.contains(&format!("kernel {peak_kernel} (")), "{err}");
+        assert!(err.contains(&top), "{err}");
+        assert!(err.contains("what would help:"), "{err}");
+        assert!(err.contains("- a smaller batch or sequence length"), "{err}");
+        assert!(err.contains("- bf16/fp16 instead of f32"), "{err}");
+        assert!(!svg.exists(), "no SVG for a plan over budget");
+        if json {
+            assert!(stdout(&o).is_empty(), "nothing on stdout: {}", stdout(&o));
+        } else {
+            assert!(stdout(&o).contains("OVER BUDGET by"), "{}", stdout(&o));
+        }
+    }
+
+    // Below the cuBLASLt workspace nothing in the model helps, and the error says so.
+    let o = graphc(&["plan", GPT2, "--budget", "1MiB"]);
+    fails_with(&o, "budget is 1.00 MiB (1048576 B): over by");
+    assert!(
+        stderr(&o).contains("workspace the GEMMs reserve (32.0 MiB) alone exceeds"),
+        "{}",
+        stderr(&o)
+    );
+
+    // `run` refuses too, before running anything.
+    let out = dir.join("out.npz");
+    let o = graphc(&[
+        "run",
+        GPT2,
+        "--inputs",
+        "tests/fixtures/onnx/gpt2/inputs.npz",
+        "--output",
+        out.to_str().unwrap(),
+        "--budget",
+        "1MiB",
+    ]);
+    fails_with(&o, "over by ");
+    assert!(stderr(&o).contains(&peak_kernel), "{}", stderr(&o));
+    assert!(!out.exists());
 }

@@ -72,10 +72,11 @@ fn fit_says_when_nothing_fits() {
     )
     .unwrap_err();
     match &e {
-        Error::DoesNotFit { value: 1, plan } => assert!(!plan.fits()),
+        Error::DoesNotFit { value: 1, plan, .. } => assert!(!plan.fits()),
         other => panic!("{other}"),
     }
     assert!(e.to_string().contains("even 1 does not fit"), "{e}");
+    assert!(e.to_string().contains("over by"), "{e}");
     // A static model has no dimension to search.
     let e = graphc::fit::fit_model(
         &repo_path("examples/models/transformer_block.gir"),

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use graphc::ir::{self, Graph, Tensor};
 use graphc_compiler::kernel;
+use graphc_compiler::plan::report;
 
 #[derive(Parser)]
 #[command(name = "graphc", version, about = "A tensor computation-graph compiler")]
@@ -39,16 +40,27 @@ enum Command {
         dims: Vec<(String, usize)>,
     },
     /// Plan memory: every intermediate at an offset in one arena; what the run needs.
+    ///
+    /// Prints the memory summary (where the bytes go, arena vs lower bound, the peak
+    /// step and the tensors live there, total vs budget); `--picture` adds the arena
+    /// over time as text. Over the budget it fails (exit 1) saying by how much, what is
+    /// live at the peak and what would help.
     Plan {
         model: PathBuf,
         #[arg(long = "dim", value_parser = parse_dim)]
         dims: Vec<(String, usize)>,
-        /// Print the plan as JSON.
+        /// Print the plan as JSON (nothing on stdout when it does not fit).
         #[arg(long)]
         json: bool,
         /// Memory budget: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
         budget: u64,
+        /// Also print the arena over time (kernel steps x offsets) as text.
+        #[arg(long)]
+        picture: bool,
+        /// Write the arena over time as an SVG file (only when the plan fits).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
     },
     /// The largest value of a symbolic dimension whose memory plan fits the budget.
     Fit {
@@ -103,6 +115,9 @@ enum Command {
         output: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = Device::Cpu)]
         device: Device,
+        /// Memory budget the plan must fit (the run fails before starting otherwise).
+        #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
+        budget: u64,
     },
     /// Write random inputs for a model to an .npz file (deterministic for a seed).
     RandomInputs {
@@ -262,43 +277,39 @@ fn run(cli: Cli) -> Result<()> {
             dims,
             json,
             budget,
+            picture,
+            svg,
         } => {
             let graph = graphc::load_model(&model, &dims)?;
-            let compiled = graphc::compile(&graph)?;
-            let opts = graphc_compiler::plan::MemoryOptions {
-                budget_bytes: budget,
-                ..Default::default()
+            let compiled = graphc::compile_with(&graph, &budget_options(budget))?;
+            let (program, plan) = (&compiled.program, &compiled.plan);
+            let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
+            let print_summary = || {
+                println!("model          {}", model.display());
+                print!("{}", report::summary(program, plan));
+                if picture {
+                    println!();
+                    print!("{}", report::picture(plan, 64, 16));
+                }
             };
-            let plan = graphc_compiler::plan::plan_memory(&compiled.program, &opts)
-                .map_err(|e| anyhow::anyhow!("memory plan: {e}"))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&plan)?);
-            } else {
-                println!("model        {}: {} kernels", model.display(), plan.kernels);
-                println!("weights      {}", human_bytes(plan.weights_bytes as usize));
-                println!("inputs       {}", human_bytes(plan.inputs_bytes as usize));
-                println!("outputs      {}", human_bytes(plan.outputs_bytes as usize));
-                println!(
-                    "arena        {} for {} intermediates (lower bound {}, ratio {:.3}, {})",
-                    human_bytes(plan.arena_bytes as usize),
-                    plan.buffers.len(),
-                    human_bytes(plan.lower_bound_bytes as usize),
-                    plan.arena_bytes as f64 / plan.lower_bound_bytes.max(1) as f64,
-                    plan.strategy
-                );
-                println!(
-                    "total        {} of a {} budget",
-                    human_bytes(plan.total_bytes as usize),
-                    human_bytes(plan.budget_bytes as usize)
-                );
+            if let Err(over) = graphc::check_budget(&compiled, &symbolic) {
+                // The summary (text mode only), then the diagnosis; no SVG is written.
+                if !json {
+                    print_summary();
+                }
+                return Err(over.into());
             }
-            if !plan.fits() {
-                bail!(
-                    "the model needs {} but the budget is {}: over by {}",
-                    human_bytes(plan.total_bytes as usize),
-                    human_bytes(plan.budget_bytes as usize),
-                    human_bytes((plan.total_bytes - plan.budget_bytes) as usize)
-                );
+            if let Some(path) = &svg {
+                std::fs::write(path, report::svg(program, plan))
+                    .with_context(|| format!("writing the SVG to {}", path.display()))?;
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(plan)?);
+            } else {
+                print_summary();
+                if let Some(path) = &svg {
+                    println!("wrote          {}", path.display());
+                }
             }
         }
         Command::Fit {
@@ -371,19 +382,8 @@ fn run(cli: Cli) -> Result<()> {
                 start.elapsed().as_secs_f64() * 1e3,
                 tried.join(", ")
             );
-            println!(
-                "plan         at {dim}={}: weights {}, arena {} (lower bound {}, {:.3}x), inputs {}, outputs {}, \
-                 workspace {}, total {}",
-                fit.value,
-                human_bytes(plan.weights_bytes as usize),
-                human_bytes(plan.arena_bytes as usize),
-                human_bytes(plan.lower_bound_bytes as usize),
-                plan.ratio(),
-                human_bytes(plan.inputs_bytes as usize),
-                human_bytes(plan.outputs_bytes as usize),
-                human_bytes(plan.workspace_bytes as usize),
-                human_bytes(plan.total_bytes as usize)
-            );
+            println!();
+            print!("{}", report::summary(&fit.compiled.program, plan));
         }
         Command::Cuda { model, dims, kernel } => {
             let graph = graphc::load_model(&model, &dims)?;
@@ -506,6 +506,7 @@ fn run(cli: Cli) -> Result<()> {
             inputs,
             output,
             device,
+            budget,
         } => {
             if let Device::Cuda = device {
                 bail!("--device cuda: the CUDA executor is not available in this version of graphc; use --device cpu");
@@ -513,7 +514,9 @@ fn run(cli: Cli) -> Result<()> {
             let graph = graphc::load_model(&model, &dims)?;
             println!("model    {}: {}", model.display(), describe(&graph));
             let inputs = graphc::npz::read_inputs(&inputs, &graph)?;
-            let compiled = graphc::compile(&graph)?;
+            let compiled = graphc::compile_with(&graph, &budget_options(budget))?;
+            let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
+            graphc::check_budget(&compiled, &symbolic)?;
             for p in &compiled.passes {
                 let (before, after) = match p.pass {
                     "fuse" => ("nodes", "kernels"),
@@ -606,18 +609,18 @@ fn summarize(t: &Tensor) -> String {
     )
 }
 
-/// `1536` -> `1.5 KiB`.
+/// `1536` -> `1.50 KiB`.
 fn human_bytes(b: usize) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", units[u])
+    report::human_bytes(b as u64)
+}
+
+/// Default compile options with this memory budget.
+fn budget_options(budget: u64) -> graphc::CompileOptions {
+    graphc::CompileOptions {
+        memory: graphc::MemoryOptions {
+            budget_bytes: budget,
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }

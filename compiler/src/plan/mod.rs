@@ -11,6 +11,9 @@
 //! - `offsets.rs` — [`assign_offsets`], the offset-assignment core: greedy best-fit in
 //!   several orders (`greedy.rs`), then an exact-style search (`search.rs`) while the
 //!   arena is above `max(lower bound, capacity target)`.
+//! - `report.rs` — [`report::summary`], [`report::picture`] (terminal) and
+//!   [`report::svg`] of a plan; [`over_budget_diagnosis`] / [`check_budget`]: why a plan
+//!   does not fit and what would help.
 //! - `verify.rs` — [`verify`] (a placement: alignment, no overlap in time and address,
 //!   arena covers every buffer, at least the lower bound) and [`verify_plan`] (a
 //!   [`MemoryPlan`] against its program).
@@ -21,6 +24,7 @@
 mod greedy;
 mod memory;
 mod offsets;
+pub mod report;
 mod schedule;
 mod search;
 mod verify;
@@ -30,5 +34,6 @@ pub use memory::{
     DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
 };
 pub use offsets::{assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions};
+pub use report::{check_budget, over_budget_diagnosis, OverBudget};
 pub use schedule::{apply_schedule, candidate_orders, schedule, Schedule};
 pub use verify::{verify, verify_plan};

@@ -1,0 +1,361 @@
+//! The memory plan's reports: the summary and the terminal picture of the example
+//! transformer block (snapshots), the SVG (well-formed, one rect per buffer, escaped
+//! names) and the over-budget diagnosis.
+
+use graphc::models::{gpt, GptConfig};
+use graphc::{CompileOptions, Compiled, MemoryOptions};
+use graphc_compiler::kernel::Program;
+use graphc_compiler::plan::report::{self, human_bytes};
+use graphc_compiler::plan::{check_budget, over_budget_diagnosis, MemoryPlan, PlanStep, PlannedBuffer};
+
+fn block() -> Compiled {
+    graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap()
+}
+
+fn with_budget(budget: u64) -> Compiled {
+    let opts = CompileOptions {
+        memory: MemoryOptions {
+            budget_bytes: budget,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    graphc::compile_with(&gpt(&GptConfig::default()).unwrap(), &opts).unwrap()
+}
+
+#[test]
+fn snapshot_transformer_block_summary() {
+    let c = block();
+    insta::assert_snapshot!("transformer_block_plan_summary", report::summary(&c.program, &c.plan));
+}
+
+#[test]
+fn snapshot_transformer_block_picture() {
+    let c = block();
+    insta::assert_snapshot!("transformer_block_plan_picture", report::picture(&c.plan, 64, 16));
+}
+
+#[test]
+fn reports_are_deterministic() {
+    let (a, b) = (block(), block());
+    assert_eq!(
+        report::summary(&a.program, &a.plan),
+        report::summary(&b.program, &b.plan)
+    );
+    assert_eq!(report::svg(&a.program, &a.plan), report::svg(&b.program, &b.plan));
+}
+
+/// A minimal XML well-formedness check: tags balance, attribute values are quoted and
+/// hold no raw `<`, and every `&` starts an entity. Returns the element names opened.
+fn check_xml(text: &str) -> Vec<String> {
+    let mut stack: Vec<String> = Vec::new();
+    let mut opened = Vec::new();
+    let check_amp = |s: &str| {
+        for (i, _) in s.match_indices('&') {
+            let rest = &s[i..];
+            assert!(
+                ["&amp;", "&lt;", "&gt;", "&quot;", "&apos;"]
+                    .iter()
+                    .any(|e| rest.starts_with(e)),
+                "raw & in {s:?}"
+            );
+        }
+    };
+    let mut rest = text;
+    while let Some(lt) = rest.find('<') {
+        check_amp(&rest[..lt]);
+        let after = &rest[lt + 1..];
+        // The tag ends at the first `>` outside quotes.
+        let mut in_quote = false;
+        let mut end = None;
+        for (i, ch) in after.char_indices() {
+            match ch {
+                '"' => in_quote = !in_quote,
+                '<' if in_quote => panic!("raw < in an attribute: {}", &after[..i]),
+                '>' if !in_quote => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let end = end.expect("an unclosed tag");
+        let tag = &after[..end];
+        check_amp(tag);
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop().as_deref(), Some(name.trim()), "mismatched </{name}>");
+        } else if !tag.starts_with('?') && !tag.starts_with('!') {
+            let name: String = tag.chars().take_while(|c| !c.is_whitespace() && *c != '/').collect();
+            assert!(!name.is_empty(), "empty tag name in <{tag}>");
+            opened.push(name.clone());
+            if !tag.ends_with('/') {
+                stack.push(name);
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    check_amp(rest);
+    assert!(stack.is_empty(), "unclosed elements: {stack:?}");
+    assert!(rest.trim().is_empty(), "text after the root element");
+    opened
+}
+
+#[test]
+fn svg_is_well_formed_with_one_rect_per_buffer() {
+    let c = block();
+    let svg = report::svg(&c.program, &c.plan);
+    assert!(svg.starts_with("<svg "), "{svg}");
+    let opened = check_xml(&svg);
+    assert_eq!(opened.first().map(String::as_str), Some("svg"));
+    assert_eq!(svg.matches("<rect class=\"buffer\"").count(), c.plan.buffers.len());
+    assert!(!c.plan.buffers.is_empty());
+    assert!(svg.contains("stroke-dasharray=\"6 4\""), "the lower-bound line");
+    for b in &c.plan.buffers {
+        let tip = format!("<title>b{}", b.buffer);
+        assert!(
+            svg.match_indices(&tip)
+                .any(|(i, _)| !svg[i + tip.len()..].starts_with(|c: char| c.is_ascii_digit())),
+            "tooltip of b{}",
+            b.buffer
+        );
+    }
+}
+
+/// A hand-made plan: one kernel, one arena buffer with a hostile name.
+fn tiny_plan(name: &str, kernels: usize, buffers: Vec<PlannedBuffer>) -> MemoryPlan {
+    let arena = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
+    MemoryPlan {
+        arch: "sm_89".into(),
+        kernels,
+        schedule: "program".into(),
+        align: 256,
+        arena_bytes: arena,
+        lower_bound_bytes: arena,
+        weights_bytes: 0,
+        inputs_bytes: 0,
+        outputs_bytes: 0,
+        workspace_bytes: 0,
+        budget_bytes: 1 << 30,
+        total_bytes: arena,
+        strategy: "greedy:size".into(),
+        greedy_arena_bytes: arena,
+        in_place: 0,
+        aliases: 0,
+        peak_step: 0,
+        peak_live: Vec::new(),
+        steps: (0..kernels)
+            .map(|k| PlanStep {
+                kernel: format!("k{k}_{name}"),
+                kind: "elementwise".into(),
+                args: Vec::new(),
+            })
+            .collect(),
+        buffers,
+        time: Default::default(),
+    }
+}
+
+#[test]
+fn svg_escapes_names() {
+    let nasty = "a<b&c\"d>'e";
+    let plan = tiny_plan(
+        nasty,
+        1,
+        vec![PlannedBuffer {
+            buffer: 0,
+            name: Some(nasty.into()),
+            offset: 0,
+            bytes: 1024,
+            start: 0,
+            end: 1,
+            reuses: None,
+        }],
+    );
+    let svg = report::svg(&Program::default(), &plan);
+    check_xml(&svg);
+    assert!(!svg.contains(nasty));
+    assert!(svg.contains("a&lt;b&amp;c&quot;d&gt;&apos;e"), "{svg}");
+    assert_eq!(svg.matches("<rect class=\"buffer\"").count(), 1);
+}
+
+#[test]
+fn pictures_of_empty_and_one_kernel_arenas() {
+    let empty = tiny_plan("x", 1, Vec::new());
+    assert_eq!(
+        report::picture(&empty, 40, 8),
+        "arena empty: no intermediate lives in the arena (1 kernel)\n"
+    );
+    check_xml(&report::svg(&Program::default(), &empty));
+    let none = tiny_plan("x", 0, Vec::new());
+    assert!(report::picture(&none, 40, 8).contains("0 kernels"));
+
+    let one = tiny_plan(
+        "x",
+        1,
+        vec![
+            PlannedBuffer {
+                buffer: 3,
+                name: Some("t".into()),
+                offset: 0,
+                bytes: 512,
+                start: 0,
+                end: 1,
+                reuses: None,
+            },
+            PlannedBuffer {
+                buffer: 4,
+                name: None,
+                offset: 512,
+                bytes: 512,
+                start: 0,
+                end: 1,
+                reuses: None,
+            },
+        ],
+    );
+    let pic = report::picture(&one, 10, 4);
+    let rows: Vec<&str> = pic.lines().take(4).collect();
+    assert!(rows[0].ends_with("|BBBBBBBBBB| < lower bound 1.00 KiB"), "{pic}");
+    assert!(rows[3].ends_with("0 |AAAAAAAAAA|"), "{pic}");
+    // Tiny plots and many steps per column still draw.
+    assert!(report::picture(&one, 1, 1).contains('|'));
+    let many = tiny_plan(
+        "x",
+        1000,
+        vec![PlannedBuffer {
+            buffer: 0,
+            name: None,
+            offset: 0,
+            bytes: 256,
+            start: 10,
+            end: 900,
+            reuses: None,
+        }],
+    );
+    let pic = report::picture(&many, 50, 3);
+    assert!(pic.contains("20 steps per column"), "{pic}");
+    check_xml(&report::svg(&Program::default(), &many));
+}
+
+#[test]
+fn human_bytes_and_budget_args() {
+    assert_eq!(human_bytes(0), "0 B");
+    assert_eq!(human_bytes(1023), "1023 B");
+    assert_eq!(human_bytes(1536), "1.50 KiB");
+    assert_eq!(human_bytes(24 << 30), "24.0 GiB");
+    assert_eq!(report::budget_arg(24 << 30), "24GiB");
+    assert_eq!(report::budget_arg(3 << 20), "3MiB");
+    assert_eq!(report::budget_arg(1000), "1000");
+}
+
+#[test]
+fn a_plan_that_fits_has_no_diagnosis() {
+    let c = block();
+    assert!(c.plan.fits());
+    assert_eq!(over_budget_diagnosis(&c.program, &c.plan, &[]), None);
+    assert!(check_budget(&c.program, &c.plan, &[]).is_ok());
+    assert!(graphc::check_budget(&c, &[]).is_ok());
+}
+
+#[test]
+fn over_budget_says_by_how_much_what_is_live_and_what_would_help() {
+    let fits = block();
+    let fixed = fits.plan.weights_bytes + fits.plan.workspace_bytes;
+    // Room for the weights and workspace, not for all the activations.
+    let budget = fixed + (fits.plan.total_bytes - fixed) / 2;
+    let c = with_budget(budget);
+    assert!(!c.plan.fits());
+    let dims = vec!["batch".to_string()];
+    let text = over_budget_diagnosis(&c.program, &c.plan, &dims).expect("over budget");
+    let over = c.plan.total_bytes - budget;
+    assert!(
+        text.contains(&format!("over by {} ({over} B)", human_bytes(over))),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("budget is {} ({budget} B)", human_bytes(budget))),
+        "{text}"
+    );
+    for label in ["weights", "arena", "inputs", "outputs", "workspace", "total"] {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(label)),
+            "{label} in {text}"
+        );
+    }
+    let peak = &c.plan.steps[c.plan.peak_step as usize];
+    assert!(
+        text.contains(&format!("kernel {} ({})", peak.kernel, peak.kind)),
+        "{text}"
+    );
+    let top = &c.plan.peak_live[0];
+    assert!(text.contains(top.name.as_deref().unwrap()), "{text}");
+    assert!(
+        text.contains(&format!(
+            "graphc fit MODEL --dim batch --budget {}",
+            report::budget_arg(budget)
+        )),
+        "{text}"
+    );
+    assert!(text.contains("bf16/fp16"), "{text}");
+    assert!(!text.contains("no activation remedy"), "{text}");
+
+    let err = check_budget(&c.program, &c.plan, &dims).unwrap_err();
+    assert_eq!(err.over_by, over);
+    assert_eq!(err.to_string(), text.trim_end());
+    assert!(matches!(
+        graphc::check_budget(&c, &dims),
+        Err(graphc::Error::OverBudget(_))
+    ));
+}
+
+#[test]
+fn weights_over_the_budget_rule_out_activation_remedies() {
+    let c = with_budget(64 << 10);
+    assert!(c.plan.weights_bytes > 64 << 10);
+    let text = over_budget_diagnosis(&c.program, &c.plan, &["batch".to_string()]).unwrap();
+    assert!(text.contains("the weights alone"), "{text}");
+    assert!(text.contains("no activation remedy"), "{text}");
+    assert!(!text.contains("graphc fit"), "{text}");
+    assert!(!text.contains("recomputation ("), "{text}");
+}
+
+#[test]
+fn recomputation_names_tensors_idle_across_the_peak() {
+    // GPT-2's fixture: an elementwise result made at the start is read again only
+    // after the peak.
+    let graph = graphc::load_model(
+        &std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/onnx/gpt2/model.onnx"),
+        &[],
+    )
+    .unwrap();
+    let fits = graphc::compile(&graph).unwrap();
+    let fixed = fits.plan.weights_bytes + fits.plan.workspace_bytes;
+    let opts = CompileOptions {
+        memory: MemoryOptions {
+            budget_bytes: fixed + (fits.plan.total_bytes - fixed) / 2,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let c = graphc::compile_with(&graph, &opts).unwrap();
+    let text = over_budget_diagnosis(&c.program, &c.plan, &[]).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("recomputation (rematerialization)"))
+        .unwrap_or_else(|| panic!("no recomputation remedy in:\n{text}"));
+    // Every tensor it names was live at the peak, written by a cheap kernel, and not
+    // touched at the peak step.
+    let peak = c.plan.peak_step;
+    let named: Vec<_> = c
+        .plan
+        .peak_live
+        .iter()
+        .filter(|t| line.contains(&format!("(b{}, ", t.buffer)))
+        .collect();
+    assert!(!named.is_empty(), "{line}");
+    for t in named {
+        assert!(matches!(t.op.as_str(), "elementwise" | "row"), "{line}");
+        assert!(!c.plan.steps[peak as usize].args.iter().any(|a| a.buffer == t.buffer));
+    }
+    assert!(text.contains("a smaller batch or sequence length"), "{text}");
+}
