@@ -114,9 +114,6 @@ pub(crate) struct Solver<'a> {
     solution: Vec<u64>,
     off_undo: Vec<(u32, u64)>,
     floor_undo: Vec<(u32, u64)>,
-    affected: Vec<u32>,
-    mark: Vec<u32>,
-    epoch: u32,
     nodes: u64,
     max_placed: usize,
     placed_count: usize,
@@ -218,9 +215,6 @@ impl<'a> Solver<'a> {
             solution: vec![0; n],
             off_undo: Vec::new(),
             floor_undo: Vec::new(),
-            affected: Vec::new(),
-            mark: vec![0; s],
-            epoch: 0,
             nodes: 0,
             max_placed: 0,
             placed_count: 0,
@@ -436,12 +430,9 @@ impl<'a> Solver<'a> {
         self.off[b] = o;
         let h = o.saturating_add(self.size[b]);
         let mut hatless = true;
-        self.affected.clear();
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.mark.fill(0);
-            self.epoch = 1;
-        }
+        // The sections of the buffers whose minimum offset rose, outside b's own: every
+        // such buffer meets b's range, so they form two runs beside it.
+        let (mut left, mut right) = (self.lo[b], self.hi[b]);
         for &q in &self.overlaps[b] {
             let q = q as usize;
             if self.placed[q] {
@@ -451,12 +442,8 @@ impl<'a> Solver<'a> {
             if self.min_off[q] < h {
                 self.off_undo.push((q as u32, self.min_off[q]));
                 self.min_off[q] = h;
-                for s in self.lo[q]..self.hi[q] {
-                    if self.mark[s as usize] != self.epoch {
-                        self.mark[s as usize] = self.epoch;
-                        self.affected.push(s);
-                    }
-                }
+                left = left.min(self.lo[q]);
+                right = right.max(self.hi[q]);
             }
         }
         for s in self.lo[b] as usize..self.hi[b] as usize {
@@ -470,7 +457,7 @@ impl<'a> Solver<'a> {
             return (undo, false, hatless);
         }
         // A section's floor is at least the least minimum offset of its unplaced buffers.
-        for &s in &self.affected {
+        for s in (left..self.lo[b]).chain(self.hi[b]..right) {
             let s = s as usize;
             let floor = self.floor[s];
             let mut least = u64::MAX;
