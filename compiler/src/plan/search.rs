@@ -71,12 +71,21 @@ enum Key {
     Area,
     /// The largest current section total over the buffer's sections.
     Total,
+    /// Size.
+    Size,
+    /// Start, latest first.
+    Start,
+    /// End, latest first.
+    End,
 }
 
-const PREORDERS: [[Key; 3]; 3] = [
+const PREORDERS: [[Key; 3]; 6] = [
     [Key::Width, Key::Area, Key::Total],
     [Key::Total, Key::Area, Key::Width],
     [Key::Total, Key::Width, Key::Area],
+    [Key::Size, Key::Width, Key::Area],
+    [Key::Start, Key::Width, Key::Size],
+    [Key::End, Key::Width, Key::Size],
 ];
 
 /// A sub-problem: unplaced buffers living within sections `lo..hi`.
@@ -85,6 +94,63 @@ struct Part {
     lo: u32,
     hi: u32,
 }
+
+/// A 128-bit fingerprint, built from words (two multiply-rotate streams).
+#[derive(Clone, Copy)]
+struct Fingerprint(u64, u64);
+
+impl Fingerprint {
+    fn new(seed: u64) -> Fingerprint {
+        Fingerprint(seed ^ 0x243f_6a88_85a3_08d3, seed.rotate_left(32) ^ 0x1319_8a2e_0370_7344)
+    }
+
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.1 = (self.1 ^ x.rotate_left(17)).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(29);
+    }
+
+    fn get(self) -> u128 {
+        (u128::from(self.0) << 64) | u128::from(self.1)
+    }
+}
+
+impl Part {
+    /// Identifies the sub-problem (its buffers and sections), which fixes its ranks.
+    fn root(&self) -> u64 {
+        let mut f = Fingerprint::new(u64::from(self.lo) << 32 | u64::from(self.hi));
+        for &b in &self.bufs {
+            f.add(u64::from(b));
+        }
+        f.0 ^ f.1
+    }
+}
+
+/// Hashes `u128` fingerprints by their low bits (they are already mixed).
+#[derive(Default)]
+struct FingerprintHasher(u64);
+
+impl std::hash::Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u128(&mut self, x: u128) {
+        self.0 = x as u64;
+    }
+}
+
+/// Failed states: fingerprint of (sub-problem, unplaced buffers with their minimum
+/// offsets) -> the least restrictive (offset, rank) front under which it failed.
+type Failed = std::collections::HashMap<u128, (u64, u32), std::hash::BuildHasherDefault<FingerprintHasher>>;
+
+/// At most this many failed states are remembered per search.
+const FAILED_CAP: usize = 1 << 20;
 
 /// The search's static data (built once per problem) and its state.
 pub(crate) struct Solver<'a> {
@@ -114,6 +180,7 @@ pub(crate) struct Solver<'a> {
     solution: Vec<u64>,
     off_undo: Vec<(u32, u64)>,
     floor_undo: Vec<(u32, u64)>,
+    failed: Failed,
     nodes: u64,
     max_placed: usize,
     placed_count: usize,
@@ -215,6 +282,7 @@ impl<'a> Solver<'a> {
             solution: vec![0; n],
             off_undo: Vec::new(),
             floor_undo: Vec::new(),
+            failed: Failed::default(),
             nodes: 0,
             max_placed: 0,
             placed_count: 0,
@@ -234,10 +302,13 @@ impl<'a> Solver<'a> {
         let mut round = n.saturating_mul(2).max(16);
         loop {
             round = round.saturating_mul(2);
-            for preorder in 0..PREORDERS.len() {
+            for preorder in 0..4 {
                 let limit = round.min(budget - used);
                 let status = self.run(target, preorder, limit, deadline);
                 used += self.nodes.min(limit);
+                if std::env::var_os("GRAPHC_SEARCH_DEBUG").is_some() {
+                    eprintln!("target {target} preorder {preorder} limit {limit}: {status:?} after {}", self.nodes);
+                }
                 match status {
                     Status::Found => return (Outcome::Found(self.solution.clone()), used),
                     Status::NotFound => return (Outcome::Infeasible, used),
@@ -265,6 +336,7 @@ impl<'a> Solver<'a> {
         self.cuts.clone_from(&self.base_cuts);
         self.off_undo.clear();
         self.floor_undo.clear();
+        self.failed.clear();
         let all = Part {
             bufs: (0..self.size.len() as u32).collect(),
             lo: 0,
@@ -309,6 +381,9 @@ impl<'a> Solver<'a> {
             match k {
                 Key::Width => u128::from(s.width[b]),
                 Key::Area => u128::from(s.width[b]) * u128::from(s.size[b]),
+                Key::Size => u128::from(s.size[b]),
+                Key::Start => u128::from(s.lo[b]),
+                Key::End => u128::from(s.hi[b]),
                 Key::Total => u128::from(
                     s.total[s.lo[b] as usize..s.hi[b] as usize]
                         .iter()
@@ -336,12 +411,12 @@ impl<'a> Solver<'a> {
         ranked.sort_unstable();
         let pre: Vec<u32> = ranked.into_iter().map(|(_, b)| b).collect();
         let order: Vec<(u64, u32)> = (0..pre.len() as u32).map(|r| (0, r)).collect();
-        self.search(part, &pre, &order, (0, 0))
+        self.search(part, part.root(), &pre, &order, (0, 0))
     }
 
     /// The search proper over `part`, whose buffers by rank are `pre`; `order` is the
     /// parent's candidate order and `last` the (offset, rank) of the last placement.
-    fn search(&mut self, part: &Part, pre: &[u32], order: &[(u64, u32)], last: (u64, u32)) -> Status {
+    fn search(&mut self, part: &Part, root: u64, pre: &[u32], order: &[(u64, u32)], last: (u64, u32)) -> Status {
         self.nodes += 1;
         if self.nodes > self.limit || (self.nodes % 512 == 0 && Instant::now() >= self.deadline) {
             return Status::Stopped;
@@ -360,26 +435,46 @@ impl<'a> Solver<'a> {
             return Status::Found;
         }
         ord.sort_unstable();
+        // The rest depends only on the unplaced buffers' minimum offsets and the front.
+        let mut fp = Fingerprint::new(root);
+        for &(o, r) in &ord {
+            fp.add(o);
+            fp.add(u64::from(r));
+        }
+        let key = fp.get();
+        if self.failed.get(&key).is_some_and(|&front| front <= last) {
+            return Status::NotFound;
+        }
         let min_height = ord
             .iter()
             .map(|&(o, r)| o.saturating_add(self.size[pre[r as usize] as usize]))
             .min()
             .unwrap_or(u64::MAX);
+        // Section inference, for every candidate at once: whatever is placed next at `o`,
+        // each section still needs room for its unplaced units above `max(o, floor)`.
+        let mut top = u64::MAX;
+        for s in part.lo as usize..part.hi as usize {
+            let (f, t) = (self.floor[s], self.total[s]);
+            if f.saturating_add(t) > self.target {
+                return Status::NotFound;
+            }
+            top = top.min(self.target - t);
+        }
         for i in 0..ord.len() {
             let (o, r) = ord[i];
             if (o, r) < last {
                 continue; // not canonical
             }
-            if o >= min_height {
-                break; // dominated (and so is every later candidate)
+            if o >= min_height || o > top {
+                break; // dominated, or no room (and so for every later candidate)
             }
             let b = pre[r as usize] as usize;
             if self.twin[b] != u32::MAX && !self.placed[self.twin[b] as usize] {
                 continue; // its twin goes first
             }
-            let (undo, ok, hatless) = self.place(part, b, o);
+            let (undo, ok, hatless) = self.place(b, o);
             let status = if ok {
-                self.descend(part, pre, &ord, (o, r), b)
+                self.descend(part, root, pre, &ord, (o, r), b)
             } else {
                 Status::NotFound
             };
@@ -391,11 +486,23 @@ impl<'a> Solver<'a> {
                 break; // b constrains nothing left: placing another first cannot help
             }
         }
+        if self.failed.len() < FAILED_CAP {
+            let front = self.failed.entry(key).or_insert(last);
+            *front = (*front).min(last);
+        }
         Status::NotFound
     }
 
     /// After placing `b`: splits the part where cuts dropped to zero, else searches on.
-    fn descend(&mut self, part: &Part, pre: &[u32], ord: &[(u64, u32)], last: (u64, u32), b: usize) -> Status {
+    fn descend(
+        &mut self,
+        part: &Part,
+        root: u64,
+        pre: &[u32],
+        ord: &[(u64, u32)],
+        last: (u64, u32),
+        b: usize,
+    ) -> Status {
         self.solution[b] = last.0;
         let (lo, hi) = (self.lo[b], self.hi[b]);
         let mut cutpoints = Vec::new();
@@ -407,7 +514,7 @@ impl<'a> Solver<'a> {
             }
         }
         let status = if cutpoints.is_empty() {
-            self.search(part, pre, ord, last)
+            self.search(part, root, pre, ord, last)
         } else {
             self.split(part, &cutpoints)
         };
@@ -422,7 +529,7 @@ impl<'a> Solver<'a> {
     /// inference: everything still to place in a section sits at or above both its floor
     /// and `o`, as later placements never go lower). Returns the undo marks, whether the
     /// state is alive, and whether `b` is *hatless* (no unplaced buffer overlaps it).
-    fn place(&mut self, part: &Part, b: usize, o: u64) -> ((usize, usize), bool, bool) {
+    fn place(&mut self, b: usize, o: u64) -> ((usize, usize), bool, bool) {
         let undo = (self.off_undo.len(), self.floor_undo.len());
         self.placed[b] = true;
         self.placed_count += 1;
@@ -451,11 +558,11 @@ impl<'a> Solver<'a> {
             self.floor[s] = h;
             self.total[s] -= self.size[b];
         }
+        // Section inference before the floors rise: for b's sections `max(o, floor) +
+        // total` is unchanged (its floor there is at most o), elsewhere nothing changed:
+        // the caller only places b at an offset where it holds (see `search`).
         let target = self.target;
         let fits = |floor: u64, total: u64| floor.max(o).saturating_add(total) <= target;
-        if !(part.lo as usize..part.hi as usize).all(|s| fits(self.floor[s], self.total[s])) {
-            return (undo, false, hatless);
-        }
         // A section's floor is at least the least minimum offset of its unplaced buffers.
         for s in (left..self.lo[b]).chain(self.hi[b]..right) {
             let s = s as usize;
@@ -577,12 +684,12 @@ mod tests {
 
     #[test]
     fn debug_case82() {
-        let bufs: Vec<Interval> = vec![Interval::new(14, 20, 39), Interval::new(2, 3, 30), Interval::new(7, 11, 46), Interval::new(19, 20, 1), Interval::new(19, 20, 1), Interval::new(19, 20, 1), Interval::new(1, 2, 16), Interval::new(0, 2, 32), Interval::new(19, 20, 7), Interval::new(1, 2, 14), Interval::new(0, 7, 28), Interval::new(0, 1, 30), Interval::new(4, 12, 5), Interval::new(0, 3, 2), Interval::new(0, 19, 3), Interval::new(3, 12, 4), Interval::new(5, 13, 30), Interval::new(4, 5, 30), Interval::new(13, 18, 3), Interval::new(18, 20, 3), Interval::new(11, 19, 11), Interval::new(9, 14, 14), Interval::new(0, 19, 5), Interval::new(12, 20, 2), Interval::new(19, 20, 1), Interval::new(0, 3, 17), Interval::new(19, 20, 1), Interval::new(14, 19, 16), Interval::new(0, 9, 20), Interval::new(11, 19, 35), Interval::new(3, 9, 17), Interval::new(13, 14, 16), Interval::new(0, 14, 7), Interval::new(14, 18, 17), Interval::new(0, 4, 5), Interval::new(4, 5, 32), Interval::new(19, 20, 1), Interval::new(19, 20, 3), Interval::new(12, 19, 2), Interval::new(19, 20, 16), Interval::new(5, 14, 32), Interval::new(19, 20, 1), Interval::new(19, 20, 1), Interval::new(19, 20, 1), Interval::new(13, 20, 11), Interval::new(19, 20, 1), Interval::new(9, 19, 20), Interval::new(0, 3, 2), Interval::new(19, 20, 12), Interval::new(18, 19, 17), Interval::new(19, 20, 1), Interval::new(19, 20, 62), Interval::new(2, 4, 32), Interval::new(19, 20, 1), Interval::new(9, 14, 3), Interval::new(12, 19, 5), Interval::new(0, 7, 18), Interval::new(19, 20, 2), Interval::new(3, 4, 30)];
+        let bufs: Vec<Interval> = vec![Interval::new(0, 4, 200), Interval::new(2, 5, 65), Interval::new(20, 28, 523), Interval::new(20, 22, 159), Interval::new(4, 7, 9), Interval::new(0, 10, 52), Interval::new(0, 10, 3), Interval::new(0, 10, 10), Interval::new(13, 16, 6), Interval::new(7, 8, 1), Interval::new(8, 9, 128), Interval::new(4, 5, 22), Interval::new(0, 13, 5), Interval::new(3, 4, 1), Interval::new(4, 16, 403), Interval::new(2, 10, 4), Interval::new(25, 28, 157), Interval::new(4, 5, 76), Interval::new(22, 28, 58), Interval::new(26, 27, 2), Interval::new(0, 3, 1), Interval::new(0, 28, 133), Interval::new(7, 10, 7), Interval::new(4, 6, 41), Interval::new(13, 14, 1), Interval::new(2, 10, 1), Interval::new(21, 26, 1), Interval::new(21, 22, 152), Interval::new(24, 25, 159), Interval::new(5, 10, 65), Interval::new(7, 8, 1), Interval::new(0, 10, 4), Interval::new(16, 28, 6), Interval::new(22, 23, 159), Interval::new(7, 10, 24), Interval::new(26, 27, 85), Interval::new(26, 27, 8), Interval::new(14, 21, 1), Interval::new(25, 28, 2), Interval::new(10, 20, 159), Interval::new(20, 21, 152), Interval::new(26, 28, 1), Interval::new(5, 7, 100), Interval::new(0, 10, 5), Interval::new(7, 10, 38), Interval::new(5, 10, 1), Interval::new(23, 24, 159), Interval::new(10, 22, 48), Interval::new(6, 7, 41), Interval::new(16, 20, 523), Interval::new(27, 28, 39), Interval::new(26, 27, 15), Interval::new(0, 2, 403), Interval::new(7, 10, 3), Interval::new(4, 16, 120), Interval::new(0, 2, 65), Interval::new(7, 8, 2), Interval::new(1, 2, 5), Interval::new(2, 4, 403), Interval::new(9, 10, 128), Interval::new(7, 8, 60), Interval::new(0, 10, 4), Interval::new(0, 13, 2), Interval::new(0, 4, 120), Interval::new(22, 24, 110), Interval::new(0, 1, 5), Interval::new(24, 26, 110), Interval::new(27, 28, 71), Interval::new(4, 7, 50), Interval::new(7, 8, 21), Interval::new(7, 8, 43), Interval::new(10, 20, 152), Interval::new(4, 5, 1), Interval::new(0, 10, 10), Interval::new(22, 28, 32), Interval::new(4, 5, 2)];
         let p = Problem::new(&bufs, 1).unwrap();
         let mut s = Solver::new(&p);
         let far = Instant::now() + std::time::Duration::from_secs(10);
-        for pre in 0..3 {
-            let st = s.run(169, pre, 200_000, far);
+        for pre in 0..6 {
+            let st = s.run(1022, pre, 300_000, far);
             eprintln!("preorder {pre}: {st:?} nodes {} maxdepth {}", s.nodes, s.max_placed);
         }
     }
