@@ -228,14 +228,17 @@ impl Problem {
 /// 1. Greedy best-fit in four orders (size, duration, area = size x duration, all
 ///    descending; start ascending; ties by index): each buffer goes into the gap, among
 ///    the buffers already placed that overlap it in time, that it fits with the least
-///    waste (lowest offset on ties), else on top of them. The smallest arena wins.
-/// 2. While the arena is above `max(lower bound, capacity)`, a depth-first search in the
-///    manner of MiniMalloc tries to fit smaller targets (see `search.rs`), within
-///    `node_limit` visited states and `time_budget`. The result is never worse than the
-///    best greedy order.
+///    waste (lowest offset on ties), else on top of them. The smallest arena wins; if it
+///    is at most `max(lower bound, capacity)` (the goal), that is the result.
+/// 2. Else the exact search of `search.rs` (after MiniMalloc) asks "does everything fit
+///    under the goal?" with half of `node_limit` and of the time left; then, if it did
+///    not say yes, it bisects over targets between the goal and the best arena found,
+///    each try with half of what is left, taking every placement it finds.
+/// 3. If the search found nothing below greedy, a local search over best-fit orders
+///    (`greedy.rs`) spends what is left.
 ///
-/// Deterministic for equal inputs and options as long as `time_budget` does not run out
-/// before `node_limit`.
+/// The result is never worse than the best greedy order. Deterministic for equal inputs
+/// and options as long as `time_budget` does not run out before `node_limit`.
 pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement, PlanError> {
     let t0 = Instant::now();
     let align = opts.align;
@@ -373,7 +376,10 @@ fn valid(p: &Problem, off: &[u64]) -> bool {
     for &b in &order {
         live.retain(|&q| p.last[q] > p.first[b]);
         let (lo, hi) = (off[b], off[b].saturating_add(p.size[b]));
-        if live.iter().any(|&q| off[q] < hi && lo < off[q].saturating_add(p.size[q])) {
+        if live
+            .iter()
+            .any(|&q| off[q] < hi && lo < off[q].saturating_add(p.size[q]))
+        {
             return false;
         }
         live.push(b);

@@ -1,45 +1,57 @@
 //! An exact depth-first search for a placement within a target arena, after MiniMalloc
 //! (M. D. Moffitt, "MiniMalloc: A Lightweight Memory Allocator for Hardware-Accelerated
-//! Machine Learning", ASPLOS 2024). This is our own implementation of the ideas of that
-//! paper; the names below are ours.
+//! Machine Learning", ASPLOS 2023, proceedings vol. 4, 2024; doi:10.1145/3623278.3624752).
+//! This is our own implementation of the ideas of that paper; the names are ours.
 //!
-//! **Sections.** Time is cut at every buffer end: a *section* is the set of buffers live
-//! just before some buffer ends (the problem's time sections, keeping only those followed
-//! by an end: the others hold a subset of the next one's buffers and prune nothing
-//! more). A buffer spans a contiguous range of sections; two buffers overlap in time iff
-//! their ranges meet.
+//! **Sections.** A *section* is the set of buffers live just before some buffer ends (the
+//! problem's time sections, keeping only those followed by an end: any other holds a
+//! subset of the next one's buffers and prunes nothing more). A buffer spans a contiguous
+//! range of sections; two buffers overlap in time iff their ranges meet.
 //!
 //! **Canonical placements.** Buffers are placed one at a time, each at its *minimum
 //! offset*: the highest top among the already placed buffers that overlap it in time (0
-//! if none). Any placement can be pushed down into such a form without growing, and the
-//! order of placement can be taken as non-decreasing in (offset, static rank): so a
-//! branch is skipped when it would place a buffer before the previous one in that order.
+//! if none). Any placement can be pushed down into one built this way, in non-decreasing
+//! order of (offset, static rank); so a branch that would place a buffer before the
+//! previous one in that order is skipped. Buffers with equal lifetime and size (*twins*)
+//! are interchangeable and placed in index order.
 //!
-//! **Dominance.** Let `h` be the lowest `minimum offset + size` among unplaced buffers.
-//! No buffer is placed at an offset `>= h`: the buffer reaching `h` would then sit in a
-//! gap it could drop into, so that branch repeats one already explored.
+//! **Dominance.** Let `h` be the least `minimum offset + size` of the unplaced buffers. No
+//! buffer is placed at an offset `>= h`: the buffer reaching `h` would then fit in the gap
+//! below, a placement another branch builds. **Hatless pruning:** if the buffer just tried
+//! overlaps no unplaced buffer and its branch failed, so do its siblings (it constrains
+//! nothing that is left, so it could as well go first in each of them).
 //!
 //! **Section inference.** Per section: `floor`, a lower bound on the offset of anything
 //! still to be placed there (the top of the last buffer placed across it, raised to the
-//! least minimum offset of its unplaced buffers), and `total`, the units of its unplaced
-//! buffers. A state is dead when some section has `max(floor, current offset) + total`
-//! above the target (later placements never go below the current offset).
+//! least minimum offset of its unplaced buffers where those rose), and `total`, the units
+//! of its unplaced buffers. A state is dead when some section has `max(floor, offset) +
+//! total` above the target, `offset` being that of the last placement (later ones never
+//! go lower). Before the floors rise this bound does not depend on which buffer is placed,
+//! so each node computes once the highest offset with room and tries no candidate above.
 //!
 //! **Dynamic ordering.** At each node the candidates are the unplaced buffers sorted by
-//! minimum offset, then by a static rank computed per sub-problem from one of three
-//! preorders (lifetime width, area, section total: `WAT`, `TAW`, `TWA`, each descending;
-//! ties by index).
+//! minimum offset, then by a static rank computed per sub-problem from one of four
+//! preorders: MiniMalloc's `WAT`, `TAW`, `TWA` (lifetime width, area, largest section
+//! total; each descending) and size first (which settles tight, waste-free packings much
+//! sooner); ties by index.
 //!
 //! **Decomposition.** Between two adjacent sections, the *cut* counts the unplaced
-//! buffers spanning both. Where it drops to zero the remaining problem splits into
-//! independent sub-problems (connected over time), solved one after another with fresh
-//! canonical orders; one that fails fails the branch, and a solved one is never revisited.
-//! The initial problem is split the same way.
+//! buffers spanning both. Where it drops to zero the rest splits into independent
+//! sub-problems (connected over time), solved one after another, each with fresh ranks
+//! and canonical order; one that fails fails the branch, and a solved one is never
+//! revisited. The whole problem is split the same way to start with.
+//!
+//! **Failed states.** What can still happen below a node depends only on its
+//! sub-problem, the minimum offsets of its unplaced buffers and the canonical front (the
+//! last (offset, rank)). A node whose sub-problem failed exhaustively is remembered by a
+//! 128-bit fingerprint of the first two with the least restrictive front it failed
+//! under; a node reaching the same fingerprint with a front at least as restrictive fails
+//! at once (this cuts the permutations of placements that end in the same state).
 //!
 //! **Budget.** [`Solver::fit`] runs the preorders round-robin with a node limit doubling
-//! per round (starting at twice the buffer count), as MiniMalloc does, within an overall
-//! node budget (deterministic) and a deadline (a safety stop). A complete, unstopped
-//! search that finds nothing proves that no placement fits the target.
+//! per round (starting at four times the buffer count), as MiniMalloc does, within an
+//! overall node budget (deterministic) and a deadline (a safety stop). A complete search
+//! that finds nothing proves that no placement fits the target.
 
 use std::time::Instant;
 
@@ -73,19 +85,15 @@ enum Key {
     Total,
     /// Size.
     Size,
-    /// Start, latest first.
-    Start,
-    /// End, latest first.
-    End,
 }
 
-const PREORDERS: [[Key; 3]; 6] = [
+/// The static preorders tried in turn: MiniMalloc's three (`WAT`, `TAW`, `TWA`), then
+/// size first (which finds tight, waste-free packings much sooner).
+const PREORDERS: [[Key; 3]; 4] = [
     [Key::Width, Key::Area, Key::Total],
     [Key::Total, Key::Area, Key::Width],
     [Key::Total, Key::Width, Key::Area],
     [Key::Size, Key::Width, Key::Area],
-    [Key::Start, Key::Width, Key::Size],
-    [Key::End, Key::Width, Key::Size],
 ];
 
 /// A sub-problem: unplaced buffers living within sections `lo..hi`.
@@ -101,12 +109,17 @@ struct Fingerprint(u64, u64);
 
 impl Fingerprint {
     fn new(seed: u64) -> Fingerprint {
-        Fingerprint(seed ^ 0x243f_6a88_85a3_08d3, seed.rotate_left(32) ^ 0x1319_8a2e_0370_7344)
+        Fingerprint(
+            seed ^ 0x243f_6a88_85a3_08d3,
+            seed.rotate_left(32) ^ 0x1319_8a2e_0370_7344,
+        )
     }
 
     fn add(&mut self, x: u64) {
         self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.1 = (self.1 ^ x.rotate_left(17)).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(29);
+        self.1 = (self.1 ^ x.rotate_left(17))
+            .wrapping_mul(0xff51_afd7_ed55_8ccd)
+            .rotate_left(29);
     }
 
     fn get(self) -> u128 {
@@ -181,9 +194,9 @@ pub(crate) struct Solver<'a> {
     off_undo: Vec<(u32, u64)>,
     floor_undo: Vec<(u32, u64)>,
     failed: Failed,
+    /// Reused by [`Solver::search`] to sort the unplaced buffers.
+    scratch: Vec<(u64, u32)>,
     nodes: u64,
-    max_placed: usize,
-    placed_count: usize,
     limit: u64,
     deadline: Instant,
 }
@@ -253,7 +266,8 @@ impl<'a> Solver<'a> {
                 *c += 1;
             }
         }
-        let mut keys: Vec<(u32, u32, u64, u32)> = (0..n).map(|b| (p.first[b], p.last[b], p.size[b], b as u32)).collect();
+        let mut keys: Vec<(u32, u32, u64, u32)> =
+            (0..n).map(|b| (p.first[b], p.last[b], p.size[b], b as u32)).collect();
         keys.sort_unstable();
         let mut twin = vec![u32::MAX; n];
         for w in keys.windows(2) {
@@ -283,9 +297,8 @@ impl<'a> Solver<'a> {
             off_undo: Vec::new(),
             floor_undo: Vec::new(),
             failed: Failed::default(),
+            scratch: Vec::new(),
             nodes: 0,
-            max_placed: 0,
-            placed_count: 0,
             limit: 0,
             deadline: Instant::now(),
         }
@@ -302,13 +315,10 @@ impl<'a> Solver<'a> {
         let mut round = n.saturating_mul(2).max(16);
         loop {
             round = round.saturating_mul(2);
-            for preorder in 0..4 {
+            for preorder in 0..PREORDERS.len() {
                 let limit = round.min(budget - used);
                 let status = self.run(target, preorder, limit, deadline);
                 used += self.nodes.min(limit);
-                if std::env::var_os("GRAPHC_SEARCH_DEBUG").is_some() {
-                    eprintln!("target {target} preorder {preorder} limit {limit}: {status:?} after {}", self.nodes);
-                }
                 match status {
                     Status::Found => return (Outcome::Found(self.solution.clone()), used),
                     Status::NotFound => return (Outcome::Infeasible, used),
@@ -382,8 +392,6 @@ impl<'a> Solver<'a> {
                 Key::Width => u128::from(s.width[b]),
                 Key::Area => u128::from(s.width[b]) * u128::from(s.size[b]),
                 Key::Size => u128::from(s.size[b]),
-                Key::Start => u128::from(s.lo[b]),
-                Key::End => u128::from(s.hi[b]),
                 Key::Total => u128::from(
                     s.total[s.lo[b] as usize..s.hi[b] as usize]
                         .iter()
@@ -410,25 +418,27 @@ impl<'a> Solver<'a> {
             .collect();
         ranked.sort_unstable();
         let pre: Vec<u32> = ranked.into_iter().map(|(_, b)| b).collect();
-        let order: Vec<(u64, u32)> = (0..pre.len() as u32).map(|r| (0, r)).collect();
-        self.search(part, part.root(), &pre, &order, (0, 0))
+        self.search(part, part.root(), &pre, (0, 0))
     }
 
-    /// The search proper over `part`, whose buffers by rank are `pre`; `order` is the
-    /// parent's candidate order and `last` the (offset, rank) of the last placement.
-    fn search(&mut self, part: &Part, root: u64, pre: &[u32], order: &[(u64, u32)], last: (u64, u32)) -> Status {
+    /// The search proper over `part`, whose buffers by rank are `pre`; `last` is the
+    /// (offset, rank) of the last placement. Only the candidates outlive the setup (in a
+    /// vector per depth), so memory stays small on deep searches.
+    fn search(&mut self, part: &Part, root: u64, pre: &[u32], last: (u64, u32)) -> Status {
         self.nodes += 1;
-        if self.nodes > self.limit || (self.nodes % 512 == 0 && Instant::now() >= self.deadline) {
+        if self.nodes > self.limit || (self.nodes % 16 == 0 && Instant::now() >= self.deadline) {
             return Status::Stopped;
         }
-        let mut ord: Vec<(u64, u32)> = order
-            .iter()
-            .filter_map(|&(_, r)| {
-                let b = pre[r as usize] as usize;
-                (!self.placed[b]).then(|| (self.min_off[b], r))
-            })
-            .collect();
+        let mut ord = std::mem::take(&mut self.scratch);
+        ord.clear();
+        ord.extend(
+            pre.iter()
+                .zip(0u32..)
+                .filter(|&(&b, _)| !self.placed[b as usize])
+                .map(|(&b, r)| (self.min_off[b as usize], r)),
+        );
         if ord.is_empty() {
+            self.scratch = ord;
             for &b in &part.bufs {
                 self.solution[b as usize] = self.off[b as usize];
             }
@@ -442,9 +452,6 @@ impl<'a> Solver<'a> {
             fp.add(u64::from(r));
         }
         let key = fp.get();
-        if self.failed.get(&key).is_some_and(|&front| front <= last) {
-            return Status::NotFound;
-        }
         let min_height = ord
             .iter()
             .map(|&(o, r)| o.saturating_add(self.size[pre[r as usize] as usize]))
@@ -453,28 +460,29 @@ impl<'a> Solver<'a> {
         // Section inference, for every candidate at once: whatever is placed next at `o`,
         // each section still needs room for its unplaced units above `max(o, floor)`.
         let mut top = u64::MAX;
+        let mut dead = self.failed.get(&key).is_some_and(|&front| front <= last);
         for s in part.lo as usize..part.hi as usize {
             let (f, t) = (self.floor[s], self.total[s]);
-            if f.saturating_add(t) > self.target {
-                return Status::NotFound;
-            }
-            top = top.min(self.target - t);
+            dead |= f.saturating_add(t) > self.target;
+            top = top.min(self.target.saturating_sub(t));
         }
-        for i in 0..ord.len() {
-            let (o, r) = ord[i];
-            if (o, r) < last {
-                continue; // not canonical
-            }
-            if o >= min_height || o > top {
-                break; // dominated, or no room (and so for every later candidate)
-            }
+        // The candidates: canonical (not before `last`), below `min_height` (dominance)
+        // and at most `top`.
+        let from = ord.partition_point(|&e| e < last);
+        let to = from + ord[from..].partition_point(|&(o, _)| o < min_height && o <= top);
+        let cands: Vec<(u64, u32)> = if dead { Vec::new() } else { ord[from..to].to_vec() };
+        self.scratch = ord;
+        if dead {
+            return Status::NotFound;
+        }
+        for &(o, r) in &cands {
             let b = pre[r as usize] as usize;
             if self.twin[b] != u32::MAX && !self.placed[self.twin[b] as usize] {
                 continue; // its twin goes first
             }
             let (undo, ok, hatless) = self.place(b, o);
             let status = if ok {
-                self.descend(part, root, pre, &ord, (o, r), b)
+                self.descend(part, root, pre, (o, r), b)
             } else {
                 Status::NotFound
             };
@@ -494,15 +502,7 @@ impl<'a> Solver<'a> {
     }
 
     /// After placing `b`: splits the part where cuts dropped to zero, else searches on.
-    fn descend(
-        &mut self,
-        part: &Part,
-        root: u64,
-        pre: &[u32],
-        ord: &[(u64, u32)],
-        last: (u64, u32),
-        b: usize,
-    ) -> Status {
+    fn descend(&mut self, part: &Part, root: u64, pre: &[u32], last: (u64, u32), b: usize) -> Status {
         self.solution[b] = last.0;
         let (lo, hi) = (self.lo[b], self.hi[b]);
         let mut cutpoints = Vec::new();
@@ -514,7 +514,7 @@ impl<'a> Solver<'a> {
             }
         }
         let status = if cutpoints.is_empty() {
-            self.search(part, root, pre, ord, last)
+            self.search(part, root, pre, last)
         } else {
             self.split(part, &cutpoints)
         };
@@ -532,8 +532,6 @@ impl<'a> Solver<'a> {
     fn place(&mut self, b: usize, o: u64) -> ((usize, usize), bool, bool) {
         let undo = (self.off_undo.len(), self.floor_undo.len());
         self.placed[b] = true;
-        self.placed_count += 1;
-        self.max_placed = self.max_placed.max(self.placed_count);
         self.off[b] = o;
         let h = o.saturating_add(self.size[b]);
         let mut hatless = true;
@@ -603,7 +601,6 @@ impl<'a> Solver<'a> {
             }
         }
         self.placed[b] = false;
-        self.placed_count -= 1;
     }
 }
 
@@ -679,18 +676,6 @@ mod tests {
                     "case {case}"
                 );
             }
-        }
-    }
-
-    #[test]
-    fn debug_case82() {
-        let bufs: Vec<Interval> = vec![Interval::new(0, 4, 200), Interval::new(2, 5, 65), Interval::new(20, 28, 523), Interval::new(20, 22, 159), Interval::new(4, 7, 9), Interval::new(0, 10, 52), Interval::new(0, 10, 3), Interval::new(0, 10, 10), Interval::new(13, 16, 6), Interval::new(7, 8, 1), Interval::new(8, 9, 128), Interval::new(4, 5, 22), Interval::new(0, 13, 5), Interval::new(3, 4, 1), Interval::new(4, 16, 403), Interval::new(2, 10, 4), Interval::new(25, 28, 157), Interval::new(4, 5, 76), Interval::new(22, 28, 58), Interval::new(26, 27, 2), Interval::new(0, 3, 1), Interval::new(0, 28, 133), Interval::new(7, 10, 7), Interval::new(4, 6, 41), Interval::new(13, 14, 1), Interval::new(2, 10, 1), Interval::new(21, 26, 1), Interval::new(21, 22, 152), Interval::new(24, 25, 159), Interval::new(5, 10, 65), Interval::new(7, 8, 1), Interval::new(0, 10, 4), Interval::new(16, 28, 6), Interval::new(22, 23, 159), Interval::new(7, 10, 24), Interval::new(26, 27, 85), Interval::new(26, 27, 8), Interval::new(14, 21, 1), Interval::new(25, 28, 2), Interval::new(10, 20, 159), Interval::new(20, 21, 152), Interval::new(26, 28, 1), Interval::new(5, 7, 100), Interval::new(0, 10, 5), Interval::new(7, 10, 38), Interval::new(5, 10, 1), Interval::new(23, 24, 159), Interval::new(10, 22, 48), Interval::new(6, 7, 41), Interval::new(16, 20, 523), Interval::new(27, 28, 39), Interval::new(26, 27, 15), Interval::new(0, 2, 403), Interval::new(7, 10, 3), Interval::new(4, 16, 120), Interval::new(0, 2, 65), Interval::new(7, 8, 2), Interval::new(1, 2, 5), Interval::new(2, 4, 403), Interval::new(9, 10, 128), Interval::new(7, 8, 60), Interval::new(0, 10, 4), Interval::new(0, 13, 2), Interval::new(0, 4, 120), Interval::new(22, 24, 110), Interval::new(0, 1, 5), Interval::new(24, 26, 110), Interval::new(27, 28, 71), Interval::new(4, 7, 50), Interval::new(7, 8, 21), Interval::new(7, 8, 43), Interval::new(10, 20, 152), Interval::new(4, 5, 1), Interval::new(0, 10, 10), Interval::new(22, 28, 32), Interval::new(4, 5, 2)];
-        let p = Problem::new(&bufs, 1).unwrap();
-        let mut s = Solver::new(&p);
-        let far = Instant::now() + std::time::Duration::from_secs(10);
-        for pre in 0..6 {
-            let st = s.run(1022, pre, 300_000, far);
-            eprintln!("preorder {pre}: {st:?} nodes {} maxdepth {}", s.nodes, s.max_placed);
         }
     }
 }
