@@ -426,7 +426,7 @@ impl<'a> Solver<'a> {
     /// vector per depth), so memory stays small on deep searches.
     fn search(&mut self, part: &Part, root: u64, pre: &[u32], last: (u64, u32)) -> Status {
         self.nodes += 1;
-        if self.nodes > self.limit || (self.nodes % 16 == 0 && Instant::now() >= self.deadline) {
+        if self.nodes > self.limit || (self.nodes.is_multiple_of(16) && Instant::now() >= self.deadline) {
             return Status::Stopped;
         }
         let mut ord = std::mem::take(&mut self.scratch);
