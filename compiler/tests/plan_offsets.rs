@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use graphc_compiler::plan::{assign_offsets, greedy_arena, lower_bound, verify, Interval, PlanError, PlanOptions};
 use graphc_ir::Rng;
+use proptest::prelude::*;
 
 fn iv(start: u32, end: u32, size: u64) -> Interval {
     Interval { start, end, size }
@@ -242,4 +243,85 @@ fn perfect_packings_reach_the_lower_bound() {
     }
     eprintln!("perfect packings: search fits {fit}/{cases}, greedy alone {greedy_fit}/{cases}");
     assert_eq!(fit, cases, "the search must fit every waste-free packing");
+}
+
+fn arb_interval() -> impl Strategy<Value = Interval> {
+    (
+        0u32..60,
+        1u32..25,
+        prop_oneof![1u64..300, (1u64..16).prop_map(|k| 256 * k), 1u64..70_000, Just(0u64)],
+    )
+        .prop_map(|(start, len, size)| iv(start, start + len, size))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Random lifetimes: a valid, aligned plan, at least the lower bound, never worse than
+    /// any greedy order, and the same on a second run.
+    #[test]
+    fn prop_random_lifetimes(bufs in prop::collection::vec(arb_interval(), 0..50), align_pick in 0usize..3) {
+        let align = [1, 256, 96][align_pick];
+        let o = PlanOptions { node_limit: 5_000, ..opts(align) };
+        let p = assign_offsets(&bufs, &o).unwrap();
+        prop_assert!(verify(&bufs, &p, align).is_ok(), "{:?}", verify(&bufs, &p, align));
+        prop_assert!(p.offsets.iter().all(|x| x % align == 0));
+        prop_assert_eq!(p.arena % align, 0);
+        prop_assert_eq!(p.lower_bound, lower_bound(&bufs, align));
+        prop_assert!(p.arena >= p.lower_bound);
+        for order in ["size", "duration", "area", "start"] {
+            let g = greedy_arena(&bufs, align, order).unwrap().unwrap();
+            prop_assert!(p.arena <= g, "arena {} above greedy {} {}", p.arena, order, g);
+        }
+        let q = assign_offsets(&bufs, &o).unwrap();
+        prop_assert_eq!((&p.offsets, p.arena, &p.strategy, p.search_nodes), (&q.offsets, q.arena, &q.strategy, q.search_nodes));
+    }
+}
+
+/// A model-sized input (thousands of buffers): the default options keep the call within
+/// the time budget (plus slack for a loaded machine), and a binding node limit keeps it
+/// deterministic.
+#[test]
+fn large_inputs_respect_the_budgets() {
+    let mut rng = Rng::new(42);
+    let bufs: Vec<Interval> = (0..4000)
+        .map(|i| {
+            let start = i / 2 + rng.below(8) as u32;
+            let long = rng.below(10) == 0;
+            let len = 1 + rng.below(if long { 400 } else { 12 }) as u32;
+            iv(start, start + len, 256 * (1 + rng.below(64)) + rng.below(256))
+        })
+        .collect();
+    let d = PlanOptions::default();
+    let g = assign_offsets(
+        &bufs,
+        &PlanOptions {
+            node_limit: 0,
+            ..d.clone()
+        },
+    )
+    .unwrap();
+    eprintln!("large, greedy only: {:?}", g.time);
+    let p = assign_offsets(&bufs, &d).unwrap();
+    verify(&bufs, &p, d.align).unwrap();
+    eprintln!(
+        "large: arena {} lower {} greedy {} ({}), {} states, {:?}",
+        p.arena, p.lower_bound, p.greedy_arena, p.strategy, p.search_nodes, p.time
+    );
+    assert!(p.time < d.time_budget + Duration::from_secs(2), "{:?}", p.time);
+    assert!(p.arena <= p.greedy_arena);
+    let o = PlanOptions {
+        node_limit: 3_000,
+        time_budget: Duration::from_secs(120),
+        ..d
+    };
+    let p = assign_offsets(&bufs, &o).unwrap();
+    let q = assign_offsets(&bufs, &o).unwrap();
+    verify(&bufs, &p, o.align).unwrap();
+    assert!(p.search_nodes <= 3_000);
+    assert_eq!(
+        (&p.offsets, p.arena, p.search_nodes),
+        (&q.offsets, q.arena, q.search_nodes)
+    );
+    eprintln!("large, 3000 states: arena {} ({}), {:?}", p.arena, p.strategy, p.time);
 }

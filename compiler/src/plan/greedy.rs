@@ -96,7 +96,7 @@ pub(crate) fn local_search(
     let mut used = 0u64;
     let mut off = best_fit(p, &order);
     while n >= 2 && used.saturating_add(n as u64) <= budget && cur > goal {
-        if used / (n as u64) % 16 == 15 && std::time::Instant::now() >= deadline {
+        if std::time::Instant::now() >= deadline {
             break;
         }
         used += n as u64;

@@ -1,16 +1,25 @@
 //! Memory planning: the schedule, liveness, in-place reuse and the offsets of every
 //! intermediate in one arena.
 //!
-//! - `schedule.rs` — [`schedule`]: several valid kernel orders (program, DFS, a list
+//! - `schedule.rs` — [`schedule`]: several valid kernel orders (program, three DFS variants, a list
 //!   scheduler that frees big buffers first, BFS); the lowest peak of live bytes wins.
 //!   The pipeline applies it ([`apply_schedule`]) before planning.
+//! - `offsets.rs` — the API, input validation and the driver: greedy best-fit in several
+//!   orders (`greedy.rs`); if that is above `max(lower bound, capacity target)`, the
+//!   exact search (`search.rs`) for that goal, then a bisection over targets between the
+//!   goal and the best arena found; a local search over greedy orders (`greedy.rs`) as
+//!   the last resort. All within `node_limit` visited states and `time_budget`.
+//! - `search.rs` — the exact search, after MiniMalloc (Moffitt, ASPLOS 2023): canonical
+//!   placements (each buffer at the lowest offset the buffers placed before it allow, in
+//!   non-decreasing offset order), dominance and "hatless" pruning, per-section
+//!   inference (floor + unplaced units within the target), dynamic ordering by minimum
+//!   offset, decomposition into independent sub-problems where no unplaced buffer spans
+//!   a time cut, a memo of failed states, and round-robin restarts over four static
+//!   preorders. A complete search that finds nothing proves the target infeasible.
 //! - `memory.rs` — [`plan_memory`]: a fused program's intermediates into one arena
 //!   (liveness over the kernel order; in-place reuse; inputs, weights and outputs
 //!   outside the arena; the budget), as a serde [`MemoryPlan`] with every kernel's
 //!   arguments and where they live.
-//! - `offsets.rs` — [`assign_offsets`], the offset-assignment core: greedy best-fit in
-//!   several orders (`greedy.rs`), then an exact-style search (`search.rs`) while the
-//!   arena is above `max(lower bound, capacity target)`.
 //! - `report.rs` — [`report::summary`], [`report::picture`] (terminal) and
 //!   [`report::svg`] of a plan; [`over_budget_diagnosis`] / [`check_budget`]: why a plan
 //!   does not fit and what would help.

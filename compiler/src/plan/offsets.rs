@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::greedy::{best_fit, local_search, Order};
-use super::search::{search, Outcome, VARIANTS};
+use super::search::{Outcome, Solver};
 
 /// A buffer live over `[start, end)` of a schedule (`end > start`), taking `size` bytes.
 ///
@@ -145,12 +145,14 @@ pub(crate) struct Problem {
     pub size: Vec<u64>,
     /// Per section, the buffers covering it (ascending).
     pub cover: Vec<Vec<u32>>,
+    /// The distinct endpoints: section `k` is `time[k]..time[k + 1]` of the schedule.
+    pub time: Vec<u32>,
     /// Live-units lower bound.
     pub lower: u64,
 }
 
 impl Problem {
-    fn new(bufs: &[Interval], align: u64) -> Result<Problem, PlanError> {
+    pub(crate) fn new(bufs: &[Interval], align: u64) -> Result<Problem, PlanError> {
         let mut points: Vec<u32> = Vec::with_capacity(2 * bufs.len());
         let mut total: u64 = 0;
         for (i, b) in bufs.iter().enumerate() {
@@ -179,6 +181,7 @@ impl Problem {
             last: Vec::new(),
             size: Vec::new(),
             cover: vec![Vec::new(); sections],
+            time: Vec::new(),
             lower: 0,
         };
         for (i, b) in bufs.iter().enumerate() {
@@ -202,6 +205,7 @@ impl Problem {
             .map(|c| c.iter().map(|&b| p.size[b as usize]).sum::<u64>())
             .max()
             .unwrap_or(0);
+        p.time = points;
         Ok(p)
     }
 
@@ -224,14 +228,17 @@ impl Problem {
 /// 1. Greedy best-fit in four orders (size, duration, area = size x duration, all
 ///    descending; start ascending; ties by index): each buffer goes into the gap, among
 ///    the buffers already placed that overlap it in time, that it fits with the least
-///    waste (lowest offset on ties), else on top of them. The smallest arena wins.
-/// 2. While the arena is above `max(lower bound, capacity)`, a depth-first search in the
-///    manner of MiniMalloc tries to fit smaller targets (see `search.rs`), within
-///    `node_limit` visited states and `time_budget`. The result is never worse than the
-///    best greedy order.
+///    waste (lowest offset on ties), else on top of them. The smallest arena wins; if it
+///    is at most `max(lower bound, capacity)` (the goal), that is the result.
+/// 2. Else the exact search of `search.rs` (after MiniMalloc) asks "does everything fit
+///    under the goal?" with half of `node_limit` and of the time left; then, if it did
+///    not say yes, it bisects over targets between the goal and the best arena found,
+///    each try with half of what is left, taking every placement it finds.
+/// 3. If the search found nothing below greedy, a local search over best-fit orders
+///    (`greedy.rs`) spends what is left.
 ///
-/// Deterministic for equal inputs and options as long as `time_budget` does not run out
-/// before `node_limit`.
+/// The result is never worse than the best greedy order. Deterministic for equal inputs
+/// and options as long as `time_budget` does not run out before `node_limit`.
 pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement, PlanError> {
     let t0 = Instant::now();
     let align = opts.align;
@@ -271,41 +278,24 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
     let mut arena = greedy_arena;
     let mut strategy = greedy_name.to_string();
 
-    // Improvement. (a) The search, "fits in `goal` units?", with half the node budget and
-    // time, in restarts over its variants with budgets doubling per round. (b) If that
-    // does not reach the goal, a local search over best-fit orders with the rest.
+    // Improvement: the exact search (`search.rs`) for the goal, then for targets between
+    // the best arena known not to fit and the best found; the local search over greedy
+    // orders if that found nothing better.
     let goal = p.lower.max(opts.capacity.map_or(0, |c| c / align));
     let deadline = t0 + opts.time_budget;
     let mut nodes = 0u64;
     if arena > goal && opts.node_limit > 0 {
-        let mut share = opts.node_limit / 2;
-        let now = Instant::now();
-        let search_deadline = now + deadline.saturating_duration_since(now) / 2;
-        let mut round_budget = 1000u64;
-        'attempt: while share > 0 && Instant::now() < search_deadline {
-            for variant in 0..VARIANTS {
-                let (outcome, used) = search(&p, goal, round_budget.min(share), search_deadline, variant);
-                nodes += used;
-                share = share.saturating_sub(used);
-                match outcome {
-                    Outcome::Found(o) => {
-                        arena = p.arena(&o);
-                        off = o;
-                        strategy = "search".into();
-                        break 'attempt;
-                    }
-                    // Exhausted by an exact variant: no placement of the kind searched.
-                    Outcome::NotFound if variant < VARIANTS / 2 => break 'attempt,
-                    _ => {}
-                }
-                if share == 0 {
-                    break 'attempt;
-                }
+        let (better, used) = improve(&p, goal, arena, opts.node_limit, deadline);
+        nodes += used;
+        if let Some(o) = better {
+            let a = p.arena(&o);
+            if a < arena && valid(&p, &o) {
+                (arena, off) = (a, o);
+                strategy = "search".into();
             }
-            round_budget = round_budget.saturating_mul(2);
         }
     }
-    if arena > goal && opts.node_limit > nodes {
+    if arena > goal && arena == greedy_arena && opts.node_limit > nodes {
         let (better, used) = local_search(&p, greedy_order, arena, goal, opts.node_limit - nodes, deadline);
         nodes += used;
         if let Some((o, a)) = better {
@@ -326,6 +316,75 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
         search_nodes: nodes,
         time: t0.elapsed(),
     })
+}
+
+/// The search phase of [`assign_offsets`]: the goal with half the budget (nodes and
+/// time), then a bisection over targets between the highest target that failed and the
+/// best arena found (`arena` to start with), each try with half of what is left. Returns
+/// the best placement found below `arena`, if any, and the states visited. Runs on a
+/// thread with a stack sized for the search's recursion (depth about 4 per buffer);
+/// finds nothing if that thread cannot be started.
+fn improve(p: &Problem, goal: u64, arena: u64, budget: u64, deadline: Instant) -> (Option<Vec<u64>>, u64) {
+    let run = || {
+        let mut solver = Solver::new(p);
+        // Targets below `lo` are out of reach; `hi` is the largest one that improves.
+        let (mut lo, mut hi, mut best) = (goal, arena.saturating_sub(1), None);
+        let mut used = 0u64;
+        let mut target = goal;
+        while lo <= hi && used < budget {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let share = ((budget - used) / 2).max(1);
+            let until = now + deadline.saturating_duration_since(now) / 2;
+            let (outcome, u) = solver.fit(target, share, until);
+            used = used.saturating_add(u);
+            match outcome {
+                Outcome::Found(o) => {
+                    hi = p.arena(&o).min(target).saturating_sub(1);
+                    best = Some(o);
+                }
+                // Not found: the target is out of reach (proven or not).
+                Outcome::Infeasible | Outcome::Stopped => lo = target + 1,
+            }
+            target = lo + hi.saturating_sub(lo) / 2;
+        }
+        (best, used)
+    };
+    let stack = (p.len() as u64).saturating_mul(4096).saturating_add(4 << 20);
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("graphc-plan-search".into())
+            .stack_size(usize::try_from(stack).unwrap_or(usize::MAX))
+            .spawn_scoped(s, run)
+            .ok()
+            .and_then(|h| h.join().ok())
+            .unwrap_or((None, 0))
+    })
+}
+
+/// Whether `off` (units) places every buffer of `p` without two overlapping in both time
+/// and address: a guard on the search's output.
+fn valid(p: &Problem, off: &[u64]) -> bool {
+    if off.len() != p.len() {
+        return false;
+    }
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_unstable_by_key(|&b| (p.first[b], b));
+    let mut live: Vec<usize> = Vec::new();
+    for &b in &order {
+        live.retain(|&q| p.last[q] > p.first[b]);
+        let (lo, hi) = (off[b], off[b].saturating_add(p.size[b]));
+        if live
+            .iter()
+            .any(|&q| off[q] < hi && lo < off[q].saturating_add(p.size[q]))
+        {
+            return false;
+        }
+        live.push(b);
+    }
+    true
 }
 
 /// The best-fit arena (bytes) of one greedy order by name (`size`, `duration`, `area`,
