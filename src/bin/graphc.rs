@@ -533,6 +533,14 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             let plan = &compiled.plan;
+            println!("plan     the static memory plan (`graphc plan MODEL --picture` draws it):");
+            for line in report::summary(&compiled.program, plan).lines() {
+                if line.is_empty() {
+                    println!();
+                } else {
+                    println!("         {line}");
+                }
+            }
             let start = Instant::now();
             let outputs = graphc::run_cpu(&compiled, inputs)?;
             println!(
