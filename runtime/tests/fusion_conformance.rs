@@ -6,27 +6,18 @@
 //! Reads the suite materialized by `scripts/onnx_node_tests.py` (see
 //! `ir/tests/onnx_conformance.rs`); skips without it unless GRAPHC_REQUIRE_ONNX_TESTS.
 
+mod planned;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::optimize::optimize;
-use graphc_compiler::plan::{plan_memory, MemoryOptions};
 use graphc_ir::onnx::proto::{self, ModelProto, TensorProto};
 use graphc_ir::onnx::tensor::tensor_from_proto;
 use graphc_ir::onnx::{import_model, ImportOptions};
 use graphc_ir::{interpret, Tensor};
-use graphc_runtime::kernels::run_planned;
-
-/// Plan the program's memory (default options) and run it through the arena.
-fn run_arena(
-    program: &graphc_compiler::kernel::Program,
-    weights: &std::collections::BTreeMap<String, Tensor>,
-    inputs: &HashMap<String, Tensor>,
-) -> Result<Vec<(String, Tensor)>, graphc_runtime::kernels::KernelError> {
-    let plan = plan_memory(program, &MemoryOptions::default()).expect("memory plan");
-    run_planned(program, &plan, weights, inputs)
-}
+use planned::run_arena;
 
 fn suite_dir() -> PathBuf {
     match std::env::var_os("GRAPHC_ONNX_NODE_TESTS") {

@@ -10,22 +10,13 @@
 #[path = "../../ir/tests/common/random_graph.rs"]
 mod random_graph;
 
+mod planned;
+
 use std::collections::HashMap;
 
 use graphc_compiler::fuse::fuse;
-use graphc_compiler::plan::{plan_memory, MemoryOptions};
 use graphc_ir::{interpret, Graph, Op, Tensor, TensorData};
-use graphc_runtime::kernels::run_planned;
-
-/// Plan the program's memory (default options) and run it through the arena.
-fn run_arena(
-    program: &graphc_compiler::kernel::Program,
-    weights: &std::collections::BTreeMap<String, Tensor>,
-    inputs: &HashMap<String, Tensor>,
-) -> Result<Vec<(String, Tensor)>, graphc_runtime::kernels::KernelError> {
-    let plan = plan_memory(program, &MemoryOptions::default()).expect("memory plan");
-    run_planned(program, &plan, weights, inputs)
-}
+use planned::run_arena;
 
 const GRAPHS: u64 = 400;
 

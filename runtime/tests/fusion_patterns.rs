@@ -6,24 +6,15 @@
 //! also run by the kernel executor (through its memory plan's arena) against the
 //! interpreter.
 
+mod planned;
+
 use std::collections::HashMap;
 
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::kernel::{print_program, KernelKind, Program};
-use graphc_compiler::plan::{plan_memory, MemoryOptions};
 use graphc_ir::nn::{self, GeluApprox};
 use graphc_ir::{interpret, DType, Graph, GraphBuilder, Tensor, TensorType, UnaryOp};
-use graphc_runtime::kernels::run_planned;
-
-/// Plan the program's memory (default options) and run it through the arena.
-fn run_arena(
-    program: &graphc_compiler::kernel::Program,
-    weights: &std::collections::BTreeMap<String, Tensor>,
-    inputs: &HashMap<String, Tensor>,
-) -> Result<Vec<(String, Tensor)>, graphc_runtime::kernels::KernelError> {
-    let plan = plan_memory(program, &MemoryOptions::default()).expect("memory plan");
-    run_planned(program, &plan, weights, inputs)
-}
+use planned::run_arena;
 
 fn run_both(g: &Graph) -> Program {
     let program = fuse(g).unwrap();

@@ -109,15 +109,7 @@ pub fn run_planned(
         }
     }
 
-    let mut out = Vec::with_capacity(program.outputs.len());
-    for (name, id) in &program.outputs {
-        let t = slots[id.index()].as_deref().ok_or_else(|| KernelError::Output {
-            name: name.clone(),
-            message: format!("buffer b{} was never written", id.0),
-        })?;
-        out.push((name.clone(), t.clone()));
-    }
-    Ok(out)
+    super::collect_outputs(program, |id| slots[id.index()].as_deref())
 }
 
 /// Check `plan` against `program` (see [`run_planned`]); the arena place of every

@@ -130,9 +130,17 @@ pub fn run_program(
         }
     }
 
+    collect_outputs(program, |id| slots[id.index()].as_deref())
+}
+
+/// The named outputs, in order, read from where the executor keeps them.
+pub(crate) fn collect_outputs<'t>(
+    program: &Program,
+    value: impl Fn(BufferId) -> Option<&'t Tensor>,
+) -> Result<Vec<(String, Tensor)>, KernelError> {
     let mut out = Vec::with_capacity(program.outputs.len());
     for (name, id) in &program.outputs {
-        let t = slots[id.index()].as_deref().ok_or_else(|| KernelError::Output {
+        let t = value(*id).ok_or_else(|| KernelError::Output {
             name: name.clone(),
             message: format!("buffer b{} was never written", id.0),
         })?;
