@@ -344,3 +344,32 @@ fn gpt12_plans_in_under_50ms() {
     assert!(median < std::time::Duration::from_millis(50), "{median:?}");
     assert!(c.plan.ratio() <= 1.02);
 }
+
+/// A GEMM whose epilogue cuBLASLt cannot apply (the block's erf GELU after fc1) writes
+/// its product to a scratch area: the plan places it in the arena for that one step,
+/// with the size codegen asks for, and the verifier rejects it on a live buffer.
+#[test]
+fn gemm_scratch_is_planned() {
+    use graphc_compiler::plan::verify_plan;
+    let c = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
+    assert!(!c.plan.scratch.is_empty(), "the block has a generated GEMM epilogue");
+    for s in &c.plan.scratch {
+        let ck = graphc_compiler::codegen::generate(&c.program, s.step as usize).unwrap();
+        assert_eq!(Some(s.bytes), ck.gemm.map(|g| g.scratch_bytes));
+        assert_eq!(c.plan.steps[s.step as usize].scratch, Some(s.offset));
+    }
+    verify_plan(&c.program, &c.plan).unwrap();
+    // On top of a buffer live at that step: an overlap.
+    let mut bad = c.plan.clone();
+    let (step, bytes) = (bad.scratch[0].step, bad.scratch[0].bytes);
+    let victim = bad
+        .buffers
+        .iter()
+        .find(|b| b.start <= step && step < b.end && b.offset + bytes <= bad.arena_bytes)
+        .map(|b| b.offset)
+        .unwrap();
+    bad.scratch[0].offset = victim;
+    bad.steps[step as usize].scratch = Some(victim);
+    let e = verify_plan(&c.program, &bad).unwrap_err();
+    assert!(e.contains("GEMM scratch") && e.contains("overlap"), "{e}");
+}

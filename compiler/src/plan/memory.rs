@@ -19,6 +19,10 @@
 //!   buffer's storage a buffer takes over.
 //! - **Offsets** of the slots: [`assign_offsets`] (greedy best-fit in several orders,
 //!   then a search towards the lower bound).
+//! - **GEMM scratch.** A matmul kernel whose epilogue cuBLASLt cannot apply writes the
+//!   product to a scratch area that its generated epilogue reads
+//!   (`codegen::GemmDesc::scratch_bytes`); the plan gives that area a slot of its own,
+//!   live for that one step ([`MemoryPlan::scratch`], [`PlanStep::scratch`]).
 //! - **Budget**: weights + inputs + outputs + arena + library workspace (cuBLASLt, when
 //!   the program has GEMMs), against `budget_bytes`.
 
@@ -132,6 +136,17 @@ pub struct PlanStep {
     /// `elementwise`, `row`, `matmul` or the op's name.
     pub kind: String,
     pub args: Vec<PlanArg>,
+    /// The arena offset of this step's GEMM scratch, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<u64>,
+}
+
+/// The scratch area of one step's GEMM (the product its generated epilogue reads).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedScratch {
+    pub step: u32,
+    pub offset: u64,
+    pub bytes: u64,
 }
 
 /// Where every intermediate goes, and what the whole run needs.
@@ -169,10 +184,16 @@ pub struct MemoryPlan {
     pub peak_step: u32,
     /// The arena tensors live at the peak, largest first.
     pub peak_live: Vec<LiveTensor>,
+    /// GEMM scratch live at the peak (bytes; part of the lower bound, not a tensor).
+    #[serde(default)]
+    pub peak_scratch_bytes: u64,
     /// Every kernel in order, with the place of each argument.
     pub steps: Vec<PlanStep>,
     /// The arena buffers.
     pub buffers: Vec<PlannedBuffer>,
+    /// GEMM scratch areas in the arena, one per step that needs one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scratch: Vec<PlannedScratch>,
     /// How long planning took (not serialized: plans are compared and snapshotted).
     #[serde(skip)]
     pub time: Duration,
@@ -314,6 +335,21 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         iv.size = iv.size.max(bytes);
         slot_of[i] = slot;
     }
+    // GEMM scratch: a slot live for its one step.
+    let mut scratch_slots: Vec<(u32, usize)> = Vec::new();
+    for (k, kernel) in program.kernels.iter().enumerate() {
+        if !matches!(kernel.kind.view(), KindRef::MatMul(_)) {
+            continue;
+        }
+        let bytes = crate::codegen::generate(program, k)
+            .ok()
+            .and_then(|ck| ck.gemm)
+            .map_or(0, |g| g.scratch_bytes);
+        if bytes > 0 {
+            scratch_slots.push((k as u32, slots.len()));
+            slots.push(Interval::new(k as u32, k as u32 + 1, bytes));
+        }
+    }
     let placement = assign_offsets(
         &slots,
         &PlanOptions {
@@ -358,6 +394,15 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
             (peak, peak_step) = (live, t as u32);
         }
     }
+    let scratch: Vec<PlannedScratch> = scratch_slots
+        .iter()
+        .map(|&(step, slot)| PlannedScratch {
+            step,
+            offset: placement.offsets[slot],
+            bytes: slots[slot].size,
+        })
+        .collect();
+    let peak_scratch_bytes = scratch.iter().filter(|s| s.step == peak_step).map(|s| s.bytes).sum();
     let mut seen_slot = vec![false; slots.len()];
     let mut at_peak: Vec<&PlannedBuffer> = buffers
         .iter()
@@ -404,7 +449,8 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     let steps = program
         .kernels
         .iter()
-        .map(|kernel| {
+        .enumerate()
+        .map(|(k, kernel)| {
             aliases += view_reads(program, kernel);
             let reads = kernel.reads().into_iter().map(|b| (b, ArgAccess::Read));
             let writes = kernel.writes().into_iter().map(|b| (b, ArgAccess::Write));
@@ -419,6 +465,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
                         place: place(b),
                     })
                     .collect(),
+                scratch: scratch.iter().find(|s| s.step as usize == k).map(|s| s.offset),
             }
         })
         .collect();
@@ -452,8 +499,10 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         aliases,
         peak_step,
         peak_live,
+        peak_scratch_bytes,
         steps,
         buffers,
+        scratch,
         time: t0.elapsed(),
     })
 }

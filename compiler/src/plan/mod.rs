@@ -40,7 +40,7 @@ mod verify;
 
 pub use memory::{
     plan_memory, ArgAccess, LiveTensor, MemoryOptions, MemoryPlan, Place, PlanArg, PlanStep, PlannedBuffer,
-    DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
+    PlannedScratch, DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
 };
 pub use offsets::{assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions};
 pub use report::{check_budget, over_budget_diagnosis, OverBudget};

@@ -134,7 +134,7 @@ fn size_row(label: &str, bytes: u64, note: String) -> Vec<String> {
 /// Bytes of the tensors live at the peak step (aligned slots are what the lower bound
 /// counts; this is the tensors' own bytes).
 fn peak_bytes(plan: &MemoryPlan) -> u64 {
-    plan.peak_live.iter().map(|t| t.bytes).sum()
+    plan.peak_live.iter().map(|t| t.bytes).sum::<u64>() + plan.peak_scratch_bytes
 }
 
 /// The memory summary: where the bytes go, how good the placement is, the schedule, the
@@ -184,8 +184,16 @@ pub fn summary(program: &Program, plan: &MemoryPlan) -> String {
             "arena",
             plan.arena_bytes,
             format!(
-                "{}, offsets by {}",
+                "{}{}, offsets by {}",
                 plural(plan.buffers.len(), "intermediate", "intermediates"),
+                if plan.scratch.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " + {}",
+                        plural(plan.scratch.len(), "GEMM scratch area", "GEMM scratch areas")
+                    )
+                },
                 plan.strategy
             ),
         ),
@@ -284,6 +292,18 @@ pub fn summary(program: &Program, plan: &MemoryPlan) -> String {
                 percent(t.bytes, plan.arena_bytes),
             ]);
         }
+        for sc in plan.scratch.iter().filter(|sc| sc.step == plan.peak_step) {
+            let step = plan.steps.get(sc.step as usize);
+            rows.push(vec![
+                "-".into(),
+                "(GEMM scratch)".into(),
+                step.map_or(String::new(), |st| st.kernel.clone()),
+                step.map_or(String::new(), |st| st.kind.clone()),
+                human_bytes(sc.bytes),
+                sc.bytes.to_string(),
+                percent(sc.bytes, plan.arena_bytes),
+            ]);
+        }
         out.push_str(&table("  ", &rows, &[false, false, false, false, true, true, true]));
         if plan.peak_live.len() > TOP {
             let rest = &plan.peak_live[TOP..];
@@ -378,7 +398,19 @@ pub fn picture(plan: &MemoryPlan, width: usize, height: usize) -> String {
                     (ov > 0).then_some((ov, b.start, i))
                 })
                 .max();
-            line.push(best.map_or('.', |(_, _, i)| symbol(i)));
+            // GEMM scratch (one step each) draws as `#` where it covers more.
+            let scratch = plan
+                .scratch
+                .iter()
+                .filter(|sc| sc.step >= s0 && sc.step < s1)
+                .map(|sc| hi.min(sc.offset + sc.bytes).saturating_sub(lo.max(sc.offset)))
+                .max()
+                .unwrap_or(0);
+            line.push(match best {
+                Some((ov, _, _)) if ov >= scratch => best.map_or('.', |(_, _, i)| symbol(i)),
+                _ if scratch > 0 => '#',
+                _ => '.',
+            });
         }
         let label = if r == 0 {
             top_label.clone()
@@ -465,6 +497,20 @@ pub fn picture(plan: &MemoryPlan, width: usize, height: usize) -> String {
             format!("steps {}..{}", b.start, b.end),
             format!("{kernel} ({kind})"),
             b.reuses.map_or(String::new(), |r| format!("in place of b{r}")),
+        ]);
+    }
+    for sc in &plan.scratch {
+        rows.push(vec![
+            "#".into(),
+            "-".into(),
+            "(GEMM scratch)".into(),
+            human_bytes(sc.bytes),
+            format!("at {}", sc.offset),
+            format!("steps {}..{}", sc.step, sc.step + 1),
+            plan.steps
+                .get(sc.step as usize)
+                .map_or(String::new(), |st| format!("{} ({})", st.kernel, st.kind)),
+            String::new(),
         ]);
     }
     out.push_str("legend (largest first):\n");
@@ -595,6 +641,27 @@ pub fn svg(program: &Program, plan: &MemoryPlan) -> String {
             (x1 - x0).max(0.5),
             (y1 - y0).max(0.5),
             kind_color(kind),
+            xml_escape(&tip)
+        );
+    }
+    for sc in &plan.scratch {
+        let (x0, x1) = (x(f64::from(sc.step)), x(f64::from(sc.step + 1)));
+        let (y0, y1) = (y((sc.offset + sc.bytes) as f64), y(sc.offset as f64));
+        let kernel = plan.steps.get(sc.step as usize).map_or("", |st| st.kernel.as_str());
+        let tip = format!(
+            "GEMM scratch of {kernel}: {} ({} B) at offset {}, step {}",
+            human_bytes(sc.bytes),
+            sc.bytes,
+            sc.offset,
+            sc.step
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect class="scratch" x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="#bbbbbb" stroke="#555555" stroke-dasharray="2,2"><title>{}</title></rect>"##,
+            x0,
+            y0,
+            (x1 - x0).max(0.5),
+            (y1 - y0).max(0.5),
             xml_escape(&tip)
         );
     }
@@ -872,7 +939,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
                 human_bytes(peak_bytes(plan))
             );
             const TOP: usize = 8;
-            let rows: Vec<Vec<String>> = plan
+            let mut rows: Vec<Vec<String>> = plan
                 .peak_live
                 .iter()
                 .take(TOP)
@@ -886,6 +953,15 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
                     ]
                 })
                 .collect();
+            if plan.peak_scratch_bytes > 0 {
+                rows.push(vec![
+                    "(GEMM scratch)".into(),
+                    "-".into(),
+                    format!("{} ({})", step.kernel, step.kind),
+                    human_bytes(plan.peak_scratch_bytes),
+                    format!("{} B", plan.peak_scratch_bytes),
+                ]);
+            }
             s.push_str(&table("  ", &rows, &[false, false, false, true, true]));
             if plan.peak_live.len() > TOP {
                 let rest = &plan.peak_live[TOP..];

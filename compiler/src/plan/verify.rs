@@ -206,9 +206,52 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             }
         }
     }
+    // GEMM scratch: aligned, inside the arena, one per step that names it, live for that
+    // step only. For the sweep it is a buffer with no program id.
+    let mut scratch_spans = Vec::with_capacity(plan.scratch.len());
+    for (k, step) in plan.steps.iter().enumerate() {
+        let planned: Vec<_> = plan.scratch.iter().filter(|s| s.step as usize == k).collect();
+        match (step.scratch, planned.as_slice()) {
+            (None, []) => {}
+            (Some(offset), [s]) if s.offset == offset => {}
+            _ => {
+                return Err(format!(
+                    "step {k}: its scratch offset and the plan's scratch areas disagree"
+                ))
+            }
+        }
+    }
+    for s in &plan.scratch {
+        let top = s.offset.saturating_add(s.bytes);
+        if s.offset % align != 0 || top > plan.arena_bytes || s.step as usize >= nk {
+            return Err(format!(
+                "the GEMM scratch of step {} ([{}, {top})) is misaligned, past the arena ({} bytes) or past the last step",
+                s.step, s.offset, plan.arena_bytes
+            ));
+        }
+        scratch_spans.push(PlannedBuffer {
+            buffer: u32::MAX,
+            name: Some(format!("the GEMM scratch of step {}", s.step)),
+            offset: s.offset,
+            bytes: s.bytes,
+            start: s.step,
+            end: s.step + 1,
+            reuses: None,
+        });
+    }
+    let label = |b: &PlannedBuffer| match (&b.name, b.buffer) {
+        (Some(n), u32::MAX) => n.clone(),
+        _ => format!("b{}", b.buffer),
+    };
+
     // Overlaps: sweep over time.
     let rounded = |b: &PlannedBuffer| b.bytes.div_ceil(align).saturating_mul(align);
-    let mut spans: Vec<&PlannedBuffer> = plan.buffers.iter().filter(|b| b.bytes > 0).collect();
+    let mut spans: Vec<&PlannedBuffer> = plan
+        .buffers
+        .iter()
+        .chain(&scratch_spans)
+        .filter(|b| b.bytes > 0)
+        .collect();
     spans.sort_by_key(|b| (b.start, b.buffer));
     let mut live: Vec<&PlannedBuffer> = Vec::new();
     let mut steps_live = vec![0u64; nk + 1];
@@ -220,9 +263,9 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
                 || (o.reuses == Some(b.buffer) && b.offset == o.offset && b.end == o.start + 1);
             if !disjoint && !in_place {
                 return Err(format!(
-                    "b{} and b{} overlap: both live at step {} and at addresses [{}, {})",
-                    o.buffer,
-                    b.buffer,
+                    "{} and {} overlap: both live at step {} and at addresses [{}, {})",
+                    label(o),
+                    label(b),
                     b.start.max(o.start),
                     b.offset.max(o.offset),
                     (b.offset + rounded(b)).min(o.offset + rounded(o))
