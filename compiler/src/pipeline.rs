@@ -127,7 +127,8 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     } else {
         apply_schedule(&program, &order.order)
     };
-    let plan = plan_memory(&program, &opts.memory)?;
+    let mut plan = plan_memory(&program, &opts.memory)?;
+    plan.schedule = order.name.to_string();
     if cfg!(debug_assertions) || opts.verify_each_pass {
         verify_plan(&program, &plan).map_err(CompileError::PlanInvalid)?;
     }
@@ -157,9 +158,6 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         time: start.elapsed(),
         notes: plan_notes,
     });
-    let mut plan = plan;
-    plan.schedule = order.name.to_string();
-
     Ok(Compiled {
         graph,
         program,
