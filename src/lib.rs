@@ -25,6 +25,7 @@ pub use graphc_compiler::plan::MemoryOptions;
 pub use graphc_compiler::{CompileOptions, Compiled};
 pub use graphc_ir as ir;
 use graphc_ir::{Graph, Tensor};
+pub use graphc_runtime::cuda;
 use graphc_runtime::{cpu::CpuExecutor, Executor};
 
 /// Everything that can go wrong between a model file and its outputs.
@@ -43,6 +44,10 @@ pub enum Error {
     Compile(#[from] graphc_compiler::CompileError),
     #[error(transparent)]
     Run(#[from] graphc_runtime::RunError),
+    /// The GPU path: no driver or GPU ([`cuda::CudaError::is_unavailable`]), too little
+    /// device memory, a failing kernel (named).
+    #[error(transparent)]
+    Cuda(#[from] cuda::CudaError),
     /// Even the smallest value of the dimension searched by [`fit::fit`] does not fit
     /// (`diagnosis`: the over-budget diagnosis of the plan at that value).
     #[error("even {value} does not fit: {diagnosis}")]
@@ -127,4 +132,16 @@ pub fn run_cpu_planned(
     inputs: HashMap<String, Tensor>,
 ) -> Result<Vec<(String, Tensor)>, Error> {
     Ok(CpuExecutor.run_with_plan(model, plan, &inputs)?)
+}
+
+/// Run a compiled model on a CUDA GPU: load it ([`cuda::Session`]: kernels compiled for
+/// the device, one arena and one weights allocation, cuBLASLt, a CUDA graph) and run it
+/// once. To run many times, keep a [`cuda::Session`].
+pub fn run_cuda(
+    model: &Compiled,
+    inputs: HashMap<String, Tensor>,
+    options: cuda::SessionOptions,
+) -> Result<Vec<(String, Tensor)>, Error> {
+    let mut session = cuda::Session::new(model, options)?;
+    Ok(session.run(&inputs)?)
 }

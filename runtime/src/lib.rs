@@ -10,6 +10,7 @@
 //! stage implements the same [`Executor`] trait.
 
 pub mod cpu;
+pub mod cuda;
 pub mod kernels;
 
 use std::collections::HashMap;
@@ -30,4 +31,6 @@ pub enum RunError {
     Kernel(#[from] kernels::KernelError),
     #[error("memory plan: {0}")]
     Plan(#[from] graphc_compiler::plan::PlanError),
+    #[error("{0}")]
+    Cuda(#[from] cuda::CudaError),
 }

@@ -102,14 +102,17 @@ enum Command {
         #[arg(long)]
         cache_dir: Option<PathBuf>,
     },
-    /// Run the model on inputs from an .npz file.
+    /// Run the model on inputs from an .npz file (or random ones), on the CPU or a GPU.
+    ///
+    /// Exit codes: 0 success; 1 an error (the message names the place); 3 `--device
+    /// cuda` on a machine without a CUDA driver or GPU.
     Run {
         model: PathBuf,
         #[arg(long = "dim", value_parser = parse_dim)]
         dims: Vec<(String, usize)>,
-        /// Inputs, one array per model input, by name.
+        /// Inputs, one array per model input, by name (default: random, seed 0).
         #[arg(long)]
-        inputs: PathBuf,
+        inputs: Option<PathBuf>,
         /// Write the outputs here (.npz).
         #[arg(long)]
         output: Option<PathBuf>,
@@ -118,6 +121,51 @@ enum Command {
         /// Memory budget the plan must fit (the run fails before starting otherwise).
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
         budget: u64,
+        #[command(flatten)]
+        gpu: GpuArgs,
+        /// With --device cuda: also run the CPU executor on the same inputs and compare
+        /// (relative L2 per output: 1e-5 for f32/f64, 1e-2 for f16/bf16 and with
+        /// --tf32); exit 1 if any output is off.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Time the model: warm-up runs, then the median of timed runs (CUDA events on the
+    /// GPU, inputs already on the device; wall clock on the CPU).
+    Bench {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// Inputs (.npz; default: random, seed 0).
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Device::Cuda)]
+        device: Device,
+        #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
+        budget: u64,
+        #[arg(long, default_value_t = 10)]
+        warmup: usize,
+        #[arg(long, default_value_t = 50)]
+        iters: usize,
+        /// Also time every launch (GPU; without the CUDA graph).
+        #[arg(long)]
+        per_kernel: bool,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        gpu: GpuArgs,
+    },
+    /// Print the launch list a GPU would run: device memory regions, every kernel launch
+    /// (grid, block, arguments as region+offset) and cuBLASLt call, in plan order.
+    Launches {
+        model: PathBuf,
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+        /// The device to plan for (a reference description; no GPU is used).
+        #[arg(long, value_enum, default_value_t = Gpu::Rtx4090d)]
+        gpu: Gpu,
+        #[arg(long)]
+        json: bool,
     },
     /// Write random inputs for a model to an .npz file (deterministic for a seed).
     RandomInputs {
@@ -131,10 +179,47 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Device {
     Cpu,
     Cuda,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Gpu {
+    /// RTX 4090D: sm_89, 114 SMs (graphc's default target).
+    Rtx4090d,
+    /// H200: sm_90, 132 SMs.
+    H200,
+}
+
+/// Options of the CUDA executor.
+#[derive(clap::Args, Clone, Copy)]
+struct GpuArgs {
+    /// Launch kernels one by one instead of replaying a CUDA graph.
+    #[arg(long)]
+    no_graph: bool,
+    /// Let f32 GEMMs use TF32 tensor cores (faster; ~1e-3 relative error).
+    #[arg(long)]
+    tf32: bool,
+    /// Synchronize after every launch, so a failing kernel is named (slow).
+    #[arg(long)]
+    sync_launches: bool,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    gpu_index: usize,
+}
+
+impl GpuArgs {
+    fn options(&self) -> graphc::cuda::SessionOptions {
+        graphc::cuda::SessionOptions {
+            device: self.gpu_index,
+            cuda_graph: !self.no_graph,
+            tf32: self.tf32,
+            sync_each_launch: self.sync_launches,
+            ..Default::default()
+        }
+    }
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -185,12 +270,23 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// Exit code of `--device cuda` on a machine without a CUDA driver or GPU.
+const EXIT_NO_GPU: u8 = 3;
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            let unavailable = e.chain().any(|c| {
+                c.downcast_ref::<graphc::cuda::CudaError>()
+                    .is_some_and(|c| c.is_unavailable())
+            });
+            if unavailable {
+                ExitCode::from(EXIT_NO_GPU)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -507,13 +603,15 @@ fn run(cli: Cli) -> Result<()> {
             output,
             device,
             budget,
+            gpu,
+            check,
         } => {
-            if let Device::Cuda = device {
-                bail!("--device cuda: the CUDA executor is not available in this version of graphc; use --device cpu");
+            if check && device != Device::Cuda {
+                bail!("--check compares the GPU with the CPU executor: use it with --device cuda");
             }
             let graph = graphc::load_model(&model, &dims)?;
             println!("model    {}: {}", model.display(), describe(&graph));
-            let inputs = graphc::npz::read_inputs(&inputs, &graph)?;
+            let inputs = load_inputs(inputs.as_deref(), &graph)?;
             let compiled = graphc::compile_with(&graph, &budget_options(budget))?;
             let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
             graphc::check_budget(&compiled, &symbolic)?;
@@ -541,21 +639,190 @@ fn run(cli: Cli) -> Result<()> {
                     println!("         {line}");
                 }
             }
-            let start = Instant::now();
-            let outputs = graphc::run_cpu(&compiled, inputs)?;
-            println!(
-                "run      cpu, {} kernels (kernel-IR executor) through a {} arena ({} intermediates at planned offsets): {:.2} ms",
-                compiled.program.kernels.len(),
-                human_bytes(plan.arena_bytes as usize),
-                plan.buffers.len(),
-                start.elapsed().as_secs_f64() * 1e3
-            );
+            let outputs = match device {
+                Device::Cpu => {
+                    let start = Instant::now();
+                    let outputs = graphc::run_cpu(&compiled, inputs)?;
+                    println!(
+                        "run      cpu, {} kernels (kernel-IR executor) through a {} arena ({} intermediates at planned offsets): {:.2} ms",
+                        compiled.program.kernels.len(),
+                        human_bytes(plan.arena_bytes as usize),
+                        plan.buffers.len(),
+                        start.elapsed().as_secs_f64() * 1e3
+                    );
+                    outputs
+                }
+                Device::Cuda => {
+                    let mut session = graphc::cuda::Session::new(&compiled, gpu.options())?;
+                    print_session(&session);
+                    let start = Instant::now();
+                    let outputs = session.run(&inputs)?;
+                    let lp = session.launch_plan();
+                    println!(
+                        "run      cuda, {} kernel launches + {} cuBLASLt GEMMs{}: {:.2} ms (first run, wall clock, with copies{})",
+                        lp.kernel_launch_count(),
+                        lp.gemm_count(),
+                        if session.uses_graph() { " in a CUDA graph" } else { "" },
+                        start.elapsed().as_secs_f64() * 1e3,
+                        if session.uses_graph() { " and graph capture" } else { "" }
+                    );
+                    if check {
+                        let want = graphc::run_cpu(&compiled, inputs)?;
+                        check_outputs(&outputs, &want, gpu.tf32)?;
+                    }
+                    outputs
+                }
+            };
             for (name, t) in &outputs {
                 println!("output   {name}: {}", summarize(t));
             }
             if let Some(path) = output {
                 graphc::npz::write_npz(&path, &outputs)?;
                 println!("wrote    {}", path.display());
+            }
+        }
+        Command::Bench {
+            model,
+            dims,
+            inputs,
+            device,
+            budget,
+            warmup,
+            iters,
+            per_kernel,
+            json,
+            gpu,
+        } => {
+            let graph = graphc::load_model(&model, &dims)?;
+            let inputs = load_inputs(inputs.as_deref(), &graph)?;
+            let compiled = graphc::compile_with(&graph, &budget_options(budget))?;
+            let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
+            graphc::check_budget(&compiled, &symbolic)?;
+            let plan = &compiled.plan;
+            let plan_json = serde_json::json!({
+                "arena_bytes": plan.arena_bytes,
+                "weights_bytes": plan.weights_bytes,
+                "inputs_bytes": plan.inputs_bytes,
+                "outputs_bytes": plan.outputs_bytes,
+                "workspace_bytes": plan.workspace_bytes,
+                "total_bytes": plan.total_bytes,
+            });
+            let kernels = compiled.program.kernels.len();
+            match device {
+                Device::Cpu => {
+                    if per_kernel {
+                        bail!("--per-kernel times GPU launches: use it with --device cuda");
+                    }
+                    for _ in 0..warmup {
+                        graphc::run_cpu(&compiled, inputs.clone())?;
+                    }
+                    let mut times = Vec::with_capacity(iters.max(1));
+                    for _ in 0..iters.max(1) {
+                        let start = Instant::now();
+                        graphc::run_cpu(&compiled, inputs.clone())?;
+                        times.push(start.elapsed().as_secs_f64() * 1e3);
+                    }
+                    times.sort_by(|a, b| a.total_cmp(b));
+                    let med = median_sorted(&times);
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({
+                                "model": model.display().to_string(), "device": "cpu", "gpu": null, "arch": null,
+                                "graph": false, "tf32": false, "warmup": warmup, "iters": times.len(),
+                                "median_ms": med, "min_ms": times[0], "max_ms": times[times.len() - 1],
+                                "kernels": kernels, "launches": kernels, "plan": plan_json,
+                                "device_bytes": null, "free_bytes_at_load": null, "per_kernel": [],
+                            })
+                        );
+                    } else {
+                        println!("model    {}: {}", model.display(), describe(&graph));
+                        println!(
+                            "bench    cpu (kernel-IR executor), {kernels} kernels: median {med:.3} ms over {} runs (min {:.3}, max {:.3}) after {warmup} warm-up",
+                            times.len(),
+                            times[0],
+                            times[times.len() - 1]
+                        );
+                    }
+                }
+                Device::Cuda => {
+                    let mut session = graphc::cuda::Session::new(&compiled, gpu.options())?;
+                    if !json {
+                        println!("model    {}: {}", model.display(), describe(&graph));
+                        print_session(&session);
+                    }
+                    let r = session.bench(
+                        &inputs,
+                        graphc::cuda::BenchOptions {
+                            warmup,
+                            iters,
+                            per_kernel,
+                        },
+                    )?;
+                    let lp = session.launch_plan();
+                    let mem = session.memory();
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({
+                                "model": model.display().to_string(), "device": "cuda",
+                                "gpu": session.device().name, "arch": session.device().arch,
+                                "graph": r.graph, "tf32": gpu.tf32, "warmup": warmup, "iters": r.times_ms.len(),
+                                "median_ms": r.median_ms, "min_ms": r.min_ms, "max_ms": r.max_ms,
+                                "kernels": kernels, "launches": lp.launches.len(), "plan": plan_json,
+                                "device_bytes": mem.device_bytes, "free_bytes_at_load": mem.free_at_load,
+                                "per_kernel": r.per_kernel,
+                            })
+                        );
+                    } else {
+                        println!(
+                            "bench    cuda, {} launches ({} kernels, {} GEMMs){}: median {:.4} ms over {} runs (min {:.4}, max {:.4}) after {warmup} warm-up",
+                            lp.launches.len(),
+                            lp.kernel_launch_count(),
+                            lp.gemm_count(),
+                            if r.graph { " in a CUDA graph" } else { "" },
+                            r.median_ms,
+                            r.times_ms.len(),
+                            r.min_ms,
+                            r.max_ms
+                        );
+                        let traffic = compiled.fusion.bytes as f64;
+                        println!(
+                            "         {} of global memory traffic (fusion's estimate): {:.0} GB/s",
+                            human_bytes(compiled.fusion.bytes),
+                            traffic / (r.median_ms * 1e-3) / 1e9
+                        );
+                        if !r.per_kernel.is_empty() {
+                            let total: f64 = r.per_kernel.iter().map(|k| k.median_ms).sum();
+                            println!("per kernel (median ms, without the graph; sum {total:.4} ms):");
+                            for k in &r.per_kernel {
+                                println!(
+                                    "  {:>4} {:<28} {:<6} {:>9.4} {:>5.1}%",
+                                    k.step,
+                                    k.name,
+                                    k.kind,
+                                    k.median_ms,
+                                    100.0 * k.median_ms / total.max(1e-12)
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Command::Launches { model, dims, gpu, json } => {
+            let graph = graphc::load_model(&model, &dims)?;
+            let compiled = graphc::compile(&graph)?;
+            let device = match gpu {
+                Gpu::Rtx4090d => graphc::cuda::DeviceInfo::rtx_4090d(),
+                Gpu::H200 => graphc::cuda::DeviceInfo::h200(),
+            };
+            let kernels = graphc_compiler::codegen::generate_all(&compiled.program)?;
+            let lp = graphc::cuda::plan_launches(&compiled.program, &compiled.plan, &kernels, &device)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&lp)?);
+            } else {
+                print!("{}", lp.describe());
             }
         }
         Command::RandomInputs {
@@ -577,6 +844,81 @@ fn run(cli: Cli) -> Result<()> {
             graphc::npz::write_npz(&output, &arrays).with_context(|| "writing random inputs")?;
             println!("wrote    {} ({} arrays)", output.display(), arrays.len());
         }
+    }
+    Ok(())
+}
+
+/// Inputs from an .npz file, or random ones (seed 0) for every model input.
+fn load_inputs(path: Option<&std::path::Path>, graph: &Graph) -> Result<std::collections::HashMap<String, Tensor>> {
+    Ok(match path {
+        Some(p) => graphc::npz::read_inputs(p, graph)?,
+        None => graph
+            .inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let name = graph.input_name(id).unwrap_or_default().to_string();
+                (name, Tensor::random(&graph.node(id).ty, i as u64))
+            })
+            .collect(),
+    })
+}
+
+fn print_session(session: &graphc::cuda::Session) {
+    let (compile_ms, load_ms) = session.load_times_ms();
+    let lp = session.launch_plan();
+    println!(
+        "device   {}; {} distinct kernels compiled for {} (NVRTC or cache) in {compile_ms:.0} ms; loaded in {load_ms:.0} ms",
+        session.memory().summary(),
+        lp.modules.len(),
+        session.device().arch
+    );
+}
+
+fn median_sorted(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The GPU's outputs against the CPU executor's: relative L2 per output.
+fn check_outputs(got: &[(String, Tensor)], want: &[(String, Tensor)], tf32: bool) -> Result<()> {
+    let mut failed = Vec::new();
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        let tol = match g.ty().dtype {
+            ir::DType::F16 | ir::DType::BF16 => 1e-2,
+            ir::DType::F32 if tf32 => 1e-2,
+            _ => 1e-5,
+        };
+        let (a, b) = (g.to_f64_vec(), w.to_f64_vec());
+        let err = if g.ty() != w.ty() {
+            f64::INFINITY
+        } else if a.iter().zip(&b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())) {
+            0.0
+        } else {
+            let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+            let den: f64 = b.iter().map(|y| y * y).sum();
+            (num / den.max(f64::MIN_POSITIVE)).sqrt()
+        };
+        let ok = err <= tol;
+        println!(
+            "check    {name} rel_l2 {err:.3e} (tol {tol:.0e}) {}",
+            if ok { "ok" } else { "FAIL" }
+        );
+        if !ok {
+            failed.push(name.clone());
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "--check: the GPU's outputs differ from the CPU executor's: {}",
+            failed.join(", ")
+        );
     }
     Ok(())
 }

@@ -202,7 +202,41 @@ fn single_users(body: &Body, stores: &[Store]) -> Vec<Option<ExprId>> {
     (0..n).map(|i| if count[i] == 1 { user[i] } else { None }).collect()
 }
 
+/// The elementwise kernel of a matmul's generated epilogue: the body over the output
+/// space, with the GEMM's `D` read back through the last input (the scratch buffer
+/// [`SCRATCH`] or `D`'s own buffer).
+pub(crate) struct EpilogueParts {
+    pub space: Vec<usize>,
+    pub inputs: Vec<Access>,
+    pub body: Body,
+    pub stores: Vec<Store>,
+}
+
 pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, CodegenError> {
+    let (gemm, parts) = split(cx, mk)?;
+    let Some(p) = parts else {
+        return Ok(CudaKernel {
+            name: String::new(),
+            source: String::new(),
+            entry: String::new(),
+            params: Vec::new(),
+            launch: LaunchConfig::none(),
+            gemm: Some(gemm),
+        });
+    };
+    let ecx = Ctx {
+        program: cx.program,
+        kernel: cx.kernel.clone(),
+        scratch: Some(gemm.d_dtype),
+    };
+    let mut ker = elementwise::generate(&ecx, &p.space, &p.inputs, &p.body, &p.stores)?;
+    ker.gemm = Some(gemm);
+    Ok(ker)
+}
+
+/// The GEMM of a matmul kernel and the generated epilogue's elementwise kernel (None
+/// when cuBLASLt computes the whole body).
+pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<EpilogueParts>), CodegenError> {
     let (m, n, k) = (mk.m, mk.n, mk.k);
     let rank = mk.batch.len() + 2;
     let body = mk.body;
@@ -362,14 +396,7 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
         .map(|(_, s)| s.clone())
         .collect();
     if rest.is_empty() {
-        return Ok(CudaKernel {
-            name: String::new(),
-            source: String::new(),
-            entry: String::new(),
-            params: Vec::new(),
-            launch: LaunchConfig::none(),
-            gemm: Some(gemm),
-        });
+        return Ok((gemm, None));
     }
     let d_buffer = match d {
         GemmOutput::Buffer(b) => b,
@@ -391,12 +418,13 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
     if let Some(c) = cur {
         ebody.exprs[c as usize].0 = load;
     }
-    let ecx = Ctx {
-        program: cx.program,
-        kernel: cx.kernel.clone(),
-        scratch: Some(dtype),
-    };
-    let mut ker = elementwise::generate(&ecx, &space, &inputs, &ebody, &rest)?;
-    ker.gemm = Some(gemm);
-    Ok(ker)
+    Ok((
+        gemm,
+        Some(EpilogueParts {
+            space,
+            inputs,
+            body: ebody,
+            stores: rest,
+        }),
+    ))
 }

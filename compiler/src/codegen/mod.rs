@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use graphc_ir::DType;
 
-use crate::kernel::{BufferId, KindRef, Program};
+use crate::kernel::{BufferId, KernelKind, KindRef, Program};
 
 pub use matmul::{GemmCompute, GemmDesc, GemmEpilogue, GemmOperand, GemmOutput};
 
@@ -185,6 +185,47 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
     };
     out.name = name;
     Ok(out)
+}
+
+/// How a matmul kernel runs on the GPU: the cuBLASLt GEMM, and, when cuBLASLt cannot
+/// compute the whole body, the elementwise kernel its generated epilogue computes (the
+/// CUDA C of [`generate`] is exactly this kernel). That kernel reads the GEMM's `D`
+/// through its last input: the buffer `D` was written to, or [`SCRATCH_BUFFER`] for the
+/// scratch output ([`GemmOutput::Scratch`]), which is not a buffer of the program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatMulSplit {
+    pub gemm: GemmDesc,
+    /// A [`KernelKind::Elementwise`].
+    pub epilogue: Option<KernelKind>,
+}
+
+/// The buffer id that stands for a GEMM's scratch output in [`MatMulSplit::epilogue`].
+pub const SCRATCH_BUFFER: BufferId = SCRATCH;
+
+/// The [`MatMulSplit`] of kernel `kernel_index`, or None when it is not a matmul.
+pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<MatMulSplit>, CodegenError> {
+    let kernel = program
+        .kernels
+        .get(kernel_index)
+        .ok_or(CodegenError::NoSuchKernel(kernel_index, program.kernels.len()))?;
+    let KindRef::MatMul(mm) = kernel.kind.view() else {
+        return Ok(None);
+    };
+    let cx = Ctx {
+        program,
+        kernel: format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name())),
+        scratch: None,
+    };
+    let (gemm, parts) = matmul::split(&cx, &mm)?;
+    Ok(Some(MatMulSplit {
+        gemm,
+        epilogue: parts.map(|p| KernelKind::Elementwise {
+            space: p.space,
+            inputs: p.inputs,
+            body: p.body,
+            stores: p.stores,
+        }),
+    }))
 }
 
 /// The CUDA kernels of every kernel of `program`, in order.

@@ -29,11 +29,11 @@ pub const POISON: u8 = 0xFF;
 /// Where an arena buffer's bytes are: `len` is the tensor's exact size (the plan may
 /// reserve more).
 #[derive(Clone, Copy, Debug)]
-struct Place {
-    offset: usize,
-    len: usize,
-    start: u32,
-    end: u32,
+pub(crate) struct Place {
+    pub offset: usize,
+    pub len: usize,
+    pub start: u32,
+    pub end: u32,
 }
 
 /// Run `program` with every intermediate in one arena laid out by `plan`; returns the
@@ -114,7 +114,7 @@ pub fn run_planned(
 
 /// Check `plan` against `program` (see [`run_planned`]); the arena place of every
 /// buffer, `None` for buffers outside the arena.
-fn validate(program: &Program, plan: &MemoryPlan) -> Result<Vec<Option<Place>>, KernelError> {
+pub(crate) fn validate(program: &Program, plan: &MemoryPlan) -> Result<Vec<Option<Place>>, KernelError> {
     let err = |m: String| Err(KernelError::Plan(m));
     let kernels = program.kernels.len();
     if plan.kernels != kernels {
@@ -264,7 +264,7 @@ fn alloc_arena(bytes: u64) -> Result<Vec<u8>, KernelError> {
 }
 
 /// Write `data` little-endian into `dst` (exactly its size).
-fn encode(data: &TensorData, dst: &mut [u8]) {
+pub(crate) fn encode(data: &TensorData, dst: &mut [u8]) {
     macro_rules! put {
         ($v:expr, $n:literal) => {
             for (d, x) in dst.chunks_exact_mut($n).zip($v.iter()) {

@@ -37,6 +37,7 @@ use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KindRef, Program};
 use graphc_ir::{Tensor, TensorType};
 
 pub use arena::run_planned;
+pub(crate) use arena::{encode, validate as validate_plan};
 
 /// An error running a program, naming what it is about.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -264,7 +265,7 @@ pub fn constant_slots(program: &Program) -> Vec<Option<Tensor>> {
         .collect()
 }
 
-fn kernel_error(program: &Program, index: usize, message: String) -> KernelError {
+pub(crate) fn kernel_error(program: &Program, index: usize, message: String) -> KernelError {
     KernelError::Kernel {
         index,
         name: program.kernels.get(index).map(|k| k.name.clone()).unwrap_or_default(),
@@ -336,7 +337,7 @@ pub(crate) fn describe(id: BufferId, buf: &Buffer) -> String {
 }
 
 /// Validate and run kernel `index`, returning the buffers it writes with their values.
-fn exec_kernel<'r>(
+pub(crate) fn exec_kernel<'r>(
     program: &Program,
     index: usize,
     read: &'r Reader<'r>,

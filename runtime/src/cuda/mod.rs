@@ -1,0 +1,95 @@
+//! The CUDA executor: a compiled model's memory plan run on an NVIDIA GPU through
+//! cudarc (the driver API, NVRTC and cuBLASLt, all loaded at run time: graphc builds
+//! and runs its CPU paths on machines without CUDA).
+//!
+//! Three layers, the first two testable without a GPU:
+//!
+//! - [`launch`]: the translation of (program, memory plan, generated kernels, device)
+//!   into a [`LaunchPlan`]: the device memory layout (arena, weights, I/O, cuBLASLt
+//!   workspace) and every launch with its arguments as region + byte offset, GEMMs as
+//!   cuBLASLt calls in cuBLASLt's own column-major terms.
+//! - [`emulate`]: that launch list run on the CPU (GEMMs by cuBLASLt's definition,
+//!   kernels by the kernel IR they were generated from), compared with the CPU executor
+//!   in the tests.
+//! - [`Session`] (`session.rs`): the launch list on a real device: one allocation per
+//!   region, weights uploaded once, kernels compiled by NVRTC to a cubin for the
+//!   device's own architecture (through the on-disk cache), cuBLASLt descriptors and
+//!   algorithms chosen at load, launches in plan order on one stream, inputs and outputs
+//!   through pinned host buffers, and a CUDA graph captured on the first run and
+//!   replayed after (unless disabled).
+
+pub mod emulate;
+pub mod launch;
+mod session;
+
+pub use emulate::emulate;
+pub use launch::{
+    device_layout, plan_launches, DevAddr, DeviceInfo, DeviceLayout, Launch, LaunchPlan, LtMatmul, Region,
+};
+pub use session::{
+    check_device_memory, driver_available, BenchOptions, BenchResult, CudaExecutor, DeviceMemoryReport, KernelTiming,
+    Session, SessionOptions,
+};
+
+use graphc_compiler::codegen::CodegenError;
+use graphc_compiler::nvrtc::NvrtcError;
+
+use crate::kernels::KernelError;
+
+/// Everything that can go wrong on the GPU path. [`CudaError::is_unavailable`] tells
+/// "there is no usable GPU here" (the CLI's exit code 3) from real failures.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// libcuda cannot be loaded: no NVIDIA driver on this machine.
+    #[error("no CUDA driver: {0} (the CPU executor still works: --device cpu)")]
+    NoDriver(String),
+    /// The driver is there but has no (such) GPU.
+    #[error("no CUDA device: {0} (the CPU executor still works: --device cpu)")]
+    NoDevice(String),
+    /// cuBLASLt cannot be loaded (needed for matmuls).
+    #[error("cuBLASLt is not available: {0} (put libcublasLt's folder on LD_LIBRARY_PATH)")]
+    NoCublasLt(String),
+    /// The device has too little free memory for the plan.
+    #[error(
+        "device memory too small on {gpu}: the plan needs {asked} bytes ({detail}) but only {free} of {total} bytes are free"
+    )]
+    OutOfMemory {
+        gpu: String,
+        asked: u64,
+        free: u64,
+        total: u64,
+        detail: String,
+    },
+    #[error("code generation: {0}")]
+    Codegen(#[from] CodegenError),
+    #[error("{0}")]
+    Compile(#[from] NvrtcError),
+    /// The plan, the program, the inputs or the launch list are inconsistent.
+    #[error("{0}")]
+    Plan(#[from] KernelError),
+    /// A driver call outside any kernel failed.
+    #[error("CUDA {call} failed: {code}")]
+    Driver { call: String, code: String },
+    /// A driver or cuBLASLt call for one kernel failed (or, with synchronous launches,
+    /// the kernel itself).
+    #[error("kernel {step} ({kernel}): {call} failed: {code}")]
+    Kernel {
+        step: usize,
+        kernel: String,
+        call: String,
+        code: String,
+    },
+    /// An asynchronous failure found at a synchronization point.
+    #[error("CUDA error during the run ({code}) at {at}; rerun with synchronous launches (--sync-launches / SessionOptions::sync_each_launch) to name the kernel")]
+    Async { at: String, code: String },
+}
+
+impl CudaError {
+    /// No driver, no GPU or no cuBLASLt: the GPU path cannot run on this machine at all.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            CudaError::NoDriver(_) | CudaError::NoDevice(_) | CudaError::NoCublasLt(_)
+        )
+    }
+}
