@@ -116,7 +116,8 @@ enum Command {
         /// Write the outputs here (.npz).
         #[arg(long)]
         output: Option<PathBuf>,
-        #[arg(long, value_enum, default_value_t = Device::Cpu)]
+        /// `auto`: the GPU when one is usable (driver, GPU, cuBLASLt), else the CPU.
+        #[arg(long, value_enum, default_value_t = Device::Auto)]
         device: Device,
         /// Memory budget the plan must fit (the run fails before starting otherwise).
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
@@ -183,6 +184,8 @@ enum Command {
 enum Device {
     Cpu,
     Cuda,
+    /// The GPU when one is usable here, else the CPU.
+    Auto,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -606,7 +609,7 @@ fn run(cli: Cli) -> Result<()> {
             gpu,
             check,
         } => {
-            if check && device != Device::Cuda {
+            if check && device == Device::Cpu {
                 bail!("--check compares the GPU with the CPU executor: use it with --device cuda");
             }
             let graph = graphc::load_model(&model, &dims)?;
@@ -639,8 +642,23 @@ fn run(cli: Cli) -> Result<()> {
                     println!("         {line}");
                 }
             }
-            let outputs = match device {
-                Device::Cpu => {
+            let session = match device {
+                Device::Cpu => None,
+                Device::Cuda => Some(graphc::cuda::Session::new(&compiled, gpu.options())?),
+                Device::Auto => match graphc::cuda::Session::new(&compiled, gpu.options()) {
+                    Ok(s) => Some(s),
+                    Err(e) if e.is_unavailable() => {
+                        println!("device   no usable GPU here, so the CPU: {e}");
+                        if check {
+                            return Err(anyhow::Error::new(e).context("--check needs a GPU"));
+                        }
+                        None
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            let outputs = match session {
+                None => {
                     let start = Instant::now();
                     let outputs = graphc::run_cpu(&compiled, inputs)?;
                     println!(
@@ -652,8 +670,7 @@ fn run(cli: Cli) -> Result<()> {
                     );
                     outputs
                 }
-                Device::Cuda => {
-                    let mut session = graphc::cuda::Session::new(&compiled, gpu.options())?;
+                Some(mut session) => {
                     print_session(&session);
                     let start = Instant::now();
                     let outputs = session.run(&inputs)?;
@@ -709,6 +726,7 @@ fn run(cli: Cli) -> Result<()> {
             });
             let kernels = compiled.program.kernels.len();
             match device {
+                Device::Auto => bail!("bench: choose --device cuda or --device cpu"),
                 Device::Cpu => {
                     if per_kernel {
                         bail!("--per-kernel times GPU launches: use it with --device cuda");
