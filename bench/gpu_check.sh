@@ -5,6 +5,7 @@
 #
 # a. environment (GPU, driver, Python packages, graphc version); stops when graphc's CUDA
 #    executor finds no driver or GPU (exit 3);
+# b0. `graphc selftest --device cuda`: every kind of launch on small graphs;
 # b. correctness: `graphc run MODEL --device cuda --check` (CUDA against graphc's CPU
 #    executor on the same inputs), with and without CUDA graphs, for every
 #    examples/models/*.gir, the builder models (write_models), the fusion kernels
@@ -74,6 +75,12 @@ write_md() {
 		echo
 		echo '```'
 		cat "$OUT/environment.txt" 2>/dev/null
+		echo '```'
+		echo
+		echo "## Self-test: graphc selftest --device cuda (exit code ${SELFTEST_RC:-not run})"
+		echo
+		echo '```'
+		grep -vE '^ok ' "$OUT/runs/selftest.txt" 2>/dev/null | tail -n 40
 		echo '```'
 		echo
 		echo "## Correctness: CUDA vs graphc's CPU executor (graphc run --device cuda --check)"
@@ -211,6 +218,13 @@ if [ "$rc" = 3 ]; then
 	cat "$MD"
 	exit 3
 fi
+
+# ---------------------------------------------------------------------------- b0. selftest
+section "b0. graphc selftest --device cuda (every kind of launch, small)"
+timeout -k 5 150 "$GRAPHC" selftest --device cuda </dev/null >"$OUT/runs/selftest.txt" 2>&1
+SELFTEST_RC=$?
+cat "$OUT/runs/selftest.txt"
+say "selftest exit code $SELFTEST_RC"
 
 # ---------------------------------------------------------------------------- b. correctness
 section "b. correctness"

@@ -17,6 +17,7 @@
 pub mod fit;
 pub mod models;
 pub mod npz;
+pub mod selftest;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -144,4 +145,17 @@ pub fn run_cuda(
 ) -> Result<Vec<(String, Tensor)>, Error> {
     let mut session = cuda::Session::new(model, options)?;
     Ok(session.run(&inputs)?)
+}
+
+/// Random inputs for every input of `graph` (`Tensor::random`, deterministic for a seed).
+pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<String, Tensor> {
+    graph
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            let name = graph.input_name(id).unwrap_or_default().to_string();
+            (name, Tensor::random(&graph.node(id).ty, seed.wrapping_add(i as u64)))
+        })
+        .collect()
 }

@@ -24,10 +24,7 @@ fn launches(c: &graphc::Compiled, device: &DeviceInfo) -> LaunchPlan {
 
 /// Relative L2 tolerance of a GPU output against the CPU executor (the GPU check's).
 fn tolerance(d: DType) -> f64 {
-    match d {
-        DType::F16 | DType::BF16 => 1e-2,
-        _ => 1e-5,
-    }
+    graphc::selftest::tolerance(d, false)
 }
 
 fn compare(name: &str, got: &[(String, Tensor)], want: &[(String, Tensor)]) {
@@ -306,4 +303,25 @@ fn without_a_gpu_the_session_says_so_and_cpu_still_works() {
         }
     }
     assert!(graphc::run_cpu(&c, inputs).is_ok());
+}
+
+/// Every self-test case (GEMMs of every dtype and epilogue, elementwise, row and op
+/// kernels, attention, two models) passes through the H200 launch lists, emulated.
+#[test]
+fn selftest_cases_pass_under_the_emulator() {
+    let cases = graphc::selftest::cases().unwrap();
+    assert!(cases.len() > 50);
+    let device = DeviceInfo::h200();
+    let mut emu = |c: &graphc::Compiled, inputs: &HashMap<String, Tensor>| {
+        let lp = launches(c, &device);
+        emulate(&c.program, &lp, c.graph.weights(), inputs).map_err(|e| graphc::Error::Cuda(e.into()))
+    };
+    let mut failed = Vec::new();
+    for case in &cases {
+        let r = graphc::selftest::run_case(case, false, &mut emu);
+        if !r.pass {
+            failed.push(format!("{}: {:?} {} {:.2e}", r.name, r.error, r.worst_output, r.rel_l2));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
 }

@@ -125,8 +125,8 @@ enum Command {
         #[command(flatten)]
         gpu: GpuArgs,
         /// With --device cuda: also run the CPU executor on the same inputs and compare
-        /// (relative L2 per output: 1e-5 for f32/f64, 1e-2 for f16/bf16 and with
-        /// --tf32); exit 1 if any output is off.
+        /// (relative L2 per output: 1e-5 for f32/f64, 1e-2 for f16 and for f32 with
+        /// --tf32, 3e-2 for bf16); exit 1 if any output is off.
         #[arg(long)]
         check: bool,
     },
@@ -151,6 +151,20 @@ enum Command {
         #[arg(long)]
         per_kernel: bool,
         /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        gpu: GpuArgs,
+    },
+    /// Run small graphs that exercise every kind of launch (GEMMs of every dtype and
+    /// epilogue, elementwise, row and op kernels, attention, two models) on a device and
+    /// compare each with the CPU executor. `emulate` runs the launch lists on the CPU.
+    Selftest {
+        #[arg(long, value_enum, default_value_t = SelftestDevice::Cuda)]
+        device: SelftestDevice,
+        /// Only the cases whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -186,6 +200,14 @@ enum Device {
     Cuda,
     /// The GPU when one is usable here, else the CPU.
     Auto,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SelftestDevice {
+    /// The GPU (exit code 3 without one).
+    Cuda,
+    /// The launch lists for an H200, run on the CPU by the launch emulator.
+    Emulate,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -828,6 +850,97 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
+        Command::Selftest {
+            device,
+            filter,
+            json,
+            gpu,
+        } => {
+            let cases: Vec<_> = graphc::selftest::cases()?
+                .into_iter()
+                .filter(|c| filter.as_deref().is_none_or(|f| c.name.contains(f)))
+                .collect();
+            if device == SelftestDevice::Cuda && !graphc::cuda::driver_available() {
+                return Err(graphc::cuda::CudaError::NoDriver(
+                    "libcuda.so cannot be loaded (no NVIDIA driver on this machine)".to_string(),
+                )
+                .into());
+            }
+            let opts = gpu.options();
+            let mut runner = |c: &graphc::Compiled,
+                              inputs: &std::collections::HashMap<String, Tensor>|
+             -> Result<Vec<(String, Tensor)>, graphc::Error> {
+                match device {
+                    SelftestDevice::Cuda => graphc::run_cuda(c, inputs.clone(), opts.clone()),
+                    SelftestDevice::Emulate => {
+                        let kernels = graphc_compiler::codegen::generate_all(&c.program)
+                            .map_err(|e| graphc::Error::Cuda(e.into()))?;
+                        let lp = graphc::cuda::plan_launches(
+                            &c.program,
+                            &c.plan,
+                            &kernels,
+                            &graphc::cuda::DeviceInfo::h200(),
+                        )
+                        .map_err(|e| graphc::Error::Cuda(e.into()))?;
+                        graphc::cuda::emulate(&c.program, &lp, c.graph.weights(), inputs)
+                            .map_err(|e| graphc::Error::Cuda(e.into()))
+                    }
+                }
+            };
+            let mut results = Vec::new();
+            let start = Instant::now();
+            for case in &cases {
+                let t = Instant::now();
+                let r = graphc::selftest::run_case(case, gpu.tf32, &mut runner);
+                if !json {
+                    println!(
+                        "{:<4} {:<62} {:>3} kernels  {}  {:>6.0} ms",
+                        if r.pass { "ok" } else { "FAIL" },
+                        r.name,
+                        r.kernels,
+                        match &r.error {
+                            Some(e) => format!("error: {}", e.replace('\n', " ")),
+                            None => format!(
+                                "worst {} rel_l2 {:.2e} (tol {:.0e})",
+                                if r.worst_output.is_empty() {
+                                    "-"
+                                } else {
+                                    &r.worst_output
+                                },
+                                r.rel_l2,
+                                r.tolerance
+                            ),
+                        },
+                        t.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                if let Some(e) = &r.error {
+                    // No GPU at all: stop at once with exit code 3.
+                    if e.starts_with("no CUDA") {
+                        return Err(graphc::cuda::CudaError::NoDevice(e.clone()).into());
+                    }
+                }
+                results.push(r);
+            }
+            let failed: Vec<&str> = results.iter().filter(|r| !r.pass).map(|r| r.name.as_str()).collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&results)?);
+            } else {
+                println!(
+                    "{} of {} cases pass on {} in {:.1} s",
+                    results.len() - failed.len(),
+                    results.len(),
+                    match device {
+                        SelftestDevice::Cuda => "the GPU",
+                        SelftestDevice::Emulate => "the launch emulator (H200 launch lists)",
+                    },
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            if !failed.is_empty() {
+                bail!("selftest: {} case(s) failed: {}", failed.len(), failed.join("; "));
+            }
+        }
         Command::Launches { model, dims, gpu, json } => {
             let graph = graphc::load_model(&model, &dims)?;
             let compiled = graphc::compile(&graph)?;
@@ -908,21 +1021,8 @@ fn median_sorted(v: &[f64]) -> f64 {
 fn check_outputs(got: &[(String, Tensor)], want: &[(String, Tensor)], tf32: bool) -> Result<()> {
     let mut failed = Vec::new();
     for ((name, g), (_, w)) in got.iter().zip(want) {
-        let tol = match g.ty().dtype {
-            ir::DType::F16 | ir::DType::BF16 => 1e-2,
-            ir::DType::F32 if tf32 => 1e-2,
-            _ => 1e-5,
-        };
-        let (a, b) = (g.to_f64_vec(), w.to_f64_vec());
-        let err = if g.ty() != w.ty() {
-            f64::INFINITY
-        } else if a.iter().zip(&b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())) {
-            0.0
-        } else {
-            let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
-            let den: f64 = b.iter().map(|y| y * y).sum();
-            (num / den.max(f64::MIN_POSITIVE)).sqrt()
-        };
+        let tol = graphc::selftest::tolerance(w.ty().dtype, tf32);
+        let err = graphc::selftest::output_error(g, w);
         let ok = err <= tol;
         println!(
             "check    {name} rel_l2 {err:.3e} (tol {tol:.0e}) {}",

@@ -11,6 +11,7 @@
 //! [`MAX_FOLDED_BYTES`], or up to the size of their largest known operand; values that
 //! depend on weights only up to the size of their largest operand (folding never makes
 //! the weights grow: a bias broadcast to the activations' shape stays a broadcast).
+//! Transposes, reshapes and slices of weights over [`MAX_FOLDED_VIEW_BYTES`] stay views.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -23,6 +24,11 @@ use super::lang::TNode;
 
 /// Materialized folded values are kept up to this size (or their largest operand's).
 pub const MAX_FOLDED_BYTES: usize = 64 << 10;
+
+/// A transpose, reshape or slice of weights larger than this stays a view: fusion reads
+/// it through strides (a GEMM through its transpose flag, as PyTorch's `x @ W^T` runs),
+/// and folding would copy it at every compile.
+pub const MAX_FOLDED_VIEW_BYTES: usize = 1 << 20;
 
 pub type TEGraph = EGraph<TNode, TensorAnalysis>;
 
@@ -250,6 +256,12 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
     }
     if matches!(op, Op::Broadcast { .. }) {
         return None; // a view: its operand is what gets folded
+    }
+    if from_weights
+        && matches!(op, Op::Transpose { .. } | Op::Reshape { .. } | Op::Slice { .. })
+        && ty.size_bytes() > MAX_FOLDED_VIEW_BYTES
+    {
+        return None;
     }
     let largest_arg = args.iter().zip(arg_tys).map(|(k, t)| k.bytes(t)).max().unwrap_or(0);
     let allowance = if from_weights { 0 } else { MAX_FOLDED_BYTES };

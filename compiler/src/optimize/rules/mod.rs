@@ -1,5 +1,6 @@
 //! Rewrite rules, one file per topic. See README.md for the policy.
 
+mod composite;
 mod identities;
 mod layout;
 mod scale;
@@ -9,11 +10,16 @@ use egg::Rewrite;
 use super::analysis::TensorAnalysis;
 use super::lang::TNode;
 
+/// Rules whose rewrite is not bit-exact (documented in README.md): outputs agree to a
+/// few ulps, not bitwise.
+pub const INEXACT: &[&str] = &["gelu-tanh"];
+
 /// Every rule, in a fixed order.
 pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
     identities::rules()
         .into_iter()
         .chain(layout::rules())
         .chain(scale::rules())
+        .chain(composite::rules())
         .collect()
 }

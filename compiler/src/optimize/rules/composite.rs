@@ -1,0 +1,137 @@
+//! Composite ops spelled out by front ends, recognized as the IR's own op.
+//!
+//! `gelu-tanh`: `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`, as PyTorch's
+//! `F.gelu(approximate="tanh")` and GPT-2's `gelu_new` export to ONNX, becomes
+//! `gelu_tanh(x)`: one op instead of nine, and the activation cuBLASLt applies in a GEMM
+//! epilogue (so a linear layer followed by it is one GEMM, without a scratch round trip
+//! through memory).
+//!
+//! This is the one documented exception to "exact" in README.md: the op computes the
+//! same formula with its own association and constants (`x * x * x` and `sqrt(2/pi)` at
+//! full precision), so results may differ in the last bits (a few ulps).
+//!
+//! Matched forms: the scale `0.5` on either side and at any of the three products
+//! (`0.5 * (x * (1 + t))`, `(0.5 * x) * (1 + t)`, `x * (0.5 * (1 + t))`), `1 + t`
+//! either way, `x + c * x^3` either way with `x^3` as `x * (x * x)`, `(x * x) * x` or
+//! `pow(x, 3)`, and the constants within a relative 1e-6 or exactly as rounded to the
+//! model's dtype (an f32, f16 or bf16 `sqrt(2/pi)` or `0.044715` matches).
+
+use egg::{Id, Rewrite};
+use graphc_ir::{BinaryOp, DType, Op, UnaryOp};
+
+use crate::optimize::analysis::{Known, TEGraph, TensorAnalysis};
+use crate::optimize::lang::TNode;
+use crate::optimize::rule::{nodes_where, rule, Term};
+
+pub fn rules() -> Vec<Rewrite<TNode, TensorAnalysis>> {
+    vec![rule("gelu-tanh", gelu_tanh)]
+}
+
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const CUBIC: f64 = 0.044715;
+
+/// The single value of a small known class (a splat or a one-element tensor); never
+/// looks at a large tensor's data.
+fn scalar(eg: &TEGraph, id: Id) -> Option<f64> {
+    match eg[id].data.known.as_ref()? {
+        k @ Known::Splat(_) => k.splat(),
+        Known::Full(t) if t.shape().numel() == 1 => t.to_f64_vec().first().copied(),
+        Known::Full(_) => None,
+    }
+}
+
+/// Whether `id` is known to be `v`: within `rel` (relative), or exactly `v` rounded to
+/// the class's dtype (an f16 or bf16 model's constants are rounded).
+fn is_const(eg: &TEGraph, id: Id, v: f64, rel: f64) -> bool {
+    let rounded = match eg[id].data.ty.dtype {
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::F32 => v as f32 as f64,
+        _ => v,
+    };
+    scalar(eg, id).is_some_and(|c| c == rounded || (c - v).abs() <= rel * v.abs())
+}
+
+/// The operand pairs of every `op` node of `id`, in both orders.
+fn pairs(eg: &TEGraph, id: Id, op: BinaryOp) -> Vec<(Id, Id)> {
+    let mut out = Vec::new();
+    for n in nodes_where(eg, id, |o| *o == Op::Binary(op)) {
+        let (a, b) = (n.children[0], n.children[1]);
+        out.push((a, b));
+        out.push((b, a));
+    }
+    out
+}
+
+fn same(eg: &TEGraph, a: Id, b: Id) -> bool {
+    eg.find(a) == eg.find(b)
+}
+
+/// `x^3` as `x * (x * x)`, `(x * x) * x` or `pow(x, 3)`.
+fn is_cube(eg: &TEGraph, id: Id, x: Id) -> bool {
+    pairs(eg, id, BinaryOp::Mul).into_iter().any(|(a, b)| {
+        same(eg, a, x)
+            && pairs(eg, b, BinaryOp::Mul)
+                .into_iter()
+                .any(|(c, d)| same(eg, c, x) && same(eg, d, x))
+    }) || nodes_where(eg, id, |o| *o == Op::Binary(BinaryOp::Pow))
+        .any(|n| same(eg, n.children[0], x) && is_const(eg, n.children[1], 3.0, 0.0))
+}
+
+/// `tanh(sqrt(2/pi) * (x + 0.044715 * x^3))`.
+fn is_tanh_term(eg: &TEGraph, id: Id, x: Id) -> bool {
+    nodes_where(eg, id, |o| *o == Op::Unary(UnaryOp::Tanh)).any(|n| {
+        pairs(eg, n.children[0], BinaryOp::Mul).into_iter().any(|(k, inner)| {
+            is_const(eg, k, SQRT_2_OVER_PI, 1e-6)
+                && pairs(eg, inner, BinaryOp::Add).into_iter().any(|(a, b)| {
+                    same(eg, a, x)
+                        && pairs(eg, b, BinaryOp::Mul)
+                            .into_iter()
+                            .any(|(c, cube)| is_const(eg, c, CUBIC, 1e-6) && is_cube(eg, cube, x))
+                })
+        })
+    })
+}
+
+/// `1 + tanh(...)` of `x`.
+fn is_one_plus_tanh(eg: &TEGraph, id: Id, x: Id) -> bool {
+    pairs(eg, id, BinaryOp::Add)
+        .into_iter()
+        .any(|(one, t)| is_const(eg, one, 1.0, 0.0) && is_tanh_term(eg, t, x))
+}
+
+fn gelu_tanh(eg: &TEGraph, id: Id) -> Vec<Term> {
+    let ty = &eg[id].data.ty;
+    if !ty.dtype.is_float() {
+        return vec![];
+    }
+    let mut xs: Vec<Id> = Vec::new();
+    for (p, q) in pairs(eg, id, BinaryOp::Mul) {
+        // 0.5 * (x * (1 + t))
+        if is_const(eg, p, 0.5, 0.0) {
+            for (x, t) in pairs(eg, q, BinaryOp::Mul) {
+                if is_one_plus_tanh(eg, t, x) {
+                    xs.push(x);
+                }
+            }
+        }
+        // (0.5 * x) * (1 + t)
+        for (half, x) in pairs(eg, p, BinaryOp::Mul) {
+            if is_const(eg, half, 0.5, 0.0) && is_one_plus_tanh(eg, q, x) {
+                xs.push(x);
+            }
+        }
+        // x * (0.5 * (1 + t))
+        for (half, t) in pairs(eg, q, BinaryOp::Mul) {
+            if is_const(eg, half, 0.5, 0.0) && is_one_plus_tanh(eg, t, p) {
+                xs.push(p);
+            }
+        }
+    }
+    xs.sort();
+    xs.dedup_by(|a, b| same(eg, *a, *b));
+    xs.into_iter()
+        .filter(|&x| eg[x].data.ty == *ty)
+        .map(|x| Term::node(Op::Unary(UnaryOp::GeluTanh), vec![Term::Class(x)]))
+        .collect()
+}
