@@ -983,15 +983,7 @@ fn run(cli: Cli) -> Result<()> {
 fn load_inputs(path: Option<&std::path::Path>, graph: &Graph) -> Result<std::collections::HashMap<String, Tensor>> {
     Ok(match path {
         Some(p) => graphc::npz::read_inputs(p, graph)?,
-        None => graph
-            .inputs()
-            .iter()
-            .enumerate()
-            .map(|(i, &id)| {
-                let name = graph.input_name(id).unwrap_or_default().to_string();
-                (name, Tensor::random(&graph.node(id).ty, i as u64))
-            })
-            .collect(),
+        None => graphc::random_inputs(graph, 0),
     })
 }
 

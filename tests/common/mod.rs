@@ -16,15 +16,7 @@ pub fn temp_dir(test: &str) -> PathBuf {
 
 /// Random inputs for every graph input, deterministic for a seed.
 pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<String, Tensor> {
-    graph
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let name = graph.input_name(id).expect("input").to_string();
-            (name, Tensor::random(&graph.node(id).ty, seed * 1000 + i as u64))
-        })
-        .collect()
+    graphc::random_inputs(graph, seed * 1000)
 }
 
 pub fn repo_path(rel: &str) -> PathBuf {
