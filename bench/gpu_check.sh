@@ -47,6 +47,15 @@ case "$GRAPHC" in /*) ;; */*) GRAPHC=$ROOT/$GRAPHC ;; esac
 case "$EXAMPLES" in /*) ;; *) EXAMPLES=$ROOT/$EXAMPLES ;; esac
 mkdir -p "$SCRATCH" "$OUT/runs"
 export GRAPHC_CACHE_DIR=${GRAPHC_CACHE_DIR:-$SCRATCH/nvrtc-cache}
+# graphc loads libcuda, libnvrtc and libcublasLt at run time. The CUDA toolkit's folders
+# go on the loader path in case they are not on it already, and, last, the NVIDIA wheels
+# PyTorch brings (nvidia/*/lib), so a missing toolkit library still has a fallback.
+for d in /usr/local/cuda/lib64 /usr/local/cuda-13.0/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+	[ -d "$d" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+NV_WHEELS=$(timeout 30 "$PYTHON" -c 'import nvidia, os; p = list(nvidia.__path__)[0]; print(":".join(sorted(os.path.join(p, d, "lib") for d in os.listdir(p) if os.path.isdir(os.path.join(p, d, "lib")))))' 2>/dev/null)
+[ -n "$NV_WHEELS" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$NV_WHEELS"
+export LD_LIBRARY_PATH
 export PYTHONUNBUFFERED=1
 
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
@@ -154,6 +163,10 @@ say "repo $ROOT, OUT $OUT, SCRATCH $SCRATCH, graphc $GRAPHC"
 {
 	echo "host: $(uname -srm)"
 	echo "repo: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') $(git -C "$ROOT" log -1 --format=%s 2>/dev/null)"
+	echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
+	for lib in libcuda.so.1 libnvrtc.so.13 libnvrtc.so.12 libcublasLt.so.13 libcublasLt.so.12; do
+		echo "$lib: $(ldconfig -p 2>/dev/null | grep -m1 "$lib" | sed 's/.*=> //')"
+	done
 	timeout 20 nvidia-smi -L </dev/null 2>&1
 	timeout 20 nvidia-smi --query-gpu=name,driver_version,compute_cap,compute_mode,memory.total,memory.used --format=csv </dev/null 2>&1
 	timeout 60 "$PYTHON" - <<'EOF' 2>&1
