@@ -705,6 +705,9 @@ fn run(cli: Cli) -> Result<()> {
                         start.elapsed().as_secs_f64() * 1e3,
                         if session.uses_graph() { " and graph capture" } else { "" }
                     );
+                    if let Some(e) = session.graph_error() {
+                        println!("note     CUDA graph capture failed ({e}); the kernels were launched one by one");
+                    }
                     if check {
                         let want = graphc::run_cpu(&compiled, inputs)?;
                         check_outputs(&outputs, &want, gpu.tf32)?;
@@ -811,7 +814,7 @@ fn run(cli: Cli) -> Result<()> {
                                 "median_ms": r.median_ms, "min_ms": r.min_ms, "max_ms": r.max_ms,
                                 "kernels": kernels, "launches": lp.launches.len(), "plan": plan_json,
                                 "device_bytes": mem.device_bytes, "free_bytes_at_load": mem.free_at_load,
-                                "per_kernel": r.per_kernel,
+                                "per_kernel": r.per_kernel, "graph_error": session.graph_error(),
                             })
                         );
                     } else {
@@ -826,6 +829,9 @@ fn run(cli: Cli) -> Result<()> {
                             r.min_ms,
                             r.max_ms
                         );
+                        if let Some(e) = session.graph_error() {
+                            println!("note     CUDA graph capture failed ({e}); the kernels were launched one by one");
+                        }
                         let traffic = compiled.fusion.bytes as f64;
                         println!(
                             "         {} of global memory traffic (fusion's estimate): {:.0} GB/s",

@@ -361,6 +361,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// cuBLASLt state before the modules, the memory, the stream and the context.
 pub struct Session {
     graph: Option<CudaGraph>,
+    graph_error: Option<String>,
     prepared: Vec<Prepared>,
     lt: Option<LtHandle>,
     functions: Vec<CudaFunction>,
@@ -635,6 +636,7 @@ impl Session {
         };
         Ok(Session {
             graph: None,
+            graph_error: None,
             prepared,
             lt: lt_handle,
             functions,
@@ -674,7 +676,8 @@ impl Session {
         (self.compile_ms, self.load_ms)
     }
 
-    /// Whether runs replay a CUDA graph.
+    /// Whether runs replay a CUDA graph (false with `cuda_graph: false`, or after a
+    /// capture failed: see [`Session::graph_error`]).
     pub fn uses_graph(&self) -> bool {
         self.options.cuda_graph
     }
@@ -779,22 +782,41 @@ impl Session {
                 at: "the run before CUDA graph capture".to_string(),
                 code: code(e),
             })?;
-            self.stream
-                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .map_err(driver("cuStreamBeginCapture"))?;
-            let enq = self.enqueue(None);
-            let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
-            enq?;
-            let graph = graph.map_err(driver("cuStreamEndCapture / cuGraphInstantiate"))?;
-            self.graph = graph;
-            if let Some(g) = &self.graph {
-                g.upload().map_err(driver("cuGraphUpload"))?;
+            match self.capture() {
+                Ok(g) => self.graph = g,
+                Err(e) => {
+                    // Capture is an optimization: run without it, and say why.
+                    self.graph_error = Some(e.to_string());
+                    self.options.cuda_graph = false;
+                    return self.enqueue(None);
+                }
             }
         }
         match &self.graph {
             Some(g) => g.launch().map_err(driver("cuGraphLaunch")),
             None => self.enqueue(None), // nothing was captured (no launches)
         }
+    }
+
+    /// Capture the launches into a CUDA graph, instantiate and upload it.
+    fn capture(&mut self) -> Result<Option<CudaGraph>, CudaError> {
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(driver("cuStreamBeginCapture"))?;
+        let enq = self.enqueue(None);
+        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        enq?;
+        let graph = graph.map_err(driver("cuStreamEndCapture / cuGraphInstantiate"))?;
+        if let Some(g) = &graph {
+            g.upload().map_err(driver("cuGraphUpload"))?;
+        }
+        Ok(graph)
+    }
+
+    /// Why CUDA graph capture failed, if it did (the session then launches kernels one
+    /// by one).
+    pub fn graph_error(&self) -> Option<&str> {
+        self.graph_error.as_deref()
     }
 
     /// Enqueue every launch in order; with `events`, record `events[i]` before launch
