@@ -299,6 +299,13 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 const EXIT_NO_GPU: u8 = 3;
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of stdout goes away
+    // (`graphc ir MODEL | head`) instead of panicking on a failed print.
+    #[cfg(unix)]
+    // SAFETY: restores the default action for SIGPIPE, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
