@@ -230,6 +230,7 @@ fn a_wrong_launch_is_caught() {
             }
         }
     }
+    eprintln!("caught {caught} of {tried} wrong launches");
     assert!(tried > 10);
     // A moved argument can land on bytes equal to the right ones only by chance
     // (a dead buffer's old value): nearly all must be caught.
