@@ -147,8 +147,9 @@ pub fn run_cuda(
     Ok(session.run(&inputs)?)
 }
 
-/// Random inputs for every input of `graph` (`Tensor::random`, deterministic for a seed).
-pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<String, Tensor> {
+/// Random inputs for every input of `graph`, in input order (`Tensor::random`, seed
+/// `seed + i` for input `i`).
+pub fn random_input_list(graph: &Graph, seed: u64) -> Vec<(String, Tensor)> {
     graph
         .inputs()
         .iter()
@@ -158,4 +159,9 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<String, Tensor> {
             (name, Tensor::random(&graph.node(id).ty, seed.wrapping_add(i as u64)))
         })
         .collect()
+}
+
+/// [`random_input_list`] by name.
+pub fn random_inputs(graph: &Graph, seed: u64) -> HashMap<String, Tensor> {
+    random_input_list(graph, seed).into_iter().collect()
 }

@@ -976,15 +976,7 @@ fn run(cli: Cli) -> Result<()> {
             seed,
         } => {
             let graph = graphc::load_model(&model, &dims)?;
-            let arrays: Vec<(String, Tensor)> = graph
-                .inputs()
-                .iter()
-                .enumerate()
-                .map(|(i, &id)| {
-                    let name = graph.input_name(id).unwrap_or_default().to_string();
-                    (name, Tensor::random(&graph.node(id).ty, seed.wrapping_add(i as u64)))
-                })
-                .collect();
+            let arrays = graphc::random_input_list(&graph, seed);
             graphc::npz::write_npz(&output, &arrays).with_context(|| "writing random inputs")?;
             println!("wrote    {} ({} arrays)", output.display(), arrays.len());
         }
