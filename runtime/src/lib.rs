@@ -1,13 +1,15 @@
 //! # graphc-runtime: executing compiled models
 //!
-//! Today one executor: [`cpu::CpuExecutor`], which runs a compiled model's fused kernels
+//! Two executors of one plan. [`cpu::CpuExecutor`] runs a compiled model's fused kernels
 //! ([`kernels`]: the kernel IR executed column-at-a-time with the interpreter's op
 //! functions) through one host arena laid out by the model's memory plan
 //! ([`kernels::run_planned`]): every intermediate at its planned offset, the bytes the
 //! GPU would use, so a plan that overlaps live buffers gives wrong numbers on the CPU
 //! too. [`kernels::run_program`] (one allocation per buffer, no plan) stays as the
-//! unplanned reference of the low-level kernel tests. The CUDA executor of a later
-//! stage implements the same [`Executor`] trait.
+//! unplanned reference of the low-level kernel tests. [`cuda`] runs the same plan on an
+//! NVIDIA GPU ([`cuda::Session`], and [`cuda::CudaExecutor`] behind the same
+//! [`Executor`] trait), with its plan-to-launch translation checked on the CPU by the
+//! launch emulator.
 
 pub mod cpu;
 pub mod cuda;
