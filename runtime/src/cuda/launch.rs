@@ -3,7 +3,7 @@
 //! argument resolved to a region and a byte offset ([`LaunchPlan`]).
 //!
 //! The [`Session`](super::Session) only transcribes this into driver and cuBLASLt calls,
-//! and [`emulate`](super::emulate) runs the very same launch list on the CPU, so the
+//! and [`emulate`](mod@super::emulate) runs the very same launch list on the CPU, so the
 //! translation (argument offsets, GEMM layouts and transposes, grid sizes, scratch) is
 //! tested on machines without a GPU.
 //!

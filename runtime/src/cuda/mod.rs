@@ -8,7 +8,7 @@
 //!   into a [`LaunchPlan`]: the device memory layout (arena, weights, I/O, cuBLASLt
 //!   workspace) and every launch with its arguments as region + byte offset, GEMMs as
 //!   cuBLASLt calls in cuBLASLt's own column-major terms.
-//! - [`emulate`]: that launch list run on the CPU (GEMMs by cuBLASLt's definition,
+//! - [`emulate`](mod@emulate): that launch list run on the CPU (GEMMs by cuBLASLt's definition,
 //!   kernels by the kernel IR they were generated from), compared with the CPU executor
 //!   in the tests.
 //! - [`Session`] (`session.rs`): the launch list on a real device: one allocation per
