@@ -24,6 +24,7 @@ fallback).
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -225,10 +226,41 @@ def specs(small):
             iters=bi,
             graphc_timeout_scale=1.5,
         ),
+        # Mixed precision (graphc --precision, torch.autocast) of the f32 MLP, last: the
+        # GPT matters more if time runs short.
+        *[
+            dict(
+                name="mlp",
+                size=f"{m}x{d}->{hid}->{d}",
+                dtype="f32",
+                precision=p,
+                make=lambda: Mlp(d, hid),
+                input_shapes=[(m, d)],
+                metric="TFLOP/s",
+                flops=mlp_flops,
+                warmup=bw,
+                iters=bi + 10,
+            )
+            for p in ("bf16", "fp16")
+        ],
     ]
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def spec_key(spec):
+    """`mlp_bf16`, or `mlp_f32_as_bf16` for an f32 model run in mixed precision."""
+    key = f"{spec['name']}_{spec['dtype']}"
+    return key + (f"_as_{spec['precision']}" if spec.get("precision") else "")
+
+
+def autocast(spec, dev):
+    """torch.autocast to the spec's precision (graphc's --precision), else nothing."""
+    p = spec.get("precision")
+    if not p:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(dev).type, dtype=DTYPES[{"fp16": "f16"}.get(p, p)])
 
 
 class Timer:
@@ -476,12 +508,13 @@ class Runner:
         a = self.a
         dev = self.device
         dtype = DTYPES[spec["dtype"]]
-        key = f"{spec['name']}_{spec['dtype']}"
+        key = spec_key(spec)
         rec = {
             "model": spec["name"],
             "size": spec["size"],
             "dtype": spec["dtype"],
             "tf32": bool(spec.get("tf32")),
+            "precision": spec.get("precision"),
             "metric": spec["metric"],
             "flops": spec.get("flops"),
             "errors": [],
@@ -519,6 +552,7 @@ class Runner:
 
     def _run_model(self, spec, rec, key, dev, dtype, warmup, iters, tmo, tf32):
         a = self.a
+        self.graphc_extra = ["--precision", spec["precision"]] if spec.get("precision") else []
         torch.manual_seed(1234)
         model = spec["make"]().to(device=dev, dtype=dtype).eval()
         for p in model.parameters():
@@ -545,7 +579,8 @@ class Runner:
 
         # torch's memory: weights and inputs on the device, peak around one eager forward.
         if self.cuda:
-            rec["torch_peak_bytes"], rec["torch_base_bytes"] = self.peak_memory(model, inputs)
+            with autocast(spec, dev):
+                rec["torch_peak_bytes"], rec["torch_base_bytes"] = self.peak_memory(model, inputs)
             self.log(f"  torch peak {rec['torch_peak_bytes'] / MiB:.1f} MiB (base {rec['torch_base_bytes'] / MiB:.1f})")
         self.save()
 
@@ -585,7 +620,7 @@ class Runner:
                 self.save()
 
         # torch eager.
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(spec, dev):
             rec["eager"] = self.timer.time(lambda: model(*inputs), warmup, iters)
         self.log(f"  eager {rec['eager']['median_ms']:.3f} ms")
         self.save()
@@ -596,17 +631,18 @@ class Runner:
                 torch._dynamo.reset()
                 cm = torch.compile(model)
                 t0 = time.perf_counter()
-                with torch.inference_mode():
+                with torch.inference_mode(), autocast(spec, dev):
                     yc = cm(*inputs)
                     self.timer.sync()
                 compile_s = time.perf_counter() - t0
                 rec["compile_rel_l2_vs_eager"] = rel_l2(to_numpy(yc), ref)
                 del yc
-                with torch.inference_mode():
+                with torch.inference_mode(), autocast(spec, dev):
                     rec["compile"] = self.timer.time(lambda: cm(*inputs), warmup, iters)
                 rec["compile"]["compile_s"] = compile_s
                 if self.cuda:
-                    rec["compile"]["peak_bytes"], _ = self.peak_memory(cm, inputs)
+                    with autocast(spec, dev):
+                        rec["compile"]["peak_bytes"], _ = self.peak_memory(cm, inputs)
                 self.log(f"  compile {rec['compile']['median_ms']:.3f} ms (compiled in {compile_s:.1f}s)")
                 del cm
             except Exception as e:  # noqa: BLE001
@@ -648,7 +684,7 @@ class Runner:
 
     def run_graphc(self, rec, key, onnx_path, in_path, out_path, ref, warmup, iters, tmo, tf32):
         dev = "cuda" if self.cuda else "cpu"
-        extra = ["--tf32"] if tf32 else []
+        extra = (["--tf32"] if tf32 else []) + self.graphc_extra
         # One run to compare outputs.
         rc, so, se, wall = self.graphc(
             f"{key}.run",
@@ -703,7 +739,7 @@ class Runner:
         """graphc bench --per-kernel: where graphc's time goes (a few iterations)."""
         dev = "cuda" if self.cuda else "cpu"
         args = ["bench", onnx_path, "--device", dev, "--inputs", in_path, "--json", "--per-kernel"]
-        args += ["--warmup", "2", "--iters", "5"] + (["--tf32"] if tf32 else [])
+        args += ["--warmup", "2", "--iters", "5"] + (["--tf32"] if tf32 else []) + self.graphc_extra
         rc, so, se, _ = self.graphc(f"{key}.per_kernel", args, tmo)
         j = parse_json_stdout(so) if rc == 0 else None
         if j is None or not isinstance(j.get("per_kernel"), list):
@@ -791,6 +827,8 @@ class Runner:
             rl = rec.get("graphc_rel_l2")
             name = f"{rec['model']} {rec.get('size', '')}".strip()
             dt = rec["dtype"] + (" (tf32)" if rec.get("tf32") else "")
+            if rec.get("precision"):
+                dt = f"{rec['dtype']} as {rec['precision']} (torch: autocast)"
 
             def metric(t):
                 if not isinstance(t, (int, float)) or t <= 0:
@@ -897,7 +935,7 @@ def main():
     only = {s for s in a.only.split(",") if s}
     r.copy_baseline()
     for spec in specs(a.small):
-        key = f"{spec['name']}_{spec['dtype']}"
+        key = spec_key(spec)
         if only and key not in only and spec["name"] not in only:
             continue
         r.run_model(spec)

@@ -502,3 +502,28 @@ fn bench_json_and_launches() {
     assert!(text.contains("sm_90, 132 SMs"), "{text}");
     assert!(text.contains(" gemm f32 ") && text.contains(" kernel g_row_"), "{text}");
 }
+
+/// `--precision`: the plan states what bf16 saved; a bad value is a clear error.
+#[test]
+fn plan_and_run_take_a_precision() {
+    let o = graphc(&["plan", BLOCK, "--precision", "bf16"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("precision      bf16: weights"), "{text}");
+    assert!(text.contains("(-50%)"), "{text}");
+    let o = graphc(&[
+        "run",
+        BLOCK,
+        "--inputs",
+        BLOCK_INPUTS,
+        "--device",
+        "cpu",
+        "--precision",
+        "fp16",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("pass     precision: "), "{}", stdout(&o));
+    let o = graphc(&["plan", BLOCK, "--precision", "int8"]);
+    assert_eq!(o.status.code(), Some(2), "clap's usage error: {}", stderr(&o));
+    assert!(stderr(&o).contains("unknown precision `int8`"), "{}", stderr(&o));
+}

@@ -8,6 +8,7 @@ use crate::fuse::{fuse_with_report, FuseReport};
 use crate::kernel::Program;
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
+use crate::passes::precision::{apply_precision, Precision, PrecisionReport};
 use crate::plan::{apply_schedule, plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 
 /// Knobs of the pipeline.
@@ -19,6 +20,9 @@ pub struct CompileOptions {
     pub optimize: OptimizeOptions,
     /// The memory planner's budget, alignment, target architecture.
     pub memory: MemoryOptions,
+    /// fp32 (default), tf32 (f32 GEMMs on TF32 tensor cores), or bf16 / fp16 mixed
+    /// precision (`passes::precision`).
+    pub precision: Precision,
 }
 
 /// What one pass did.
@@ -46,6 +50,8 @@ pub struct Compiled {
     pub schedule: Schedule,
     /// Where every intermediate lives, and whether the run fits the budget.
     pub plan: MemoryPlan,
+    /// The precision compiled for, and what the precision pass did.
+    pub precision: PrecisionReport,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +86,30 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         notes,
     });
     check(&graph, "dce", opts)?;
+
+    let start = Instant::now();
+    let (graph, mut precision) = apply_precision(&graph, opts.precision).map_err(|error| CompileError::Pass {
+        pass: "precision",
+        error,
+    })?;
+    if opts.precision.low_type().is_some() {
+        passes.push(PassReport {
+            pass: "precision",
+            nodes_before: passes.last().map(|p| p.nodes_after).unwrap_or(0),
+            nodes_after: graph.len(),
+            time: start.elapsed(),
+            notes: vec![format!(
+                "{}: {} nodes in {}, {} kept in f32, {} casts (weight casts fold into {} weights)",
+                opts.precision,
+                precision.low_nodes,
+                opts.precision,
+                precision.f32_nodes,
+                precision.casts,
+                opts.precision
+            )],
+        });
+        check(&graph, "precision", opts)?;
+    }
 
     let (graph, report) = optimize(&graph, &opts.optimize).map_err(|error| CompileError::Pass {
         pass: "optimize",
@@ -158,6 +188,20 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         time: start.elapsed(),
         notes: plan_notes,
     });
+    // What the precision saved.
+    let low = precision.precision.low_type();
+    precision.weights_bytes_before = report.weight_bytes_before as u64;
+    precision.weights_bytes_after = report.weight_bytes_after as u64;
+    for b in &plan.buffers {
+        let ty = &program.buffers[b.buffer as usize].ty;
+        let bytes = (ty.numel() * ty.dtype.size_bytes()) as u64;
+        precision.intermediates_bytes += bytes;
+        precision.intermediates_f32_bytes += if Some(ty.dtype) == low {
+            (ty.numel() * 4) as u64
+        } else {
+            bytes
+        };
+    }
     Ok(Compiled {
         graph,
         program,
@@ -166,6 +210,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         fusion,
         schedule: order,
         plan,
+        precision,
     })
 }
 

@@ -55,6 +55,10 @@ enum Command {
         /// Memory budget: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
         budget: u64,
+        /// Compute precision: fp32, tf32 (f32 GEMMs on TF32 tensor cores), bf16 or fp16
+        /// (mixed: low-precision storage and compute, f32 where it matters).
+        #[arg(long, default_value = "fp32")]
+        precision: graphc_compiler::passes::precision::Precision,
         /// Also print the arena over time (kernel steps x offsets) as text.
         #[arg(long)]
         picture: bool,
@@ -71,6 +75,10 @@ enum Command {
         /// Memory budget: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
         budget: u64,
+        /// Compute precision: fp32, tf32 (f32 GEMMs on TF32 tensor cores), bf16 or fp16
+        /// (mixed: low-precision storage and compute, f32 where it matters).
+        #[arg(long, default_value = "fp32")]
+        precision: graphc_compiler::passes::precision::Precision,
         /// Search no higher than this.
         #[arg(long, default_value_t = 1 << 20)]
         max: usize,
@@ -122,6 +130,10 @@ enum Command {
         /// Memory budget the plan must fit (the run fails before starting otherwise).
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
         budget: u64,
+        /// Compute precision: fp32, tf32 (f32 GEMMs on TF32 tensor cores), bf16 or fp16
+        /// (mixed: low-precision storage and compute, f32 where it matters).
+        #[arg(long, default_value = "fp32")]
+        precision: graphc_compiler::passes::precision::Precision,
         #[command(flatten)]
         gpu: GpuArgs,
         /// With --device cuda: also run the CPU executor on the same inputs and compare
@@ -143,6 +155,10 @@ enum Command {
         device: Device,
         #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
         budget: u64,
+        /// Compute precision: fp32, tf32 (f32 GEMMs on TF32 tensor cores), bf16 or fp16
+        /// (mixed: low-precision storage and compute, f32 where it matters).
+        #[arg(long, default_value = "fp32")]
+        precision: graphc_compiler::passes::precision::Precision,
         #[arg(long, default_value_t = 10)]
         warmup: usize,
         #[arg(long, default_value_t = 50)]
@@ -405,16 +421,20 @@ fn run(cli: Cli) -> Result<()> {
             dims,
             json,
             budget,
+            precision,
             picture,
             svg,
         } => {
             let graph = graphc::load_model(&model, &dims)?;
-            let compiled = graphc::compile_with(&graph, &budget_options(budget))?;
+            let compiled = graphc::compile_with(&graph, &budget_options(budget, precision))?;
             let (program, plan) = (&compiled.program, &compiled.plan);
             let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
             let print_summary = || {
                 println!("model          {}", model.display());
                 print!("{}", report::summary(program, plan));
+                if precision.low_type().is_some() {
+                    println!("\nprecision      {}", compiled.precision.summary());
+                }
                 if picture {
                     println!();
                     print!("{}", report::picture(plan, 64, 16));
@@ -444,6 +464,7 @@ fn run(cli: Cli) -> Result<()> {
             model,
             dims,
             budget,
+            precision,
             max,
         } => {
             let searched: Vec<&str> = dims
@@ -463,6 +484,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             let fixed: Vec<(String, usize)> = dims.iter().filter_map(|(n, v)| v.map(|v| (n.clone(), v))).collect();
             let opts = graphc::CompileOptions {
+                precision,
                 memory: graphc_compiler::plan::MemoryOptions {
                     budget_bytes: budget,
                     ..Default::default()
@@ -635,6 +657,7 @@ fn run(cli: Cli) -> Result<()> {
             output,
             device,
             budget,
+            precision,
             gpu,
             check,
         } => {
@@ -644,7 +667,7 @@ fn run(cli: Cli) -> Result<()> {
             let graph = graphc::load_model(&model, &dims)?;
             println!("model    {}: {}", model.display(), describe(&graph));
             let inputs = load_inputs(inputs.as_deref(), &graph)?;
-            let compiled = graphc::compile_with(&graph, &budget_options(budget))?;
+            let compiled = graphc::compile_with(&graph, &budget_options(budget, precision))?;
             let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
             graphc::check_budget(&compiled, &symbolic)?;
             for p in &compiled.passes {
@@ -663,6 +686,9 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             let plan = &compiled.plan;
+            if precision.low_type().is_some() {
+                println!("precision {}", compiled.precision.summary());
+            }
             println!("plan     the static memory plan (`graphc plan MODEL --picture` draws it):");
             for line in report::summary(&compiled.program, plan).lines() {
                 if line.is_empty() {
@@ -736,6 +762,7 @@ fn run(cli: Cli) -> Result<()> {
             inputs,
             device,
             budget,
+            precision,
             warmup,
             iters,
             per_kernel,
@@ -744,7 +771,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let graph = graphc::load_model(&model, &dims)?;
             let inputs = load_inputs(inputs.as_deref(), &graph)?;
-            let compiled = graphc::compile_with(&graph, &budget_options(budget))?;
+            let compiled = graphc::compile_with(&graph, &budget_options(budget, precision))?;
             let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
             graphc::check_budget(&compiled, &symbolic)?;
             let plan = &compiled.plan;
@@ -1080,8 +1107,9 @@ fn human_bytes(b: usize) -> String {
 }
 
 /// Default compile options with this memory budget.
-fn budget_options(budget: u64) -> graphc::CompileOptions {
+fn budget_options(budget: u64, precision: graphc_compiler::passes::precision::Precision) -> graphc::CompileOptions {
     graphc::CompileOptions {
+        precision,
         memory: graphc::MemoryOptions {
             budget_bytes: budget,
             ..Default::default()

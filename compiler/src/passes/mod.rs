@@ -2,3 +2,4 @@
 //! (equal outputs on every input, by the reference interpreter).
 
 pub mod dce;
+pub mod precision;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use graphc_compiler::codegen::{self, GemmCompute, GemmEpilogue};
 use graphc_compiler::kernel::{BufferKind, Program};
 use graphc_compiler::nvrtc::{self, NvrtcOptions, OutputKind};
+use graphc_compiler::passes::precision::Precision;
 use graphc_compiler::plan::MemoryPlan;
 use graphc_compiler::Compiled;
 use graphc_ir::{DType, Tensor, TensorData};
@@ -604,14 +605,15 @@ impl Session {
                 },
                 Launch::Gemm(g) => {
                     let handle = lt_handle.as_ref().map(|h| h.0).unwrap_or(std::ptr::null_mut());
-                    let p = prepare_gemm(handle, &g.lt, options.tf32, layout.workspace_bytes, &base).map_err(
-                        |(call, e)| CudaError::Kernel {
+                    let tf32 = options.tf32 || model.precision.precision == Precision::Tf32;
+                    let p = prepare_gemm(handle, &g.lt, tf32, layout.workspace_bytes, &base).map_err(|(call, e)| {
+                        CudaError::Kernel {
                             step: g.step,
                             kernel: g.kernel.clone(),
                             call,
                             code: e,
-                        },
-                    )?;
+                        }
+                    })?;
                     Prepared::Gemm(Box::new(p))
                 }
             });

@@ -1,0 +1,318 @@
+//! Mixed precision: an f32 graph computed in bf16 or f16 where that is safe, in f32
+//! where it is not (in the manner of `torch.autocast`).
+//!
+//! [`apply_precision`] rewrites a graph; the interface does not change (inputs and
+//! outputs keep their types: inputs are cast down where they are used, outputs cast
+//! back up). Every f32 compute node gets one of two types:
+//!
+//! - **f32** ("deny"), numerically sensitive ops: sum/mean/product reductions (the
+//!   statistics of layer and RMS norms, softmax's denominator), `exp`, `log`, `pow`,
+//!   `sqrt`, `rsqrt`, `reciprocal`, `erf`, comparisons (a mask must not flip with a
+//!   rounding), and, by promotion, every elementwise op with an f32-computed operand
+//!   (the rest of a softmax or a norm). An elementwise op, a max/min reduction or a
+//!   view whose every user computes in f32 computes in f32 too, so `exp(x - max(x))`
+//!   subtracts in f32.
+//! - **the low type** (everything else): matmuls (their kernels accumulate in f32),
+//!   elementwise ops, views, gathers, concatenation, padding.
+//!
+//! Weights and constants used in the low type are cast where they are used; the
+//! optimizer folds those casts at compile time, so they are stored in the low type
+//! (and the f32 originals drop out). Fusion then puts every cast inside a kernel: a
+//! value crosses memory in the type its consumers want.
+//!
+//! **f16 range.** f16 overflows above 65504 where bf16 and f32 do not. With f16, a
+//! matmul whose every user computes in f32 and whose value reaches an `exp` (the
+//! pre-softmax logits: `q k^T` feeding `exp(x - max)`) computes in f32 too. Reductions already run in f32, and the
+//! variance of a norm is a mean. bf16 has f32's range and needs no such rule.
+//!
+//! `fp32` and `tf32` leave the graph alone (TF32 is the GEMM compute type, chosen at
+//! run time).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use graphc_ir::{BinaryOp, DType, Graph, GraphError, NodeId, Op, ReduceOp, UnaryOp};
+
+/// The precision a model is compiled for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// As written.
+    #[default]
+    Fp32,
+    /// As written; f32 GEMMs on TF32 tensor cores (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+    Tf32,
+    /// bf16 compute and storage, f32 where it matters.
+    Bf16,
+    /// f16 compute and storage, f32 where it matters or could overflow.
+    Fp16,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 4] = [Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16];
+
+    /// The low type, for the mixed precisions.
+    pub fn low_type(self) -> Option<DType> {
+        match self {
+            Precision::Bf16 => Some(DType::BF16),
+            Precision::Fp16 => Some(DType::F16),
+            Precision::Fp32 | Precision::Tf32 => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.name() == s.to_ascii_lowercase())
+            .ok_or_else(|| format!("unknown precision `{s}` (fp32, tf32, bf16 or fp16)"))
+    }
+}
+
+/// What [`apply_precision`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrecisionReport {
+    pub precision: Precision,
+    /// f32 compute nodes now computed in the low type.
+    pub low_nodes: usize,
+    /// f32 compute nodes kept in f32.
+    pub f32_nodes: usize,
+    /// Casts inserted (before the optimizer folds the weight casts).
+    pub casts: usize,
+    /// Bytes of the weights before and after compilation (the optimizer folds the
+    /// weight casts into low-type weights). Set by the pipeline.
+    pub weights_bytes_before: u64,
+    pub weights_bytes_after: u64,
+    /// Bytes of the planned intermediates (the arena's buffers, GEMM scratch not
+    /// counted), and what they would take with every low-type one in f32. Set by the
+    /// pipeline.
+    pub intermediates_bytes: u64,
+    pub intermediates_f32_bytes: u64,
+}
+
+impl PrecisionReport {
+    /// One line for reports: what the precision saved (empty for fp32 and tf32).
+    pub fn summary(&self) -> String {
+        let Some(low) = self.precision.low_type() else {
+            return String::new();
+        };
+        let h = crate::plan::report::human_bytes;
+        let pct = |a: u64, b: u64| {
+            if b == 0 {
+                0.0
+            } else {
+                100.0 * (1.0 - a as f64 / b as f64)
+            }
+        };
+        format!(
+            "{}: weights {} instead of {} (-{:.0}%), intermediates {} instead of {} in f32 (-{:.0}%); {} ops in {low}, {} kept in f32",
+            self.precision,
+            h(self.weights_bytes_after),
+            h(self.weights_bytes_before),
+            pct(self.weights_bytes_after, self.weights_bytes_before),
+            h(self.intermediates_bytes),
+            h(self.intermediates_f32_bytes),
+            pct(self.intermediates_bytes, self.intermediates_f32_bytes),
+            self.low_nodes,
+            self.f32_nodes
+        )
+    }
+}
+
+/// How a node computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// Not an f32 compute node: copied as is.
+    Keep,
+    /// Input, parameter or constant of f32: cast where used.
+    Source,
+    Low,
+    F32,
+}
+
+/// Ops that compute in f32 whatever their operands.
+fn denied(op: &Op) -> bool {
+    match op {
+        Op::Reduce { op, .. } => matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod),
+        Op::Unary(u) => matches!(
+            u,
+            UnaryOp::Exp | UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal | UnaryOp::Erf
+        ),
+        Op::Binary(b) => matches!(
+            b,
+            BinaryOp::Pow | BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        ),
+        _ => false,
+    }
+}
+
+/// Ops that may follow their users into f32 (cheap, and fused into the user's kernel).
+fn follows_users(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Select
+            | Op::Broadcast { .. }
+            | Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Slice { .. }
+            | Op::Reduce {
+                op: ReduceOp::Max | ReduceOp::Min,
+                ..
+            }
+    )
+}
+
+/// Compute `graph` in `precision` (see the module doc). `fp32` and `tf32` return the
+/// graph unchanged.
+pub fn apply_precision(graph: &Graph, precision: Precision) -> Result<(Graph, PrecisionReport), GraphError> {
+    let mut report = PrecisionReport {
+        precision,
+        ..Default::default()
+    };
+    let Some(low) = precision.low_type() else {
+        return Ok((graph.clone(), report));
+    };
+    let order = graph.topo_order()?;
+    let users = graph.users();
+    let n = graph.len();
+    let is_f32 = |id: NodeId| graph.node(id).ty.dtype == DType::F32;
+
+    // Forward: sources, denied ops, promotion.
+    let mut class = vec![Class::Keep; n];
+    for &id in &order {
+        let node = graph.node(id);
+        let float_operand = node.inputs.iter().any(|&i| is_f32(i));
+        class[id.index()] = match &node.op {
+            Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } if is_f32(id) => {
+                Class::Source
+            }
+            Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => Class::Keep,
+            // A cast keeps its meaning (its operand comes in the type it had).
+            Op::Cast { .. } => Class::Keep,
+            _ if !(is_f32(id) || float_operand) => Class::Keep,
+            op if denied(op) => Class::F32,
+            Op::MatMul => Class::Low,
+            _ => {
+                let promoted = node.inputs.iter().any(|&i| class[i.index()] == Class::F32);
+                if promoted {
+                    Class::F32
+                } else if is_f32(id) || float_operand {
+                    Class::Low
+                } else {
+                    Class::Keep
+                }
+            }
+        };
+    }
+    // Whether a node's value reaches an `exp` through ops that follow their users
+    // (softmax's logits: `exp(x - max(x))`).
+    let mut feeds_exp = vec![false; n];
+    for &id in order.iter().rev() {
+        feeds_exp[id.index()] = users[id.index()].iter().any(|&u| {
+            let op = &graph.node(u).op;
+            *op == Op::Unary(UnaryOp::Exp) || (follows_users(op) && feeds_exp[u.index()])
+        });
+    }
+    // Backward: what only f32 ops use computes in f32 (and, with f16, matmuls whose
+    // every user computes in f32 on the way to an `exp`: logits could overflow f16).
+    for &id in order.iter().rev() {
+        let i = id.index();
+        if class[i] != Class::Low || users[i].is_empty() {
+            continue;
+        }
+        let all_f32 = users[i].iter().all(|&u| class[u.index()] == Class::F32);
+        let op = &graph.node(id).op;
+        let is_output = graph.outputs().iter().any(|o| o.node == id);
+        let logits = low == DType::F16 && *op == Op::MatMul && feeds_exp[i];
+        if all_f32 && !is_output && (follows_users(op) || logits) {
+            class[i] = Class::F32;
+        }
+    }
+
+    // Rebuild with casts.
+    let mut out = Graph::new();
+    let mut map: Vec<Option<NodeId>> = vec![None; n];
+    let mut casts: HashMap<(NodeId, DType), NodeId> = HashMap::new();
+    for &id in &order {
+        let node = graph.node(id);
+        let c = class[id.index()];
+        let want = match c {
+            Class::Low => Some(low),
+            Class::F32 => Some(DType::F32),
+            Class::Keep | Class::Source => None,
+        };
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for &operand in &node.inputs {
+            let new = map[operand.index()].expect("operands come first in topological order");
+            let have = out.node(new).ty.dtype;
+            let converted = match want {
+                Some(t) if have != t && (have == DType::F32 || have == low) => {
+                    let key = (new, t);
+                    match casts.get(&key) {
+                        Some(&x) => x,
+                        None => {
+                            let x = out.add(Op::Cast { to: t }, vec![new], None)?;
+                            report.casts += 1;
+                            casts.insert(key, x);
+                            x
+                        }
+                    }
+                }
+                _ => new,
+            };
+            inputs.push(converted);
+        }
+        let new = match &node.op {
+            Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => out.push(node.clone()),
+            op => out.add(op.clone(), inputs, node.name.clone())?,
+        };
+        match c {
+            Class::Low => report.low_nodes += 1,
+            Class::F32 => report.f32_nodes += 1,
+            _ => {}
+        }
+        map[id.index()] = Some(new);
+    }
+    for (name, w) in graph.weights() {
+        out.set_weight(name.clone(), w.clone());
+    }
+    out.set_input_order(
+        graph
+            .inputs()
+            .iter()
+            .map(|&i| map[i.index()].expect("mapped"))
+            .collect(),
+    );
+    for o in graph.outputs() {
+        let mut id = map[o.node.index()].expect("mapped");
+        let want = graph.node(o.node).ty.dtype;
+        if out.node(id).ty.dtype != want {
+            id = out.add(Op::Cast { to: want }, vec![id], None)?;
+            report.casts += 1;
+        }
+        out.add_output(o.name.clone(), id);
+    }
+    Ok((out, report))
+}

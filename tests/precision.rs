@@ -1,0 +1,194 @@
+//! Mixed precision (`--precision bf16|fp16`, `compiler/src/passes/precision.rs`): every
+//! example and real fixture computes within tolerance of the f32 interpreter (bf16
+//! relative L2 <= 1e-2, fp16 <= 5e-3), the interface keeps its types, weights are
+//! stored in the low type, and the arena halves.
+
+mod common;
+
+use common::{random_inputs, rel_l2, repo_path};
+use graphc::ir::{interpret, DType, Graph};
+use graphc::models::{gpt, kernel_bench, mlp, GptConfig, MlpConfig};
+use graphc::CompileOptions;
+use graphc_compiler::passes::precision::Precision;
+
+fn compile(g: &Graph, precision: Precision) -> graphc::Compiled {
+    graphc::compile_with(
+        g,
+        &CompileOptions {
+            precision,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{precision}: {e}"))
+}
+
+fn models() -> Vec<(String, Graph, std::collections::HashMap<String, graphc::ir::Tensor>)> {
+    let mut v = Vec::new();
+    for (name, g) in [
+        ("mlp", mlp(&MlpConfig::default()).unwrap()),
+        ("block", gpt(&GptConfig::default()).unwrap()),
+        (
+            "2-layer gpt",
+            gpt(&GptConfig {
+                layers: 2,
+                d_model: 64,
+                ..GptConfig::default()
+            })
+            .unwrap(),
+        ),
+        ("gelu_sigmoid", kernel_bench::gelu_sigmoid(4096).unwrap()),
+        ("softmax", kernel_bench::softmax(16, 300).unwrap()),
+        (
+            "saved block",
+            graphc::load_model(&repo_path("examples/models/transformer_block.gir"), &[]).unwrap(),
+        ),
+    ] {
+        let inputs = random_inputs(&g, 4);
+        v.push((name.to_string(), g, inputs));
+    }
+    for name in ["gpt2", "bert", "llama", "vit"] {
+        let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
+        let g = graphc::load_model(&dir.join("model.onnx"), &[]).unwrap();
+        let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &g).unwrap();
+        v.push((name.to_string(), g, inputs));
+    }
+    // Symbolic dims fixed; token ids in range.
+    let dir = repo_path("tests/fixtures/onnx/gpt2_dynamic");
+    let dims = [("batch".to_string(), 2), ("seq".to_string(), 16)];
+    let g = graphc::load_model(&dir.join("model.onnx"), &dims).unwrap();
+    let inputs = graphc::npz::read_inputs(&repo_path("tests/fixtures/onnx/gpt2/inputs.npz"), &g).unwrap();
+    v.push(("gpt2_dynamic".to_string(), g, inputs));
+    v
+}
+
+#[test]
+fn examples_and_fixtures_within_tolerance_of_f32() {
+    for (name, g, inputs) in models() {
+        let want = interpret(&g, &inputs).unwrap();
+        for (precision, tol) in [(Precision::Bf16, 1e-2), (Precision::Fp16, 5e-3)] {
+            let c = compile(&g, precision);
+            let has_matmul = g.nodes().iter().any(|n| n.op == graphc::ir::Op::MatMul);
+            assert!(
+                !has_matmul || c.precision.low_nodes > 0,
+                "{name} {precision}: nothing lowered"
+            );
+            let got = graphc::run_cpu(&c, inputs.clone()).unwrap_or_else(|e| panic!("{name} {precision}: {e}"));
+            for ((n, a), (_, b)) in got.iter().zip(&want) {
+                assert_eq!(a.ty(), b.ty(), "{name} {precision}: the interface keeps its types");
+                let err = rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+                println!("{name}/{n} {precision}: relative L2 vs f32 {err:.2e}");
+                assert!(err <= tol, "{name}/{n} {precision}: relative L2 {err:.3e} > {tol:.0e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn weights_are_stored_low_and_the_arena_halves() {
+    let g = gpt(&GptConfig::default()).unwrap();
+    let f32 = compile(&g, Precision::Fp32);
+    let bf16 = compile(&g, Precision::Bf16);
+    let low_weights = bf16
+        .graph
+        .weights()
+        .values()
+        .filter(|w| w.dtype() == DType::BF16)
+        .count();
+    assert!(low_weights >= 4, "the four matmul weights are bf16: {low_weights}");
+    assert!(bf16.plan.weights_bytes * 100 <= f32.plan.weights_bytes * 51);
+    assert!(
+        bf16.plan.arena_bytes * 100 <= f32.plan.arena_bytes * 51,
+        "arena {} vs {}",
+        bf16.plan.arena_bytes,
+        f32.plan.arena_bytes
+    );
+    // Casts are fused into kernels: no standalone cast kernel.
+    assert_eq!(bf16.program.kernels.len(), f32.program.kernels.len());
+    let dir = repo_path("tests/fixtures/onnx/llama");
+    let llama = graphc::load_model(&dir.join("model.onnx"), &[]).unwrap();
+    assert_eq!(
+        compile(&llama, Precision::Bf16).program.kernels.len(),
+        compile(&llama, Precision::Fp32).program.kernels.len()
+    );
+    // fp32 and tf32 leave the graph alone.
+    let tf32 = compile(&g, Precision::Tf32);
+    assert_eq!(graphc::ir::print(&tf32.graph), graphc::ir::print(&f32.graph));
+    assert_eq!(tf32.plan.arena_bytes, f32.plan.arena_bytes);
+}
+
+#[test]
+fn snapshot_bf16_transformer_block() {
+    let c = compile(&gpt(&GptConfig::default()).unwrap(), Precision::Bf16);
+    insta::assert_snapshot!(graphc::ir::print(&c.graph));
+}
+
+/// The 12-layer GPT (d 1024, 16 heads, batch 8, seq 1024): at bf16 its arena is at most
+/// 0.51 of its f32 arena.
+#[test]
+fn gpt12_bf16_arena_is_half_the_f32_arena() {
+    let g = gpt(&GptConfig {
+        batch: 8,
+        seq: 1024,
+        d_model: 1024,
+        heads: 16,
+        layers: 12,
+        dtype: DType::F32,
+        seed: 0,
+    })
+    .unwrap();
+    let f32 = compile(&g, Precision::Fp32);
+    let bf16 = compile(&g, Precision::Bf16);
+    let ratio = bf16.plan.arena_bytes as f64 / f32.plan.arena_bytes as f64;
+    println!(
+        "gpt12: arena f32 {} MiB, bf16 {} MiB ({ratio:.3}x); weights {} -> {} MiB; {}",
+        f32.plan.arena_bytes >> 20,
+        bf16.plan.arena_bytes >> 20,
+        f32.plan.weights_bytes >> 20,
+        bf16.plan.weights_bytes >> 20,
+        bf16.precision.summary()
+    );
+    assert!(ratio <= 0.51, "bf16 arena / f32 arena = {ratio:.3}");
+}
+
+/// f16 overflows above 65504: the attention logits (q k^T, feeding softmax's exp) are
+/// computed in f32 at fp16; at bf16 (f32's range) they are bf16.
+#[test]
+fn fp16_keeps_the_attention_logits_in_f32() {
+    let g = gpt(&GptConfig::default()).unwrap();
+    let matmul_types = |p: Precision| -> Vec<DType> {
+        let c = compile(&g, p);
+        c.graph
+            .nodes()
+            .iter()
+            .filter(|n| n.op == graphc::ir::Op::MatMul)
+            .map(|n| n.ty.dtype)
+            .collect()
+    };
+    let fp16 = matmul_types(Precision::Fp16);
+    let bf16 = matmul_types(Precision::Bf16);
+    assert_eq!(fp16.iter().filter(|&&d| d == DType::F32).count(), 1, "{fp16:?}");
+    assert!(fp16.iter().filter(|&&d| d == DType::F16).count() >= 4, "{fp16:?}");
+    assert!(bf16.iter().all(|&d| d == DType::BF16), "{bf16:?}");
+}
+
+/// `graphc fit` (the API) takes the precision: bf16 fits a larger batch.
+#[test]
+fn fit_takes_the_precision() {
+    let path = repo_path("tests/fixtures/onnx/gpt2_dynamic/model.onnx");
+    let fit = |precision| {
+        let opts = CompileOptions {
+            precision,
+            memory: graphc::MemoryOptions {
+                budget_bytes: 256 << 20,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        graphc::fit::fit_model(&path, &[("seq".to_string(), 64)], "batch", &opts, 1 << 16)
+            .unwrap()
+            .value
+    };
+    let (f32, bf16) = (fit(Precision::Fp32), fit(Precision::Bf16));
+    println!("gpt2_dynamic seq=64 in 256 MiB: batch {f32} at fp32, {bf16} at bf16");
+    assert!(bf16 > f32 * 5 / 4, "{bf16} vs {f32}");
+}
