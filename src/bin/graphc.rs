@@ -806,6 +806,7 @@ fn run(cli: Cli) -> Result<()> {
                             "{}",
                             serde_json::json!({
                                 "model": model.display().to_string(), "device": "cpu", "gpu": null, "arch": null,
+                                "precision": precision.name(),
                                 "graph": false, "tf32": false, "warmup": warmup, "iters": times.len(),
                                 "median_ms": med, "min_ms": times[0], "max_ms": times[times.len() - 1],
                                 "kernels": kernels, "launches": kernels, "plan": plan_json,
@@ -843,6 +844,7 @@ fn run(cli: Cli) -> Result<()> {
                             "{}",
                             serde_json::json!({
                                 "model": model.display().to_string(), "device": "cuda",
+                                "precision": precision.name(),
                                 "gpu": session.device().name, "arch": session.device().arch,
                                 "graph": r.graph, "tf32": gpu.tf32, "warmup": warmup, "iters": r.times_ms.len(),
                                 "median_ms": r.median_ms, "min_ms": r.min_ms, "max_ms": r.max_ms,
