@@ -57,6 +57,12 @@ pub enum Error {
         plan: Box<graphc_compiler::plan::MemoryPlan>,
         diagnosis: String,
     },
+    /// The host has too little memory for what was asked (named).
+    #[error("host memory: {0}")]
+    HostMemory(String),
+    /// A file graphc refuses to read or write, or cannot.
+    #[error(transparent)]
+    File(#[from] graphc_ir::files::FileError),
     /// The memory plan does not fit its budget (the diagnosis says why and what would help).
     #[error(transparent)]
     OverBudget(#[from] graphc_compiler::plan::OverBudget),
@@ -74,7 +80,7 @@ pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error>
     let graph = match ext {
         "gir" => graphc_ir::weights::load_gir(path)?,
         "json" => {
-            let text = std::fs::read_to_string(path).map_err(|e| model_err(e.to_string()))?;
+            let text = graphc_ir::files::read_regular_text(path)?;
             Graph::from_json(&text).map_err(|e| model_err(e.to_string()))?
         }
         "onnx" => {
@@ -120,6 +126,69 @@ pub fn check_budget(model: &Compiled, symbolic_dims: &[String]) -> Result<(), Er
     )?)
 }
 
+/// Host bytes the CPU executor allocates to run `model`: its arena, inputs and outputs
+/// (the weights are already in memory, in the graph).
+pub fn cpu_run_bytes(model: &Compiled) -> u64 {
+    let p = &model.plan;
+    p.arena_bytes
+        .saturating_add(p.inputs_bytes)
+        .saturating_add(p.outputs_bytes)
+}
+
+/// [`Error::HostMemory`] when this host cannot give the CPU executor what
+/// [`cpu_run_bytes`] says it needs: more than the memory available (`MemAvailable`), or
+/// than the process's address-space limit leaves. Checked before any input is made, so
+/// a model too big for the host is an error, never an abort.
+pub fn check_host_memory(model: &Compiled) -> Result<(), Error> {
+    let need = cpu_run_bytes(model);
+    let Some((avail, what)) = host_memory_available() else {
+        return Ok(());
+    };
+    if need > avail {
+        let h = graphc_compiler::plan::report::human_bytes;
+        let p = &model.plan;
+        return Err(Error::HostMemory(format!(
+            "the CPU executor needs {} (arena {}, inputs {}, outputs {}) but {} is available ({what})",
+            h(need),
+            h(p.arena_bytes),
+            h(p.inputs_bytes),
+            h(p.outputs_bytes),
+            h(avail)
+        )));
+    }
+    Ok(())
+}
+
+/// The host memory this process can still allocate, and where the limit comes from.
+fn host_memory_available() -> Option<(u64, &'static str)> {
+    let kib = |text: &str, key: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        let n: u64 = line.trim_start_matches(key).trim().trim_end_matches("kB").trim().parse().ok()?;
+        n.checked_mul(1024)
+    };
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let mut best = meminfo
+        .as_deref()
+        .and_then(|m| kib(m, "MemAvailable:"))
+        .map(|b| (b, "MemAvailable"));
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0 && lim.rlim_cur != libc::RLIM_INFINITY {
+        let used = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| kib(&s, "VmSize:"))
+            .unwrap_or(0);
+        let left = (lim.rlim_cur as u64).saturating_sub(used);
+        if best.is_none_or(|(b, _)| left < b) {
+            best = Some((left, "the address-space limit, ulimit -v"));
+        }
+    }
+    best
+}
+
 /// Run a compiled model on the CPU: its kernels, with every intermediate in one host
 /// arena at the offsets of its memory plan.
 pub fn run_cpu(model: &Compiled, inputs: HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, Error> {
@@ -157,6 +226,22 @@ pub fn random_input_list(graph: &Graph, seed: u64) -> Vec<(String, Tensor)> {
         .map(|(i, &id)| {
             let name = graph.input_name(id).unwrap_or_default().to_string();
             (name, Tensor::random(&graph.node(id).ty, seed.wrapping_add(i as u64)))
+        })
+        .collect()
+}
+
+/// [`random_input_list`] with every tensor allocated fallibly: [`Error::HostMemory`]
+/// names the input the host cannot hold, instead of an abort.
+pub fn try_random_input_list(graph: &Graph, seed: u64) -> Result<Vec<(String, Tensor)>, Error> {
+    graph
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            let name = graph.input_name(id).unwrap_or_default().to_string();
+            let t = Tensor::try_random(&graph.node(id).ty, seed.wrapping_add(i as u64))
+                .map_err(|e| Error::HostMemory(format!("random input \"{name}\": {e}")))?;
+            Ok((name, t))
         })
         .collect()
 }

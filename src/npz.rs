@@ -5,11 +5,10 @@
 
 use half::f16;
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-use graphc_ir::{DType, Graph, Tensor, TensorData, TensorType};
+use graphc_ir::{DType, Graph, Shape, Tensor, TensorData, TensorType};
 use npyz::WriterBuilder;
 
 /// An `.npz`/`.npy` problem, naming the file and the array.
@@ -34,20 +33,34 @@ fn file_err(path: &Path, message: impl ToString) -> NpzError {
     }
 }
 
-/// Read every array of an `.npz` (by array name) or a single `.npy` (named by the file stem).
+/// What the caller expects of one array, checked from its header before its data is
+/// read: `Err` refuses the array (a message for the error).
+type HeaderCheck<'a> = dyn FnMut(&str, DType, &[usize]) -> Result<(), NpzError> + 'a;
+
+/// The most header bytes an `.npy` array may declare (numpy writes a few hundred).
+const MAX_NPY_HEADER: usize = 1 << 20;
+
+/// Read every array of an `.npz` (by array name) or a single `.npy` (named by the file
+/// stem). Each array's data is read after its header is checked and fallibly
+/// allocated; inflation stops at the bytes its header declares.
 pub fn read_arrays(path: &Path) -> Result<Vec<(String, Tensor)>, NpzError> {
-    let file = File::open(path).map_err(|e| file_err(path, e))?;
+    read_arrays_checked(path, &mut |_, _, _| Ok(()))
+}
+
+fn read_arrays_checked(path: &Path, check: &mut HeaderCheck<'_>) -> Result<Vec<(String, Tensor)>, NpzError> {
+    let (file, _) = graphc_ir::files::open_regular(path).map_err(|e| file_err(path, e.problem))?;
+    let array_err = |array: &str, message: String| NpzError::Array {
+        path: path.display().to_string(),
+        array: array.to_string(),
+        message,
+    };
     if path.extension().is_some_and(|e| e == "npy") {
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let t = read_npy(BufReader::new(file)).map_err(|m| NpzError::Array {
-            path: path.display().to_string(),
-            array: name.clone(),
-            message: m,
-        })?;
-        return Ok(vec![(name, t)]);
+        let t = read_npy(BufReader::new(file), &name, check).map_err(|m| array_err(&name, m))?;
+        return Ok(vec![(name, t?)]);
     }
     let mut zip = zip::ZipArchive::new(BufReader::new(file))
         .map_err(|e| file_err(path, format!("not a valid .npz (zip) file: {e}")))?;
@@ -56,46 +69,114 @@ pub fn read_arrays(path: &Path) -> Result<Vec<(String, Tensor)>, NpzError> {
         let entry = zip.by_index(i).map_err(|e| file_err(path, e))?;
         let full = entry.name().to_string();
         let name = full.strip_suffix(".npy").unwrap_or(&full).to_string();
-        let t = read_npy(entry).map_err(|m| NpzError::Array {
-            path: path.display().to_string(),
-            array: name.clone(),
-            message: m,
-        })?;
-        out.push((name, t));
+        let t = read_npy(entry, &name, check).map_err(|m| array_err(&name, m))?;
+        out.push((name, t?));
     }
     Ok(out)
 }
 
-fn read_npy(r: impl Read) -> Result<Tensor, String> {
-    let npy = npyz::NpyFile::new(r).map_err(|e| format!("not a valid .npy array: {e}"))?;
-    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+/// The header's declared length, read from the first bytes, so that a header claiming
+/// gigabytes is refused before it is allocated. Returns the bytes consumed.
+fn npy_prefix(r: &mut impl Read) -> Result<Vec<u8>, String> {
+    let mut head = [0u8; 12];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading the header: {e}")),
+        }
+    }
+    let head = &head[..got];
+    if head.len() < 10 || &head[..6] != b"\x93NUMPY" {
+        return Err("not a valid .npy array: no NUMPY magic".into());
+    }
+    let len = match head[6] {
+        1 => u16::from_le_bytes([head[8], head[9]]) as usize,
+        2 | 3 if head.len() == 12 => u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize,
+        v => return Err(format!("not a valid .npy array: format version {v}")),
+    };
+    if len > MAX_NPY_HEADER {
+        return Err(format!(
+            "the header declares {len} bytes (at most {MAX_NPY_HEADER} are read)"
+        ));
+    }
+    Ok(head.to_vec())
+}
+
+/// `n` elements of an array's data, into a fallibly allocated vector.
+fn read_elems<T: npyz::Deserialize, R: Read>(npy: npyz::NpyFile<R>, n: usize) -> Result<Vec<T>, String> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| format!("cannot allocate host memory for {n} elements"))?;
+    let data = npy.data::<T>().map_err(|e| format!("reading data: {e}"))?;
+    for x in data.take(n) {
+        v.push(x.map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => format!("the data ends after {} of {n} elements", v.len()),
+            _ => format!("reading data: {e}"),
+        })?);
+    }
+    if v.len() != n {
+        return Err(format!("the data ends after {} of {n} elements", v.len()));
+    }
+    Ok(v)
+}
+
+/// One array: header, `check` (the outer `Result`'s error is a message for this
+/// array; the inner one is the caller's refusal), then the data.
+fn read_npy(mut r: impl Read, name: &str, check: &mut HeaderCheck<'_>) -> Result<Result<Tensor, NpzError>, String> {
+    let prefix = npy_prefix(&mut r)?;
+    let npy = npyz::NpyFile::new(std::io::Cursor::new(prefix).chain(r))
+        .map_err(|e| format!("not a valid .npy array: {e}"))?;
+    let mut shape = Vec::with_capacity(npy.shape().len());
+    for &d in npy.shape() {
+        shape.push(usize::try_from(d).map_err(|_| format!("dimension {d} is too large"))?);
+    }
+    let n = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| format!("shape {shape:?} is too large"))?;
     let fortran = npy.order() == npyz::Order::Fortran;
     let descr = npy.dtype().descr();
     let code = descr.trim_matches('\'').trim_start_matches(['<', '>', '|', '=']);
-    let io = |e: std::io::Error| format!("reading data: {e}");
-    let data = match code {
-        "f4" => TensorData::F32(npy.into_vec().map_err(io)?),
-        "f2" => TensorData::F16(npy.into_vec::<f16>().map_err(io)?),
-        "f8" => TensorData::F64(npy.into_vec().map_err(io)?),
-        "i8" => TensorData::I64(npy.into_vec().map_err(io)?),
-        "i4" => TensorData::I32(npy.into_vec().map_err(io)?),
-        "i1" => TensorData::I8(npy.into_vec().map_err(io)?),
-        "u1" => TensorData::U8(npy.into_vec().map_err(io)?),
-        "b1" => TensorData::Bool(npy.into_vec().map_err(io)?),
+    let dtype = match code {
+        "f4" => DType::F32,
+        "f2" => DType::F16,
+        "f8" => DType::F64,
+        "i8" => DType::I64,
+        "i4" => DType::I32,
+        "i1" => DType::I8,
+        "u1" => DType::U8,
+        "b1" => DType::Bool,
         other => {
             return Err(format!(
                 "unsupported numpy dtype `{other}` (graphc reads f4, f2, f8, i8, i4, i1, u1, b1)"
             ))
         }
     };
+    if let Err(e) = check(name, dtype, &shape) {
+        return Ok(Err(e));
+    }
+    let data = match dtype {
+        DType::F32 => TensorData::F32(read_elems(npy, n)?),
+        DType::F16 => TensorData::F16(read_elems::<f16, _>(npy, n)?),
+        DType::F64 => TensorData::F64(read_elems(npy, n)?),
+        DType::I64 => TensorData::I64(read_elems(npy, n)?),
+        DType::I32 => TensorData::I32(read_elems(npy, n)?),
+        DType::I8 => TensorData::I8(read_elems(npy, n)?),
+        DType::U8 => TensorData::U8(read_elems(npy, n)?),
+        DType::Bool => TensorData::Bool(read_elems(npy, n)?),
+        DType::BF16 => return Err("bf16 has no numpy dtype".into()),
+    };
     if fortran {
         // Fortran order is C order of the reversed shape: reverse the axes back.
         let rev: Vec<usize> = shape.iter().rev().copied().collect();
         let t = Tensor::new(rev.clone(), data).map_err(|e| e.to_string())?;
         let perm: Vec<usize> = (0..rev.len()).rev().collect();
-        return Ok(transpose(&t, &perm));
+        return Ok(Ok(transpose(&t, &perm)));
     }
-    Tensor::new(shape, data).map_err(|e| e.to_string())
+    Ok(Ok(Tensor::new(shape, data).map_err(|e| e.to_string())?))
 }
 
 /// `out.dims[i] = in.dims[perm[i]]`.
@@ -121,27 +202,54 @@ fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
 
 /// Read a graph's inputs from an `.npz`, checking names, dtypes and shapes: every
 /// input present, no array that is not an input, each of the declared type.
+///
+/// Every array's name, dtype and shape are checked from its header, before its data is
+/// inflated, so an array the model does not take is never read.
 pub fn read_inputs(path: &Path, graph: &Graph) -> Result<HashMap<String, Tensor>, NpzError> {
-    let arrays = read_arrays(path)?;
     let mut expected: HashMap<&str, TensorType> = HashMap::new();
     for &id in graph.inputs() {
         if let Some(name) = graph.input_name(id) {
             expected.insert(name, graph.node(id).ty.clone());
         }
     }
+    let signature_err = |name: &str| {
+        let mut known: Vec<_> = expected.keys().copied().collect();
+        known.sort_unstable();
+        NpzError::Signature(format!(
+            "{}: array \"{name}\" is not an input of the model (inputs: {})",
+            path.display(),
+            known.join(", ")
+        ))
+    };
+    let mut seen = std::collections::HashSet::new();
+    let arrays = read_arrays_checked(path, &mut |name, dtype, shape| {
+        let Some(ty) = expected.get(name) else {
+            return Err(signature_err(name));
+        };
+        if !seen.insert(name.to_string()) {
+            return Err(NpzError::Signature(format!(
+                "{}: input \"{name}\" appears twice",
+                path.display()
+            )));
+        }
+        let dtype_ok = dtype == ty.dtype || (ty.dtype == DType::BF16 && dtype == DType::F32);
+        if !dtype_ok || shape != ty.shape.dims() {
+            return Err(NpzError::Signature(format!(
+                "{}: input \"{name}\" must be {ty}, the file has {dtype}{}",
+                path.display(),
+                Shape::new(shape.to_vec())
+            )));
+        }
+        Ok(())
+    })?;
     let mut out = HashMap::new();
     for (name, t) in arrays {
         let Some(ty) = expected.get(name.as_str()) else {
-            let mut known: Vec<_> = expected.keys().copied().collect();
-            known.sort_unstable();
-            return Err(NpzError::Signature(format!(
-                "{}: array \"{name}\" is not an input of the model (inputs: {})",
-                path.display(),
-                known.join(", ")
-            )));
+            return Err(signature_err(&name));
         };
         let t = if ty.dtype == DType::BF16 && t.dtype() == DType::F32 {
-            Tensor::from_f64(DType::BF16, t.shape().clone(), &t.to_f64_vec()).expect("same element count")
+            Tensor::from_f64(DType::BF16, t.shape().clone(), &t.to_f64_vec())
+                .map_err(|e| NpzError::Signature(format!("{}: input \"{name}\": {e}", path.display())))?
         } else {
             t
         };
@@ -173,32 +281,20 @@ pub fn read_inputs(path: &Path, graph: &Graph) -> Result<HashMap<String, Tensor>
 /// Write named tensors to an `.npz` (stored, uncompressed), replacing the file only
 /// once it is complete.
 pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<(), NpzError> {
-    let tmp = path.with_extension("npz.partial");
-    let result = (|| -> Result<(), NpzError> {
-        let file = File::create(&tmp).map_err(|e| file_err(&tmp, e))?;
+    graphc_ir::files::write_file_with(path, |file| {
         let mut zip = zip::ZipWriter::new(BufWriter::new(file));
         let opts = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Stored)
             .large_file(arrays.iter().any(|(_, t)| t.ty().size_bytes() > u32::MAX as usize / 2));
         for (name, t) in arrays {
             zip.start_file(format!("{name}.npy"), opts)
-                .map_err(|e| file_err(path, e))?;
-            write_npy(&mut zip, t).map_err(|e| NpzError::Array {
-                path: path.display().to_string(),
-                array: name.clone(),
-                message: e.to_string(),
-            })?;
+                .map_err(std::io::Error::other)?;
+            write_npy(&mut zip, t).map_err(|e| std::io::Error::other(format!("array \"{name}\": {e}")))?;
         }
-        let mut w = zip.finish().map_err(|e| file_err(path, e))?;
-        w.flush().map_err(|e| file_err(path, e))
-    })();
-    match result {
-        Ok(()) => std::fs::rename(&tmp, path).map_err(|e| file_err(path, e)),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+        let mut w = zip.finish().map_err(std::io::Error::other)?;
+        w.flush()
+    })
+    .map_err(|e| file_err(path, e.problem))
 }
 
 fn write_npy<W: Write>(w: &mut W, t: &Tensor) -> std::io::Result<()> {

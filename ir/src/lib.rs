@@ -46,6 +46,7 @@
 pub mod builder;
 pub mod dce;
 pub mod dtype;
+pub mod files;
 pub mod graph;
 pub mod infer;
 pub mod interp;

@@ -166,32 +166,73 @@ impl TensorData {
         }
     }
 
-    /// Parse `n` little-endian elements; `None` when the byte count is wrong.
+    /// Parse `n` little-endian elements; `None` when the byte count is wrong or the
+    /// host cannot allocate them ([`TensorData::decode_le`] says which).
     pub fn from_le_bytes(dtype: DType, bytes: &[u8], n: usize) -> Option<TensorData> {
-        if bytes.len() != n * dtype.size_bytes() {
-            return None;
+        TensorData::decode_le(dtype, bytes, n).ok()
+    }
+
+    /// Parse `n` little-endian elements, allocating fallibly: a wrong byte count or too
+    /// little host memory is an error saying which.
+    pub fn decode_le(dtype: DType, bytes: &[u8], n: usize) -> Result<TensorData, String> {
+        let needed = n.checked_mul(dtype.size_bytes());
+        if needed != Some(bytes.len()) {
+            return Err(format!(
+                "{} bytes do not hold {n} {dtype} elements ({} bytes)",
+                bytes.len(),
+                needed.map_or_else(|| "too many".to_string(), |b| b.to_string())
+            ));
         }
-        fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-            b.chunks_exact(N)
-                .map(|c| {
+        fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Option<Vec<T>> {
+            try_collect(
+                b.len() / N,
+                b.chunks_exact(N).map(|c| {
                     let mut a = [0u8; N];
                     a.copy_from_slice(c);
                     f(a)
-                })
-                .collect()
+                }),
+            )
         }
+        let data = match dtype {
+            DType::F32 => chunks(bytes, f32::from_le_bytes).map(TensorData::F32),
+            DType::F16 => chunks(bytes, f16::from_le_bytes).map(TensorData::F16),
+            DType::BF16 => chunks(bytes, bf16::from_le_bytes).map(TensorData::BF16),
+            DType::F64 => chunks(bytes, f64::from_le_bytes).map(TensorData::F64),
+            DType::I64 => chunks(bytes, i64::from_le_bytes).map(TensorData::I64),
+            DType::I32 => chunks(bytes, i32::from_le_bytes).map(TensorData::I32),
+            DType::I8 => try_collect(n, bytes.iter().map(|&b| b as i8)).map(TensorData::I8),
+            DType::U8 => try_collect(n, bytes.iter().copied()).map(TensorData::U8),
+            DType::Bool => try_collect(n, bytes.iter().map(|&b| b != 0)).map(TensorData::Bool),
+        };
+        data.ok_or_else(|| format!("cannot allocate {} bytes of host memory for {n} {dtype} elements", bytes.len()))
+    }
+
+    /// `n` elements of `dtype` from f64 values (cast semantics, as [`TensorData::from_f64`]),
+    /// allocated fallibly: `None` when the host cannot provide them.
+    pub fn try_from_f64_fn(dtype: DType, n: usize, mut f: impl FnMut() -> f64) -> Option<TensorData> {
+        let it = std::iter::from_fn(|| Some(f()));
+        let take = |n| it.take(n);
         Some(match dtype {
-            DType::F32 => TensorData::F32(chunks(bytes, f32::from_le_bytes)),
-            DType::F16 => TensorData::F16(chunks(bytes, f16::from_le_bytes)),
-            DType::BF16 => TensorData::BF16(chunks(bytes, bf16::from_le_bytes)),
-            DType::F64 => TensorData::F64(chunks(bytes, f64::from_le_bytes)),
-            DType::I64 => TensorData::I64(chunks(bytes, i64::from_le_bytes)),
-            DType::I32 => TensorData::I32(chunks(bytes, i32::from_le_bytes)),
-            DType::I8 => TensorData::I8(bytes.iter().map(|&b| b as i8).collect()),
-            DType::U8 => TensorData::U8(bytes.to_vec()),
-            DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+            DType::F32 => TensorData::F32(try_collect(n, take(n).map(|x| x as f32))?),
+            DType::F16 => TensorData::F16(try_collect(n, take(n).map(crate::interp::f16_from_f64))?),
+            DType::BF16 => TensorData::BF16(try_collect(n, take(n).map(crate::interp::bf16_from_f64))?),
+            DType::F64 => TensorData::F64(try_collect(n, take(n))?),
+            DType::I64 => TensorData::I64(try_collect(n, take(n).map(|x| x as i64))?),
+            DType::I32 => TensorData::I32(try_collect(n, take(n).map(|x| x as i32))?),
+            DType::I8 => TensorData::I8(try_collect(n, take(n).map(|x| x as i8))?),
+            DType::U8 => TensorData::U8(try_collect(n, take(n).map(|x| x as u8))?),
+            DType::Bool => TensorData::Bool(try_collect(n, take(n).map(|x| x != 0.0))?),
         })
     }
+}
+
+/// Collect `n` items into a vector reserved fallibly; `None` when the host cannot
+/// provide the memory.
+fn try_collect<T>(n: usize, items: impl Iterator<Item = T>) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.extend(items.take(n));
+    Some(v)
 }
 
 fn take_fill<T: Copy>(v: &[T], idx: &[Option<usize>], fill: T) -> Vec<T> {
@@ -276,6 +317,24 @@ impl Tensor {
             shape: ty.shape.clone(),
             data,
         }
+    }
+
+    /// [`Tensor::random`] (the same values), allocated fallibly: an error naming the
+    /// bytes when the host cannot provide them.
+    pub fn try_random(ty: &TensorType, seed: u64) -> Result<Tensor, String> {
+        let mut rng = Rng::new(seed);
+        let dtype = ty.dtype;
+        let data = TensorData::try_from_f64_fn(dtype, ty.numel(), || match dtype {
+            DType::Bool => rng.bool() as u8 as f64,
+            DType::U8 => rng.below(16) as f64,
+            d if d.is_int() => rng.below(16) as f64 - 8.0,
+            _ => rng.uniform(-1.0, 1.0),
+        })
+        .ok_or_else(|| format!("cannot allocate {} bytes of host memory for a {ty} tensor", ty.size_bytes()))?;
+        Ok(Tensor {
+            shape: ty.shape.clone(),
+            data,
+        })
     }
 
     /// Deterministic normal values with standard deviation `std` (floats only; other

@@ -88,16 +88,9 @@ fn from_st_dtype(d: Dtype) -> Option<DType> {
     })
 }
 
-/// Write `bytes` to `path` through a temporary file in the same folder, renamed into place.
+/// Write `bytes` to `path` atomically, replacing only a regular file ([`crate::files`]).
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::files::write_file(path, bytes).map_err(|e| io::Error::other(e.problem))
 }
 
 /// Serialize weights to safetensors bytes.
@@ -129,14 +122,103 @@ pub fn save_safetensors(weights: &BTreeMap<String, Tensor>, path: impl AsRef<Pat
     })
 }
 
-/// Read every tensor of a safetensors file.
+/// Read every tensor of a safetensors file (a regular file; see [`crate::files`]).
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>, WeightsError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|error| WeightsError::Io {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let (mut file, size) = crate::files::open_regular(path).map_err(|e| file_error(path, e))?;
+    check_header(&mut file, path, size, None)?;
+    let bytes = crate::files::read_range(&mut file, path, 0, size, size).map_err(|e| file_error(path, e))?;
     parse_safetensors(&bytes, path)
+}
+
+fn file_error(path: &Path, e: crate::files::FileError) -> WeightsError {
+    WeightsError::Io {
+        path: path.to_path_buf(),
+        error: io::Error::other(e.problem),
+    }
+}
+
+/// The most header bytes a safetensors file may declare (the format's own limit).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Check a safetensors file from its header alone, before its data is read: the header
+/// length fits the file, every tensor's byte range lies in the file and holds its
+/// dtype and shape, and (with `params`) every parameter is there with its type.
+fn check_header(
+    file: &mut std::fs::File,
+    path: &Path,
+    size: u64,
+    params: Option<&[(String, crate::TensorType)]>,
+) -> Result<(), WeightsError> {
+    let format = |message: String| WeightsError::Format {
+        path: path.to_path_buf(),
+        message,
+    };
+    let read = |file: &mut std::fs::File, offset, len| {
+        crate::files::read_range(file, path, offset, len, size).map_err(|e| file_error(path, e))
+    };
+    let len_bytes: [u8; 8] = read(file, 0, 8.min(size))?
+        .try_into()
+        .map_err(|_| format(format!("{size} bytes: too short for a safetensors header")))?;
+    let n = u64::from_le_bytes(len_bytes);
+    if n > MAX_HEADER_BYTES || n > size - 8 {
+        return Err(format(format!(
+            "the header declares {n} bytes but the file has {} after the length",
+            size - 8
+        )));
+    }
+    let header = read(file, 8, n)?;
+    let meta: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| format(format!("header: {e}")))?;
+    let data_bytes = size - 8 - n;
+    let mut found: BTreeMap<&str, crate::TensorType> = BTreeMap::new();
+    for (name, entry) in &meta {
+        if name == "__metadata__" {
+            continue;
+        }
+        let bad = |message: String| WeightsError::Tensor {
+            path: path.to_path_buf(),
+            name: name.clone(),
+            message,
+        };
+        let info: safetensors::tensor::TensorInfo =
+            serde_json::from_value(entry.clone()).map_err(|e| bad(format!("header entry: {e}")))?;
+        let [begin, end] = [info.data_offsets.0 as u64, info.data_offsets.1 as u64];
+        if begin > end || end > data_bytes {
+            return Err(bad(format!(
+                "data {begin}..{end} is outside the file's {data_bytes} data bytes"
+            )));
+        }
+        let dtype = from_st_dtype(info.dtype).ok_or_else(|| bad(format!("unsupported dtype {}", info.dtype)))?;
+        let want = info
+            .shape
+            .iter()
+            .try_fold(dtype.size_bytes() as u64, |n, &d| n.checked_mul(d as u64))
+            .ok_or_else(|| bad(format!("shape {:?} is too large", info.shape)))?;
+        if want != end - begin {
+            return Err(bad(format!(
+                "{dtype}{:?} needs {want} bytes but its data is {} bytes",
+                info.shape,
+                end - begin
+            )));
+        }
+        found.insert(name, crate::TensorType::new(dtype, info.shape.clone()));
+    }
+    for (name, ty) in params.unwrap_or_default() {
+        let got = found.get(name.as_str()).ok_or_else(|| WeightsError::Tensor {
+            path: path.to_path_buf(),
+            name: name.clone(),
+            message: "no tensor of this name in the weights file (a parameter of the model)".to_string(),
+        })?;
+        if got != ty {
+            return Err(WeightsError::Tensor {
+                path: path.to_path_buf(),
+                name: name.clone(),
+                message: format!("the parameter is {ty} but the weights file has {got}"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Tensors from safetensors bytes; `path` names the file in errors.
@@ -194,9 +276,9 @@ pub fn save_gir(graph: &Graph, path: impl AsRef<Path>) -> Result<(), WeightsErro
 /// parameter must have data of its type there; other tensors in the file are ignored.
 pub fn load_gir(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|error| LoadError::Io {
+    let text = crate::files::read_regular_text(path).map_err(|e| LoadError::Io {
         path: path.to_path_buf(),
-        error,
+        error: io::Error::other(e.problem),
     })?;
     let (mut graph, weights_file) = parse_module(&text).map_err(|error| LoadError::Parse {
         path: path.to_path_buf(),
@@ -205,12 +287,20 @@ pub fn load_gir(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let Some(file) = weights_file else {
         return Ok(graph);
     };
-    let wpath = path.parent().unwrap_or(Path::new("")).join(file);
-    let mut weights = load_safetensors(&wpath)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let wpath = crate::files::resolve_inside(dir, &file, "weights file").map_err(|e| LoadError::Io {
+        path: path.to_path_buf(),
+        error: io::Error::other(e.to_string()),
+    })?;
     let params: Vec<(String, crate::TensorType)> = graph
         .parameters()
         .map(|(_, name, ty)| (name.to_string(), ty.clone()))
         .collect();
+    let (mut f, size) = crate::files::open_regular(&wpath).map_err(|e| file_error(&wpath, e))?;
+    // Sizes and the parameters' types from the header, before the data is read.
+    check_header(&mut f, &wpath, size, Some(&params))?;
+    let bytes = crate::files::read_range(&mut f, &wpath, 0, size, size).map_err(|e| file_error(&wpath, e))?;
+    let mut weights = parse_safetensors(&bytes, &wpath)?;
     for (name, ty) in params {
         let t = weights.remove(&name).ok_or_else(|| LoadError::Parameter {
             path: wpath.clone(),

@@ -448,8 +448,8 @@ fn run(cli: Cli) -> Result<()> {
                 return Err(over.into());
             }
             if let Some(path) = &svg {
-                std::fs::write(path, report::svg(program, plan))
-                    .with_context(|| format!("writing the SVG to {}", path.display()))?;
+                ir::files::write_file(path, report::svg(program, plan).as_bytes())
+                    .context("writing the SVG")?;
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(plan)?);
@@ -619,10 +619,10 @@ fn run(cli: Cli) -> Result<()> {
             let cached = with_source.iter().filter(|c| c.cached).count();
             match &cubin {
                 Some(dir) => {
-                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                    ir::files::create_output_dir(dir).context("--cubin")?;
                     for c in &with_source {
                         let path = dir.join(format!("{}.cubin", c.entry));
-                        std::fs::write(&path, &c.image).with_context(|| format!("writing {}", path.display()))?;
+                        ir::files::write_file(&path, &c.image)?;
                         println!("{} -> {} ({} bytes)", c.name, path.display(), c.image.len());
                     }
                 }
@@ -666,10 +666,12 @@ fn run(cli: Cli) -> Result<()> {
             }
             let graph = graphc::load_model(&model, &dims)?;
             println!("model    {}: {}", model.display(), describe(&graph));
-            let inputs = load_inputs(inputs.as_deref(), &graph)?;
+            // Plan and budget first: nothing sized by the model is allocated before the
+            // plan says it fits.
             let compiled = graphc::compile_with(&graph, &budget_options(budget, precision))?;
             let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
             graphc::check_budget(&compiled, &symbolic)?;
+            let input_path = inputs;
             for p in &compiled.passes {
                 let (before, after) = match p.pass {
                     "fuse" => ("nodes", "kernels"),
@@ -712,6 +714,10 @@ fn run(cli: Cli) -> Result<()> {
                     Err(e) => return Err(e.into()),
                 },
             };
+            if session.is_none() {
+                graphc::check_host_memory(&compiled)?;
+            }
+            let inputs = load_inputs(input_path.as_deref(), &graph)?;
             let outputs = match session {
                 None => {
                     let start = Instant::now();
@@ -770,10 +776,13 @@ fn run(cli: Cli) -> Result<()> {
             gpu,
         } => {
             let graph = graphc::load_model(&model, &dims)?;
-            let inputs = load_inputs(inputs.as_deref(), &graph)?;
             let compiled = graphc::compile_with(&graph, &budget_options(budget, precision))?;
             let symbolic: Vec<String> = dims.iter().map(|(name, _)| name.clone()).collect();
             graphc::check_budget(&compiled, &symbolic)?;
+            if device == Device::Cpu {
+                graphc::check_host_memory(&compiled)?;
+            }
+            let inputs = load_inputs(inputs.as_deref(), &graph)?;
             let plan = &compiled.plan;
             let plan_json = serde_json::json!({
                 "arena_bytes": plan.arena_bytes,
@@ -1005,7 +1014,7 @@ fn run(cli: Cli) -> Result<()> {
             seed,
         } => {
             let graph = graphc::load_model(&model, &dims)?;
-            let arrays = graphc::random_input_list(&graph, seed);
+            let arrays = graphc::try_random_input_list(&graph, seed)?;
             graphc::npz::write_npz(&output, &arrays).with_context(|| "writing random inputs")?;
             println!("wrote    {} ({} arrays)", output.display(), arrays.len());
         }
@@ -1017,7 +1026,7 @@ fn run(cli: Cli) -> Result<()> {
 fn load_inputs(path: Option<&std::path::Path>, graph: &Graph) -> Result<std::collections::HashMap<String, Tensor>> {
     Ok(match path {
         Some(p) => graphc::npz::read_inputs(p, graph)?,
-        None => graphc::random_inputs(graph, 0),
+        None => graphc::try_random_input_list(graph, 0)?.into_iter().collect(),
     })
 }
 

@@ -6,7 +6,7 @@
 //! is best effort: a folder that cannot be read or written only costs a compile.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use graphc_ir::files;
 
 /// FNV-1a, 128-bit: a hash that is the same on every run and platform (unlike std's
 /// `DefaultHasher`).
@@ -81,30 +81,22 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     nonempty("HOME").map(|h| h.join(".cache").join("graphc").join("nvrtc"))
 }
 
-/// A cached image and log, if complete.
+/// A cached image and log, if complete (regular files only: a FIFO or device planted
+/// in the cache folder is a miss, never a hang).
 pub fn read(dir: &Path, key: &str, ext: &str) -> Option<(Vec<u8>, String)> {
-    let image = std::fs::read(dir.join(format!("{key}.{ext}"))).ok()?;
-    let log = std::fs::read_to_string(dir.join(format!("{key}.log"))).ok()?;
+    let image = files::read_regular(&dir.join(format!("{key}.{ext}"))).ok()?;
+    let log = files::read_regular_text(&dir.join(format!("{key}.log"))).ok()?;
     Some((image, log))
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, dir.join(name)).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// Store an entry (log first, then the image). Errors are returned for reporting; the
-/// caller may ignore them.
+/// Store an entry (log first, then the image), each written beside its name and renamed
+/// over it only where that is missing or a regular file. Errors are returned for
+/// reporting; the caller may ignore them.
 pub fn write(dir: &Path, key: &str, ext: &str, image: &[u8], log: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    write_atomic(dir, &format!("{key}.log"), log.as_bytes())?;
-    write_atomic(dir, &format!("{key}.{ext}"), image)
+    let io = |e: files::FileError| std::io::Error::other(e.to_string());
+    files::create_output_dir(dir).map_err(io)?;
+    files::write_file(&dir.join(format!("{key}.log")), log.as_bytes()).map_err(io)?;
+    files::write_file(&dir.join(format!("{key}.{ext}")), image).map_err(io)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ const MAX_FOLDED_ELEMENTS: usize = 1 << 12;
 
 /// Import an `.onnx` file (external data is read relative to its folder).
 pub fn import_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|e| OnnxError::Model(format!("{}: {e}", path.display())))?;
+    let bytes = crate::files::read_regular(path).map_err(|e| OnnxError::Model(e.to_string()))?;
     let model = decode_model(&bytes)?;
     import_model(&model, path.parent(), opts)
 }
@@ -43,7 +43,7 @@ pub struct UnsupportedNode {
 /// Every node of a model whose op graphc does not support (after inlining local
 /// functions), in graph order.
 pub fn list_unsupported(path: &Path) -> Result<Vec<UnsupportedNode>, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|e| OnnxError::Model(format!("{}: {e}", path.display())))?;
+    let bytes = crate::files::read_regular(path).map_err(|e| OnnxError::Model(e.to_string()))?;
     let model = decode_model(&bytes)?;
     let graph = model
         .graph

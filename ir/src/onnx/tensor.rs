@@ -1,11 +1,10 @@
 //! ONNX tensors (`TensorProto`) to graphc tensors: every storage form ONNX uses.
 
 use half::{bf16, f16};
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Component, Path};
+use std::path::Path;
 
 use super::proto::{data_type as dt, TensorProto};
-use crate::{DType, Shape, Tensor, TensorData};
+use crate::{files, DType, Shape, Tensor, TensorData};
 
 /// The graphc dtype of an ONNX element type, or a message naming it.
 pub fn dtype_from_onnx(t: i32) -> Result<DType, String> {
@@ -78,7 +77,10 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         .checked_numel()
         .ok_or_else(|| format!("shape {shape} is too large"))?;
     let data = if t.data_location == 1 {
-        let bytes = read_external(t, base_dir)?;
+        let needed = (n as u64)
+            .checked_mul(dtype.size_bytes() as u64)
+            .ok_or_else(|| format!("shape {shape} is too large"))?;
+        let bytes = read_external(t, base_dir, needed)?;
         TensorData::from_le_bytes(dtype, &bytes, n).ok_or_else(|| {
             format!(
                 "external data has {} bytes; {dtype}{shape} needs {}",
@@ -150,48 +152,46 @@ fn typed_data(t: &TensorProto, dtype: DType, n: usize) -> Result<TensorData, Str
     })
 }
 
-/// Read a tensor's bytes from its external data file (`location`, `offset`, `length`),
-/// which must be a relative path inside the model's folder.
-fn read_external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String> {
-    let entry = |key: &str| t.external_data.iter().find(|e| e.key == key).map(|e| e.value.as_str());
-    let location = entry("location").ok_or("external data without a `location`")?;
-    let rel = Path::new(location);
-    if rel.is_absolute()
-        || rel
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "external data location `{location}` must be a relative path inside the model's folder"
-        ));
+/// Read a tensor's bytes from its external data file (`location`, `offset`, `length`):
+/// a relative path that, with symlinks followed, stays inside the model's folder, and a
+/// regular file. The range is checked against the file's size before anything is read,
+/// and only the `needed` bytes of the tensor are read (a `length` must equal them).
+fn read_external(t: &TensorProto, base_dir: Option<&Path>, needed: u64) -> Result<Vec<u8>, String> {
+    let mut location = None;
+    let (mut offset, mut length) = (None, None);
+    for e in &t.external_data {
+        let slot = match e.key.as_str() {
+            "location" => {
+                if location.replace(e.value.as_str()).is_some() {
+                    return Err("external data names `location` twice".into());
+                }
+                continue;
+            }
+            "offset" => &mut offset,
+            "length" => &mut length,
+            // `checksum` and keys of other tools are not needed to read the data.
+            _ => continue,
+        };
+        let v = e.value.trim();
+        let n = v
+            .parse::<u64>()
+            .map_err(|_| format!("external data `{}` is not a byte count: `{v}`", e.key))?;
+        if slot.replace(n).is_some() {
+            return Err(format!("external data names `{}` twice", e.key));
+        }
     }
+    let location = location.ok_or("external data without a `location`")?;
     let base = base_dir.ok_or("external data needs the model's folder (load the model from a file)")?;
-    let path = base.join(rel);
-    let parse = |key: &str| -> Result<Option<u64>, String> {
-        entry(key)
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| format!("external data `{key}` is not a number: `{v}`"))
-            })
-            .transpose()
-    };
-    let offset = parse("offset")?.unwrap_or(0);
-    let length = parse("length")?;
-    let file_err = |e: std::io::Error| format!("external data file {}: {e}", path.display());
-    let mut file = std::fs::File::open(&path).map_err(file_err)?;
-    let size = file.metadata().map_err(file_err)?.len();
-    let end = match length {
-        Some(len) => offset.checked_add(len).ok_or("external data length too large")?,
-        None => size,
-    };
-    if offset > end || end > size {
-        return Err(format!(
-            "external data {offset}..{end} is outside {} ({size} bytes)",
-            path.display()
-        ));
+    let file_err = |e: files::FileError| format!("external data {e}");
+    let path = files::resolve_inside(base, location, "external data").map_err(file_err)?;
+    let (mut file, size) = files::open_regular(&path).map_err(file_err)?;
+    let offset = offset.unwrap_or(0);
+    if let Some(len) = length {
+        if len != needed {
+            return Err(format!(
+                "external data `length` is {len} bytes but the tensor needs {needed} ({location})"
+            ));
+        }
     }
-    let mut bytes = vec![0u8; (end - offset) as usize];
-    file.seek(SeekFrom::Start(offset)).map_err(file_err)?;
-    file.read_exact(&mut bytes).map_err(file_err)?;
-    Ok(bytes)
+    files::read_range(&mut file, &path, offset, needed, size).map_err(file_err)
 }
