@@ -51,7 +51,8 @@ fn in_domain(n: NodeProto, domain: &str) -> NodeProto {
     }
 }
 
-/// A local function `local::name` of `inputs` → `outputs`, importing opset 20.
+/// A local function `local::name` of `inputs` → `outputs`, importing opset 20 and the
+/// local domain.
 fn function(name: &str, inputs: &[&str], outputs: &[&str], nodes: Vec<NodeProto>) -> FunctionProto {
     FunctionProto {
         name: name.into(),
@@ -59,7 +60,7 @@ fn function(name: &str, inputs: &[&str], outputs: &[&str], nodes: Vec<NodeProto>
         input: inputs.iter().map(|s| s.to_string()).collect(),
         output: outputs.iter().map(|s| s.to_string()).collect(),
         node: nodes,
-        opset_import: vec![opset("", 20)],
+        opset_import: vec![opset("", 20), opset("local", 1)],
         ..Default::default()
     }
 }
@@ -152,8 +153,9 @@ fn a_few_nested_functions_import() {
         [0.0, 2.0, 0.0, 4.0, 0.5, 0.0]
     );
 
-    // A function attribute passed down (`ref_attr_name`), with a default, and the
-    // function's own opset import (ReduceSum at opset 11 takes `axes` as an attribute).
+    // A function attribute passed down (`ref_attr_name`), with a default; the functions'
+    // own opset imports (at 12 and 11 ReduceSum is ReduceSum-11, which takes `axes` as
+    // an attribute).
     let alpha = AttributeProto {
         name: "alpha".into(),
         r#type: at::FLOAT,
@@ -179,10 +181,11 @@ fn a_few_nested_functions_import() {
             vec![ints_attr("axes", &[1]), int_attr("keepdims", 0)],
         )],
     );
-    sum.opset_import = vec![opset("", 11)];
+    leaky.opset_import = vec![opset("", 11)];
+    sum.opset_import = vec![opset("", 12)];
     let mut scaled = call("Leaky", "scaled", &["x"], &["s"]);
     scaled.attribute.push(float_attr("slope", 0.25));
-    let m = with_functions(
+    let mut m = with_functions(
         vec![
             scaled,
             call("Leaky", "halved", &["s"], &["h"]),
@@ -190,6 +193,7 @@ fn a_few_nested_functions_import() {
         ],
         vec![leaky, sum],
     );
+    m.opset_import[0].version = 11;
     // 0.25 then 0.5 on negatives: [-8 * 0.125, 2, 4] and [1, -16 * 0.125, 3].
     let got = run(&m, &[-8.0, 2.0, 4.0, 1.0, -16.0, 3.0]);
     assert_eq!(got, [5.0, 2.0]);
@@ -263,6 +267,40 @@ fn local_functions_must_be_well_formed() {
         import_err(&m),
         "local function `local::F`: opset import of the default domain (ai.onnx): the domain is imported more than \
          once (versions 20 and 19)"
+    );
+
+    // A function's opsets must agree with the model's for the ops it uses.
+    let mut old = function(
+        "F",
+        &["a"],
+        &["b"],
+        vec![node("ReduceSum", "rs", &["a"], &["b"], vec![ints_attr("axes", &[1])])],
+    );
+    old.opset_import = vec![opset("", 11)];
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![old]);
+    assert_eq!(
+        import_err(&m),
+        "node `rs` (ReduceSum, opset 11): local function `local::F` imports the default domain at opset 11, where \
+         ReduceSum is version 11, but the model imports opset 20, where it is version 13; a function's ops must be \
+         the versions of the model's opsets"
+    );
+    let mut f = relu();
+    f.opset_import = vec![opset("", 18)]; // Relu-14 at 18 and 20
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![f]);
+    assert_eq!(
+        run(&m, &[-1.0, 1.0, -2.0, 2.0, 0.0, 3.0]),
+        [0.0, 1.0, 0.0, 2.0, 0.0, 3.0]
+    );
+
+    // A function imports the domains of its nodes.
+    let mut f = function("F", &["a"], &["b"], vec![call("G", "g", &["a"], &["b"])]);
+    f.opset_import.truncate(1);
+    let g = function("G", &["a"], &["b"], vec![node("Relu", "r", &["a"], &["b"], vec![])]);
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![f, g]);
+    assert_eq!(
+        import_err(&m),
+        "node `g` (G in domain local, opset 1): local function `local::F` does not import an opset of domain \
+         `local` (a function's opset imports cover the domains of its nodes)"
     );
 
     let missing = function("F", &["a"], &["b"], vec![node("Relu", "r", &["a"], &["c"], vec![])]);
@@ -456,13 +494,13 @@ fn ops_below_their_first_opset() {
     let m = model(19, vec![node("Gelu", "g", &["x"], &["z"], vec![])]);
     assert_eq!(
         import_err(&m),
-        "node `g` (Gelu, opset 19): Gelu is not defined before opset 20; the model imports opset 19"
+        "node `g` (Gelu, opset 19): Gelu is not defined before opset 20; the node is at opset 19"
     );
     let m = model(6, vec![node("Add", "a", &["x", "x"], &["z"], vec![])]);
     assert_eq!(
         import_err(&m),
         "node `a` (Add, opset 6): graphc lowers Add from opset 7 (before opset 7 it broadcast through the \
-         `broadcast` and `axis` attributes); the model imports opset 6"
+         `broadcast` and `axis` attributes); the node is at opset 6"
     );
     // The oldest opset: Not-1 is today's Not.
     let mut m = model(1, vec![node("Not", "n", &["b"], &["z"], vec![])]);

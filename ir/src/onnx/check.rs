@@ -29,7 +29,7 @@ pub fn domain_key(d: &str) -> &str {
     }
 }
 
-fn domain_text(d: &str) -> String {
+pub fn domain_text(d: &str) -> String {
     if is_default_domain(d) {
         "the default domain (ai.onnx)".into()
     } else {
@@ -62,116 +62,144 @@ pub fn opset_imports(imports: &[OperatorSetIdProto], whose: &str) -> Result<Opse
     Ok(out)
 }
 
+/// The versions of each op graphc lowers, as onnx 1.22 defines them up to opset
+/// [`MAX_OPSET`]: the opsets at which the op was (re)defined. At opset `n` an op is its
+/// latest version at or before `n`; before its first it does not exist.
+const VERSIONS: &[(&str, &[i64])] = &[
+    ("Abs", &[1, 6, 13]),
+    ("Add", &[1, 6, 7, 13, 14]),
+    ("And", &[1, 7]),
+    ("ArgMax", &[1, 11, 12, 13]),
+    ("ArgMin", &[1, 11, 12, 13]),
+    ("Cast", &[1, 6, 9, 13, 19, 21, 23, 24, 25]),
+    ("CastLike", &[15, 19, 21, 23, 24, 25]),
+    ("Ceil", &[1, 6, 13]),
+    ("Celu", &[12]),
+    ("Clip", &[1, 6, 11, 12, 13]),
+    ("Concat", &[1, 4, 11, 13]),
+    ("Constant", &[1, 9, 11, 12, 13, 19, 21, 23, 24, 25]),
+    ("ConstantOfShape", &[9, 20, 21, 23, 24, 25]),
+    ("Conv", &[1, 11, 22]),
+    ("Cos", &[7, 22]),
+    ("CumSum", &[11, 14]),
+    ("Div", &[1, 6, 7, 13, 14]),
+    ("Elu", &[1, 6, 22]),
+    ("Equal", &[1, 7, 11, 13, 19]),
+    ("Erf", &[9, 13]),
+    ("Exp", &[1, 6, 13]),
+    ("Expand", &[8, 13]),
+    ("Flatten", &[1, 9, 11, 13, 21, 23, 24, 25]),
+    ("Floor", &[1, 6, 13]),
+    ("Gather", &[1, 11, 13]),
+    ("GatherElements", &[11, 13]),
+    ("GatherND", &[11, 12, 13]),
+    ("Gelu", &[20]),
+    ("Gemm", &[1, 6, 7, 9, 11, 13]),
+    ("Greater", &[1, 7, 9, 13]),
+    ("GreaterOrEqual", &[12, 16]),
+    ("HardSigmoid", &[1, 6, 22]),
+    ("HardSwish", &[14, 22]),
+    ("Identity", &[1, 13, 14, 16, 19, 21, 23, 24, 25]),
+    ("IsInf", &[10, 20]),
+    ("IsNaN", &[9, 13, 20]),
+    ("LayerNormalization", &[17]),
+    ("LeakyRelu", &[1, 6, 16]),
+    ("Less", &[1, 7, 9, 13]),
+    ("LessOrEqual", &[12, 16]),
+    ("Log", &[1, 6, 13]),
+    ("LogSoftmax", &[1, 11, 13]),
+    ("MatMul", &[1, 9, 13]),
+    ("Max", &[1, 6, 8, 12, 13]),
+    ("Mean", &[1, 6, 8, 13]),
+    ("Min", &[1, 6, 8, 12, 13]),
+    ("Mish", &[18, 22]),
+    ("Mod", &[10, 13]),
+    ("Mul", &[1, 6, 7, 13, 14]),
+    ("Neg", &[1, 6, 13]),
+    ("Not", &[1]),
+    ("OneHot", &[9, 11]),
+    ("Or", &[1, 7]),
+    ("PRelu", &[1, 6, 7, 9, 16]),
+    ("Pad", &[1, 2, 11, 13, 18, 19, 21, 23, 24, 25]),
+    ("Pow", &[1, 7, 12, 13, 15]),
+    ("RMSNormalization", &[23]),
+    ("Range", &[11, 27]),
+    ("Reciprocal", &[1, 6, 13]),
+    ("ReduceL1", &[1, 11, 13, 18]),
+    ("ReduceL2", &[1, 11, 13, 18]),
+    ("ReduceLogSum", &[1, 11, 13, 18]),
+    ("ReduceLogSumExp", &[1, 11, 13, 18]),
+    ("ReduceMax", &[1, 11, 12, 13, 18, 20]),
+    ("ReduceMean", &[1, 11, 13, 18]),
+    ("ReduceMin", &[1, 11, 12, 13, 18, 20]),
+    ("ReduceProd", &[1, 11, 13, 18]),
+    ("ReduceSum", &[1, 11, 13]),
+    ("ReduceSumSquare", &[1, 11, 13, 18]),
+    ("Relu", &[1, 6, 13, 14]),
+    ("Reshape", &[1, 5, 13, 14, 19, 21, 23, 24, 25]),
+    ("Round", &[11, 22]),
+    ("Selu", &[1, 6, 22]),
+    ("Shape", &[1, 13, 15, 19, 21, 23, 24, 25]),
+    ("Sigmoid", &[1, 6, 13]),
+    ("Sign", &[9, 13]),
+    ("Sin", &[7, 22]),
+    ("Size", &[1, 13, 19, 21, 23, 24, 25]),
+    ("Slice", &[1, 10, 11, 13]),
+    ("Softmax", &[1, 11, 13]),
+    ("Softplus", &[1, 22]),
+    ("Softsign", &[1, 22]),
+    ("Split", &[1, 2, 11, 13, 18]),
+    ("Sqrt", &[1, 6, 13]),
+    ("Squeeze", &[1, 11, 13, 21, 23, 24, 25]),
+    ("Sub", &[1, 6, 7, 13, 14]),
+    ("Sum", &[1, 6, 8, 13]),
+    ("Tanh", &[1, 6, 13]),
+    ("ThresholdedRelu", &[10, 22]),
+    ("Tile", &[1, 6, 13]),
+    ("Transpose", &[1, 13, 21, 23, 24, 25]),
+    ("Trilu", &[14]),
+    ("Unsqueeze", &[1, 11, 13, 21, 23, 24, 25]),
+    ("Where", &[9, 16]),
+    ("Xor", &[1, 7]),
+];
+
 /// Why versions of an op before its [`op_since`] are not lowered, when they exist.
 const LEGACY_BROADCAST: &str = "before opset 7 it broadcast through the `broadcast` and `axis` attributes";
 
-/// The first default-domain opset at which graphc lowers each op it supports: the opset
-/// that defined the op, or later where graphc does not implement the earlier versions
-/// (with the reason).
-const SINCE: &[(&str, i64, &str)] = &[
-    ("Abs", 1, ""),
+/// Ops whose first versions graphc does not lower: from which opset it does, and why.
+const LOWERED_FROM: &[(&str, i64, &str)] = &[
     ("Add", 7, LEGACY_BROADCAST),
     ("And", 7, LEGACY_BROADCAST),
-    ("ArgMax", 1, ""),
-    ("ArgMin", 1, ""),
     ("Cast", 6, "before opset 6 its `to` attribute was a string"),
-    ("CastLike", 15, ""),
-    ("Ceil", 1, ""),
-    ("Celu", 12, ""),
-    ("Clip", 1, ""),
     ("Concat", 4, "before opset 4 its `axis` was optional (default 1)"),
-    ("Constant", 1, ""),
-    ("ConstantOfShape", 9, ""),
-    ("Conv", 1, ""),
-    ("Cos", 7, ""),
-    ("CumSum", 11, ""),
     ("Div", 7, LEGACY_BROADCAST),
-    ("Elu", 1, ""),
     ("Equal", 7, LEGACY_BROADCAST),
-    ("Erf", 9, ""),
-    ("Exp", 1, ""),
-    ("Expand", 8, ""),
-    ("Flatten", 1, ""),
-    ("Floor", 1, ""),
-    ("Gather", 1, ""),
-    ("GatherElements", 11, ""),
-    ("GatherND", 11, ""),
-    ("Gelu", 20, ""),
-    ("Gemm", 1, ""),
     ("Greater", 7, LEGACY_BROADCAST),
-    ("GreaterOrEqual", 12, ""),
-    ("HardSigmoid", 1, ""),
-    ("HardSwish", 14, ""),
-    ("Identity", 1, ""),
-    ("IsInf", 10, ""),
-    ("IsNaN", 9, ""),
-    ("LayerNormalization", 17, ""),
-    ("LeakyRelu", 1, ""),
     ("Less", 7, LEGACY_BROADCAST),
-    ("LessOrEqual", 12, ""),
-    ("Log", 1, ""),
-    ("LogSoftmax", 1, ""),
-    ("MatMul", 1, ""),
-    ("Max", 1, ""),
-    ("Mean", 1, ""),
-    ("Min", 1, ""),
-    ("Mish", 18, ""),
-    ("Mod", 10, ""),
     ("Mul", 7, LEGACY_BROADCAST),
-    ("Neg", 1, ""),
-    ("Not", 1, ""),
-    ("OneHot", 9, ""),
     ("Or", 7, LEGACY_BROADCAST),
-    ("PRelu", 1, ""),
     ("Pad", 2, "before opset 2 its pads were the attribute `paddings`"),
     ("Pow", 7, LEGACY_BROADCAST),
-    ("RMSNormalization", 23, ""),
-    ("Range", 11, ""),
-    ("Reciprocal", 1, ""),
-    ("ReduceL1", 1, ""),
-    ("ReduceL2", 1, ""),
-    ("ReduceLogSum", 1, ""),
-    ("ReduceLogSumExp", 1, ""),
-    ("ReduceMax", 1, ""),
-    ("ReduceMean", 1, ""),
-    ("ReduceMin", 1, ""),
-    ("ReduceProd", 1, ""),
-    ("ReduceSum", 1, ""),
-    ("ReduceSumSquare", 1, ""),
-    ("Relu", 1, ""),
-    ("Reshape", 1, ""),
-    ("Round", 11, ""),
-    ("Selu", 1, ""),
-    ("Shape", 1, ""),
-    ("Sigmoid", 1, ""),
-    ("Sign", 9, ""),
-    ("Sin", 7, ""),
-    ("Size", 1, ""),
-    ("Slice", 1, ""),
-    ("Softmax", 1, ""),
-    ("Softplus", 1, ""),
-    ("Softsign", 1, ""),
     ("Split", 2, "before opset 2 its sizes could be operand 1"),
-    ("Sqrt", 1, ""),
-    ("Squeeze", 1, ""),
     ("Sub", 7, LEGACY_BROADCAST),
-    ("Sum", 1, ""),
-    ("Tanh", 1, ""),
-    ("ThresholdedRelu", 10, ""),
     ("Tile", 6, "before opset 6 it took `tiles` and `axis` operands"),
-    ("Transpose", 1, ""),
-    ("Trilu", 14, ""),
-    ("Unsqueeze", 1, ""),
-    ("Where", 9, ""),
     ("Xor", 7, LEGACY_BROADCAST),
 ];
 
+/// The version of default-domain op `op_type` at `opset` (the opset that last
+/// redefined it), if graphc lowers the op and it exists at that opset.
+pub fn op_version(op_type: &str, opset: i64) -> Option<i64> {
+    let (_, versions) = VERSIONS.iter().find(|(name, _)| *name == op_type)?;
+    versions.iter().copied().filter(|&v| v <= opset).max()
+}
+
 /// The first opset graphc lowers `op_type` at, and why not earlier where the op existed.
 pub fn op_since(op_type: &str) -> Option<(i64, &'static str)> {
-    SINCE
-        .iter()
-        .find(|(name, _, _)| *name == op_type)
-        .map(|&(_, since, why)| (since, why))
+    if let Some(&(_, from, why)) = LOWERED_FROM.iter().find(|(name, ..)| *name == op_type) {
+        return Some((from, why));
+    }
+    let (_, versions) = VERSIONS.iter().find(|(name, _)| *name == op_type)?;
+    Some((versions.first().copied()?, ""))
 }
 
 /// Attributes that became operands: from opset `since`, `op`'s `attribute` is operand
@@ -208,9 +236,9 @@ pub fn check_op(node: &NodeProto, opset: i64) -> Result<(), String> {
     if let Some((since, why)) = op_since(op) {
         if opset < since {
             return Err(if why.is_empty() {
-                format!("{op} is not defined before opset {since}; the model imports opset {opset}")
+                format!("{op} is not defined before opset {since}; the node is at opset {opset}")
             } else {
-                format!("graphc lowers {op} from opset {since} ({why}); the model imports opset {opset}")
+                format!("graphc lowers {op} from opset {since} ({why}); the node is at opset {opset}")
             });
         }
     }
@@ -319,10 +347,18 @@ mod tests {
     #[test]
     fn every_lowered_op_has_a_first_opset() {
         for op in super::super::ops::op_types() {
-            assert!(op_since(op).is_some(), "{op} has no entry in SINCE");
+            assert!(op_since(op).is_some(), "{op} has no entry in VERSIONS");
         }
-        for (op, ..) in SINCE {
-            assert!(super::super::ops::find(op).is_some(), "{op} in SINCE is not lowered");
+        for (op, versions) in VERSIONS {
+            assert!(super::super::ops::find(op).is_some(), "{op} in VERSIONS is not lowered");
+            assert!(versions.windows(2).all(|w| w[0] < w[1]), "{op}: versions in order");
+        }
+        for (op, from, _) in LOWERED_FROM {
+            let first = VERSIONS.iter().find(|v| v.0 == *op).map(|v| v.1[0]);
+            assert!(
+                first.is_some_and(|f| f < *from),
+                "{op} in LOWERED_FROM: not after its first version"
+            );
         }
         for (op, ..) in BECAME_OPERANDS {
             assert!(op_since(op).is_some(), "{op} in BECAME_OPERANDS is not lowered");

@@ -7,7 +7,10 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::check::{node_label, opset_imports, single_assignment, Opsets};
+use super::check::{
+    domain_key, domain_text, is_default_domain, node_error, node_label, op_version, opset_imports, single_assignment,
+    Opsets,
+};
 use super::proto::{FunctionProto, ModelProto, NodeProto};
 use super::OnnxError;
 
@@ -62,8 +65,26 @@ impl Functions {
             let opsets = opset_imports(&f.opset_import, &format!("local function `{label}`"))?;
             let scope = format!("local function `{label}`");
             single_assignment(f.input.iter().map(String::as_str), [], &f.node, &scope, |n, i, m| {
-                super::check::node_error(n, i, node_opset(n, &opsets, model_opsets), m)
+                node_error(n, i, node_opset(n, &opsets, model_opsets), m)
             })?;
+            if let Some((i, n)) = f
+                .node
+                .iter()
+                .enumerate()
+                .find(|(_, n)| !opsets.contains_key(domain_key(&n.domain)))
+            {
+                return Err(node_error(
+                    n,
+                    i,
+                    node_opset(n, &opsets, model_opsets),
+                    format!(
+                        "local function `{label}` does not import an opset of {} (a function's opset imports cover \
+                         the domains of its nodes)",
+                        domain_text(&n.domain)
+                    ),
+                ));
+            }
+            opsets_agree(f, &label, &opsets, model_opsets)?;
             let index = fs.list.len();
             let names = fs.by_id.entry(f.domain.clone()).or_default();
             if names.insert(f.name.clone(), index).is_some() {
@@ -207,6 +228,41 @@ impl Functions {
     }
 }
 
+/// As the ONNX checker has it: where a function imports the default domain at another
+/// opset than the model, each default-domain op of its body must be the same version
+/// at both (ops graphc does not lower are not checked: their versions are unknown here).
+fn opsets_agree(f: &FunctionProto, label: &str, opsets: &Opsets, model: &Opsets) -> Result<(), OnnxError> {
+    let (Some(&at_function), Some(&at_model)) = (opsets.get(""), model.get("")) else {
+        return Ok(());
+    };
+    if at_function == at_model {
+        return Ok(());
+    }
+    let version = |v: Option<i64>| v.map_or_else(|| "not defined".to_string(), |v| format!("version {v}"));
+    for (i, n) in f.node.iter().enumerate() {
+        if !is_default_domain(&n.domain) {
+            continue;
+        }
+        let (a, b) = (op_version(&n.op_type, at_function), op_version(&n.op_type, at_model));
+        if a != b {
+            return Err(node_error(
+                n,
+                i,
+                at_function,
+                format!(
+                    "local function `{label}` imports the default domain at opset {at_function}, where {} is {}, but \
+                     the model imports opset {at_model}, where it is {}; a function's ops must be the versions of the \
+                     model's opsets",
+                    n.op_type,
+                    version(a),
+                    version(b)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A node count, which saturates at `u64::MAX`.
 fn count(n: u64) -> String {
     if n == u64::MAX {
@@ -219,6 +275,6 @@ fn count(n: u64) -> String {
 /// The opset of a node in a function body: the function's import of its domain, else
 /// the model's (0 when neither imports it).
 pub fn node_opset(n: &NodeProto, function: &Opsets, model: &Opsets) -> i64 {
-    let key = super::check::domain_key(&n.domain);
+    let key = domain_key(&n.domain);
     function.get(key).or_else(|| model.get(key)).copied().unwrap_or(0)
 }

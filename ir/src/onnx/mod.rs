@@ -22,7 +22,8 @@
 //!   (Constant's single value, Transpose's permutation).
 //! - **Local functions** (`ModelProto.functions`, which exporters emit for custom
 //!   domains) are inlined at their call sites, in a scope of their own and at their own
-//!   opset imports. The inlined size is computed up front (memoized over the call
+//!   opset imports (which, as the checker requires, cover the body's domains and give
+//!   its ops the versions the model's opsets give them). The inlined size is computed up front (memoized over the call
 //!   graph): recursion, nesting deeper than 32 and more than 1,000,000 lowered nodes are
 //!   errors before anything is lowered.
 
