@@ -90,23 +90,29 @@ fn run(m: &ModelProto, x: &[f32]) -> Vec<f64> {
 
 /// `F0 .. F{n-1}`: each calls the next twice in a row; the last applies Relu twice.
 fn doubling_chain(n: usize) -> Vec<FunctionProto> {
-    (0..n)
+    doubling_chain_to(
+        n,
+        vec![
+            node("Relu", "r1", &["a"], &["t"], vec![]),
+            node("Relu", "r2", &["t"], &["b"], vec![]),
+        ],
+    )
+}
+
+/// `F0 .. F{n-1}`: each calls the next twice in a row; the last is `leaf` (`a` → `b`).
+fn doubling_chain_to(n: usize, leaf: Vec<NodeProto>) -> Vec<FunctionProto> {
+    let mut fs: Vec<FunctionProto> = (0..n - 1)
         .map(|k| {
-            let nodes = if k + 1 < n {
-                let next = format!("F{}", k + 1);
-                vec![
-                    call(&next, "first", &["a"], &["t"]),
-                    call(&next, "second", &["t"], &["b"]),
-                ]
-            } else {
-                vec![
-                    node("Relu", "r1", &["a"], &["t"], vec![]),
-                    node("Relu", "r2", &["t"], &["b"], vec![]),
-                ]
-            };
+            let next = format!("F{}", k + 1);
+            let nodes = vec![
+                call(&next, "first", &["a"], &["t"]),
+                call(&next, "second", &["t"], &["b"]),
+            ];
             function(&format!("F{k}"), &["a"], &["b"], nodes)
         })
-        .collect()
+        .collect();
+    fs.push(function(&format!("F{}", n - 1), &["a"], &["b"], leaf));
+    fs
 }
 
 #[test]
@@ -141,6 +147,42 @@ fn nested_functions_called_twice_fail_fast_with_the_expansion() {
     );
     assert!(e.contains("local function `local::F0` expands to 2097150 nodes"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_large_constant_inlined_many_times_fails_fast() {
+    // 1 MiB of constant, 512 calls: few nodes, but 512 MiB of copies.
+    let value = AttributeProto {
+        name: "value".into(),
+        r#type: at::TENSOR,
+        t: Some(TensorProto {
+            dims: vec![1 << 18],
+            data_type: dt::FLOAT,
+            raw_data: vec![0; 1 << 20],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let leaf = vec![
+        node("Constant", "big", &[], &["c"], vec![value]),
+        node("Identity", "id", &["a"], &["b"], vec![]),
+    ];
+    let m = with_functions(vec![call("F0", "top", &["x"], &["z"])], doubling_chain_to(10, leaf));
+    let start = Instant::now();
+    let e = import_err(&m);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        e.starts_with("inlining the model's local functions would copy 53") && e.contains("bytes of function bodies"),
+        "{e}"
+    );
+    assert!(
+        e.contains("more than graphc's limit of 268435456: local function `local::F0` expands to"),
+        "{e}"
+    );
 }
 
 #[test]

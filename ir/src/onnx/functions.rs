@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use prost::Message;
+
 use super::check::{
     domain_key, domain_text, is_default_domain, node_error, node_label, op_version, opset_imports, single_assignment,
     Opsets,
@@ -19,6 +21,9 @@ use super::OnnxError;
 pub const MAX_LOWERED_NODES: u64 = 1_000_000;
 /// Local function calls nest at most this deep.
 pub const MAX_INLINE_DEPTH: usize = 32;
+/// Inlining copies at most this many bytes of function bodies (encoded): a large
+/// Constant in a function called many times is as costly as many nodes.
+pub const MAX_INLINED_BYTES: u64 = 256 << 20;
 
 /// One local function, with the opsets its body's nodes are at.
 pub struct LocalFunction {
@@ -40,11 +45,21 @@ pub struct Functions {
 }
 
 /// The inlined size of a function: ONNX nodes lowered per call (its body, a call
-/// counting as itself and its function's expansion), and the nesting depth of calls.
+/// counting as itself and its function's expansion), the bytes of body copied per call
+/// (likewise), and the nesting depth of calls.
 #[derive(Clone, Copy)]
 struct Expansion {
     nodes: u64,
+    bytes: u64,
     depth: usize,
+}
+
+impl Expansion {
+    const ZERO: Expansion = Expansion {
+        nodes: 0,
+        bytes: 0,
+        depth: 0,
+    };
 }
 
 #[derive(Clone, Copy)]
@@ -139,8 +154,8 @@ impl Functions {
                 }
                 let inner = self.expand_nodes(body, &visit);
                 visit[f] = Visit::Done(Expansion {
-                    nodes: inner.nodes,
                     depth: inner.depth + 1,
+                    ..inner
                 });
                 stack.pop();
             }
@@ -149,18 +164,20 @@ impl Functions {
             .into_iter()
             .map(|v| match v {
                 Visit::Done(e) => e,
-                _ => Expansion { nodes: 0, depth: 0 },
+                _ => Expansion::ZERO,
             })
             .collect())
     }
 
     /// The expansion of a list of nodes whose callees are expanded already.
     fn expand_nodes(&self, nodes: &[NodeProto], visit: &[Visit]) -> Expansion {
-        let mut total = Expansion { nodes: 0, depth: 0 };
+        let mut total = Expansion::ZERO;
         for n in nodes {
             total.nodes = total.nodes.saturating_add(1);
+            total.bytes = total.bytes.saturating_add(n.encoded_len() as u64);
             if let Some(Visit::Done(e)) = self.get(n).and_then(|g| visit.get(g.index)) {
                 total.nodes = total.nodes.saturating_add(e.nodes);
+                total.bytes = total.bytes.saturating_add(e.bytes);
                 total.depth = total.depth.max(e.depth);
             }
         }
@@ -182,14 +199,16 @@ impl Functions {
     }
 
     /// The number of ONNX nodes lowering `nodes` (a graph's) takes with every call
-    /// inlined; an error when calls nest deeper than [`MAX_INLINE_DEPTH`] or the count
-    /// is over [`MAX_LOWERED_NODES`], naming the function and the numbers.
+    /// inlined; an error, naming the function and the numbers, when calls nest deeper
+    /// than [`MAX_INLINE_DEPTH`], the count is over [`MAX_LOWERED_NODES`] or the bytes
+    /// of function bodies copied over [`MAX_INLINED_BYTES`].
     pub fn check_expansion(&self, nodes: &[NodeProto]) -> Result<u64, OnnxError> {
-        let mut total: u64 = 0;
-        // The call with the largest expansion: (node index, function, its expansion).
-        let mut largest: Option<(usize, &LocalFunction, Expansion)> = None;
+        let mut total = Expansion::ZERO;
+        // The calls with the most nodes and the most bytes: (node index, function, its expansion).
+        let mut most_nodes: Option<(usize, &LocalFunction, Expansion)> = None;
+        let mut most_bytes = most_nodes;
         for (i, n) in nodes.iter().enumerate() {
-            total = total.saturating_add(1);
+            total.nodes = total.nodes.saturating_add(1);
             let Some(f) = self.get(n) else { continue };
             let Some(&e) = self.expansions.get(f.index) else {
                 continue;
@@ -203,28 +222,42 @@ impl Functions {
                     e.depth
                 )));
             }
-            total = total.saturating_add(e.nodes);
-            if !matches!(largest, Some((_, _, l)) if l.nodes >= e.nodes) {
-                largest = Some((i, f, e));
+            total.nodes = total.nodes.saturating_add(e.nodes);
+            total.bytes = total.bytes.saturating_add(e.bytes);
+            if !matches!(most_nodes, Some((_, _, l)) if l.nodes >= e.nodes) {
+                most_nodes = Some((i, f, e));
+            }
+            if !matches!(most_bytes, Some((_, _, l)) if l.bytes >= e.bytes) {
+                most_bytes = Some((i, f, e));
             }
         }
-        if total > MAX_LOWERED_NODES {
-            let culprit = match largest {
-                Some((i, f, e)) => format!(
-                    ": local function `{}` expands to {} nodes at each call (node {} calls it)",
+        let culprit = |call: Option<(usize, &LocalFunction, Expansion)>, what: fn(Expansion) -> String| {
+            call.map_or_else(String::new, |(i, f, e)| {
+                format!(
+                    ": local function `{}` expands to {} at each call (node {} calls it)",
                     f.label,
-                    count(e.nodes),
+                    what(e),
                     nodes.get(i).map_or_else(|| format!("#{i}"), |n| node_label(n, i))
-                ),
-                None => String::new(),
-            };
+                )
+            })
+        };
+        if total.nodes > MAX_LOWERED_NODES {
             return Err(OnnxError::Model(format!(
                 "the model would lower {} ONNX nodes with its local functions inlined, more than graphc's limit of \
-                 {MAX_LOWERED_NODES}{culprit}",
-                count(total)
+                 {MAX_LOWERED_NODES}{}",
+                count(total.nodes),
+                culprit(most_nodes, |e| format!("{} nodes", count(e.nodes)))
             )));
         }
-        Ok(total)
+        if total.bytes > MAX_INLINED_BYTES {
+            return Err(OnnxError::Model(format!(
+                "inlining the model's local functions would copy {} bytes of function bodies, more than graphc's \
+                 limit of {MAX_INLINED_BYTES}{}",
+                count(total.bytes),
+                culprit(most_bytes, |e| format!("{} bytes", count(e.bytes)))
+            )));
+        }
+        Ok(total.nodes)
     }
 }
 

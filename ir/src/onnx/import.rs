@@ -439,6 +439,10 @@ impl<'b> Importer<'b> {
 
     fn lower_body(&mut self, call: &NodeProto, f: &proto::FunctionProto) -> Result<(), OnnxError> {
         for (i, inner) in f.node.iter().enumerate() {
+            if inner.attribute.iter().all(|a| a.ref_attr_name.is_empty()) {
+                self.lower_node(inner, i)?;
+                continue;
+            }
             // Attributes that refer to the call's attributes take their values.
             let mut inner = inner.clone();
             let mut attrs = Vec::with_capacity(inner.attribute.len());

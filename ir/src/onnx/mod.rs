@@ -24,8 +24,8 @@
 //!   domains) are inlined at their call sites, in a scope of their own and at their own
 //!   opset imports (which, as the checker requires, cover the body's domains and give
 //!   its ops the versions the model's opsets give them). The inlined size is computed up front (memoized over the call
-//!   graph): recursion, nesting deeper than 32 and more than 1,000,000 lowered nodes are
-//!   errors before anything is lowered.
+//!   graph): recursion, nesting deeper than 32, more than 1,000,000 lowered nodes and
+//!   more than 256 MiB of copied function bodies are errors before anything is lowered.
 
 mod attrs;
 mod check;
