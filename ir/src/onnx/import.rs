@@ -4,11 +4,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
-use super::attrs::Attrs;
+use super::attrs::{self, Attrs};
+use super::check::{self, domain_key, is_default_domain, node_error, node_label, Opsets};
+use super::functions::{Functions, LocalFunction, MAX_INLINE_DEPTH};
 use super::ops::{self, Node};
 use super::proto::{
-    self, tensor_shape_proto::dimension, type_proto, FunctionProto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
+    self, tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 use super::tensor::{dtype_from_onnx, tensor_from_proto};
 use super::{ImportOptions, OnnxError};
@@ -45,38 +48,52 @@ pub struct UnsupportedNode {
 pub fn list_unsupported(path: &Path) -> Result<Vec<UnsupportedNode>, OnnxError> {
     let bytes = crate::files::read_regular(path).map_err(|e| OnnxError::Model(e.to_string()))?;
     let model = decode_model(&bytes)?;
-    let graph = model
-        .graph
-        .as_ref()
-        .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
-    let opsets = opsets(&model);
-    let functions = functions(&model);
+    let (graph, opsets, functions) = prepare(&model)?;
     let mut out = Vec::new();
-    let mut stack: Vec<&NodeProto> = graph.node.iter().rev().collect();
-    while let Some(n) = stack.pop() {
-        if let Some(f) = functions.get(&(n.domain.clone(), n.op_type.clone())) {
-            stack.extend(f.node.iter().rev());
+    // The walk is bounded: `prepare` checked the expanded size.
+    let mut stack: Vec<(&NodeProto, Option<&LocalFunction>)> = graph.node.iter().rev().map(|n| (n, None)).collect();
+    while let Some((n, within)) = stack.pop() {
+        if let Some(f) = functions.get(n) {
+            stack.extend(f.proto.node.iter().rev().map(|inner| (inner, Some(&**f))));
             continue;
         }
         if !is_default_domain(&n.domain) || ops::find(&n.op_type).is_none() {
+            let empty = Opsets::new();
+            let opset = super::functions::node_opset(n, within.map_or(&empty, |f| &f.opsets), &opsets);
             out.push(UnsupportedNode {
                 node: node_label(n, out.len()),
                 op_type: n.op_type.clone(),
                 domain: n.domain.clone(),
-                opset: opsets.get(domain_key(&n.domain)).copied().unwrap_or(0),
+                opset,
             });
         }
     }
     Ok(out)
 }
 
-/// Import a decoded model. `base_dir` is the folder external data paths are relative to.
-pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, OnnxError> {
+/// The checks made before lowering anything: the model has a graph, valid opset imports
+/// and local functions, values assigned once, and a bounded size with functions inlined.
+fn prepare(model: &ModelProto) -> Result<(&GraphProto, Opsets, Functions), OnnxError> {
     let graph = model
         .graph
         .as_ref()
         .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
-    let opsets = opsets(model);
+    let opsets = check::opset_imports(&model.opset_import, "the model")?;
+    let functions = Functions::collect(model, &opsets)?;
+    check::single_assignment(
+        graph.input.iter().map(|i| i.name.as_str()),
+        graph.initializer.iter().map(|t| t.name.as_str()),
+        &graph.node,
+        "the graph",
+        |n, i, m| node_error(n, i, opsets.get(domain_key(&n.domain)).copied().unwrap_or(0), m),
+    )?;
+    functions.check_expansion(&graph.node)?;
+    Ok((graph, opsets, functions))
+}
+
+/// Import a decoded model. `base_dir` is the folder external data paths are relative to.
+pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, OnnxError> {
+    let (graph, opsets, functions) = prepare(model)?;
     // A model importing no default-domain opset can still hold other domains' nodes;
     // they then fail one by one, naming their domain.
     let b = GraphBuilder::new();
@@ -87,7 +104,8 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
         examined: 0,
         opsets,
         base_dir: base_dir.map(Path::to_path_buf),
-        functions: functions(model),
+        functions,
+        within: None,
         inline_depth: 0,
     };
     imp.bind_initializers(graph)?;
@@ -95,7 +113,7 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
     // Initializer constants are known before the first node asks for them.
     imp.examine_new_nodes();
     for (i, node) in graph.node.iter().enumerate() {
-        imp.lower_node(node, i, "")?;
+        imp.lower_node(node, i)?;
     }
     for out in &graph.output {
         let v = *imp
@@ -128,42 +146,6 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
     g.verify()
         .map_err(|e| OnnxError::Model(format!("imported graph: {e}")))?;
     Ok(g)
-}
-
-fn opsets(model: &ModelProto) -> HashMap<String, i64> {
-    model
-        .opset_import
-        .iter()
-        .map(|o| (domain_key(&o.domain).to_string(), o.version))
-        .collect()
-}
-
-fn functions(model: &ModelProto) -> HashMap<(String, String), FunctionProto> {
-    model
-        .functions
-        .iter()
-        .map(|f| ((f.domain.clone(), f.name.clone()), f.clone()))
-        .collect()
-}
-
-fn is_default_domain(d: &str) -> bool {
-    d.is_empty() || d == "ai.onnx"
-}
-
-fn domain_key(d: &str) -> &str {
-    if is_default_domain(d) {
-        ""
-    } else {
-        d
-    }
-}
-
-fn node_label(n: &NodeProto, index: usize) -> String {
-    if n.name.is_empty() {
-        format!("#{index} ({})", n.output.first().map(String::as_str).unwrap_or("?"))
-    } else {
-        format!("`{}`", n.name)
-    }
 }
 
 /// The graph output's declared type, where static, must be what the import computed.
@@ -224,9 +206,11 @@ pub struct Importer<'b> {
     known: HashMap<NodeId, Tensor>,
     /// IR nodes below this index have been examined for known values.
     examined: usize,
-    opsets: HashMap<String, i64>,
+    opsets: Opsets,
     base_dir: Option<PathBuf>,
-    functions: HashMap<(String, String), FunctionProto>,
+    functions: Functions,
+    /// The local function whose body is being lowered (`values` is then its scope).
+    within: Option<Rc<LocalFunction>>,
     inline_depth: usize,
 }
 
@@ -310,20 +294,21 @@ impl<'b> Importer<'b> {
         Ok(())
     }
 
-    /// Lower one node; `prefix` renames values inside inlined functions.
-    fn lower_node(&mut self, node: &NodeProto, index: usize, prefix: &str) -> Result<(), OnnxError> {
-        let opset = self.opsets.get(domain_key(&node.domain)).copied().unwrap_or(0);
-        let err = |message: String| OnnxError::Node {
-            node: node_label(node, index),
-            op_type: node.op_type.clone(),
-            domain: if is_default_domain(&node.domain) {
-                String::new()
-            } else {
-                format!(" in domain {}", node.domain)
-            },
-            opset,
-            message,
-        };
+    /// The opset of `domain` in force: the enclosing function's import, else the model's.
+    fn opset(&self, domain: &str) -> Option<i64> {
+        let key = domain_key(domain);
+        self.within
+            .as_ref()
+            .and_then(|f| f.opsets.get(key))
+            .or_else(|| self.opsets.get(key))
+            .copied()
+    }
+
+    /// Lower one node (of the graph, or of the function body being inlined).
+    fn lower_node(&mut self, node: &NodeProto, index: usize) -> Result<(), OnnxError> {
+        let opset = self.opset(&node.domain);
+        let err = |message: String| node_error(node, index, opset.unwrap_or(0), message);
+        attrs::validate(node).map_err(&err)?;
         let mut inputs = Vec::with_capacity(node.input.len());
         for name in &node.input {
             if name.is_empty() {
@@ -338,15 +323,12 @@ impl<'b> Importer<'b> {
             })?;
             inputs.push(Some(v));
         }
-        if let Some(f) = self
-            .functions
-            .get(&(node.domain.clone(), node.op_type.clone()))
-            .cloned()
-        {
-            return self.inline_function(node, &f, inputs, prefix).map_err(|e| match e {
+        if let Some(f) = self.functions.get(node).cloned() {
+            let outs = self.inline_function(node, &f, inputs).map_err(|e| match e {
                 OnnxError::Model(m) => err(m),
                 e => e,
-            });
+            })?;
+            return self.bind_outputs(node, outs).map_err(err);
         }
         if !is_default_domain(&node.domain) {
             return Err(err(
@@ -354,6 +336,13 @@ impl<'b> Importer<'b> {
             ));
         }
         let lowering = ops::find(&node.op_type).ok_or_else(|| err("unsupported op".into()))?;
+        let opset = opset.ok_or_else(|| {
+            err(
+                "the model imports no opset for the default domain (ai.onnx), so the version of its ops is unknown"
+                    .into(),
+            )
+        })?;
+        check::check_op(node, opset).map_err(&err)?;
         let attrs = Attrs::new(node);
         if attrs.has_graph() {
             return Err(err("ops with subgraphs (control flow) are not supported".into()));
@@ -373,44 +362,89 @@ impl<'b> Importer<'b> {
         if let Some(e) = self.b.take_error() {
             return Err(err(e.to_string()));
         }
-        for (name, v) in node.output.iter().zip(outs) {
-            if !name.is_empty() {
-                self.values.insert(format!("{prefix}{name}"), v);
-            }
-        }
+        self.bind_outputs(node, outs.into_iter().map(Some).collect())
+            .map_err(&err)?;
         self.examine_new_nodes();
         Ok(())
     }
 
+    /// Name a node's results (`None`: a function output that is not produced). The
+    /// model was checked for single assignment up front; this keeps it so.
+    fn bind_outputs(&mut self, node: &NodeProto, outs: Vec<Option<Value<'b>>>) -> Result<(), String> {
+        for (name, v) in node.output.iter().zip(outs) {
+            if name.is_empty() {
+                continue;
+            }
+            let v = v.ok_or_else(|| format!("output `{name}` is not produced"))?;
+            if self.values.insert(name.clone(), v).is_some() {
+                return Err(format!(
+                    "output `{name}` is already defined (each value must be assigned once)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lower the body of local function `f` called by `call`, in a scope of its own
+    /// (the formal inputs bound to `inputs`); returns its outputs' values.
     fn inline_function(
         &mut self,
         call: &NodeProto,
-        f: &FunctionProto,
+        f: &Rc<LocalFunction>,
         inputs: Vec<Option<Value<'b>>>,
-        outer_prefix: &str,
-    ) -> Result<(), OnnxError> {
-        if self.inline_depth > 32 {
-            return Err(OnnxError::Model(format!("function `{}` recurses too deeply", f.name)));
+    ) -> Result<Vec<Option<Value<'b>>>, OnnxError> {
+        // Checked up front for the whole model; kept as a bound on the recursion.
+        if self.inline_depth >= MAX_INLINE_DEPTH {
+            return Err(OnnxError::Model(format!(
+                "local function `{}` nests function calls more than {MAX_INLINE_DEPTH} deep",
+                f.label
+            )));
         }
-        self.inline_depth += 1;
-        let prefix = format!(
-            "{outer_prefix}{}::{}/",
-            f.name,
-            call.output.first().map(String::as_str).unwrap_or("")
-        );
-        for (formal, actual) in f.input.iter().zip(inputs) {
+        if call.output.len() > f.proto.output.len() {
+            return Err(OnnxError::Model(format!(
+                "the call has {} outputs, but local function `{}` has {}",
+                call.output.len(),
+                f.label,
+                f.proto.output.len()
+            )));
+        }
+        let mut scope = HashMap::with_capacity(f.proto.input.len());
+        for (formal, actual) in f.proto.input.iter().zip(inputs) {
             if let Some(v) = actual {
-                self.values.insert(format!("{prefix}{formal}"), v);
+                scope.insert(formal.clone(), v);
             }
         }
+        let outer_values = std::mem::replace(&mut self.values, scope);
+        let outer_function = self.within.replace(Rc::clone(f));
+        self.inline_depth += 1;
+        let result = self.lower_body(call, &f.proto);
+        self.inline_depth -= 1;
+        self.within = outer_function;
+        let body_values = std::mem::replace(&mut self.values, outer_values);
+        result?;
+        f.proto
+            .output
+            .iter()
+            .zip(&call.output)
+            .map(|(formal, actual)| match body_values.get(formal) {
+                Some(&v) => Ok(Some(v)),
+                None if actual.is_empty() => Ok(None),
+                None => Err(OnnxError::Model(format!(
+                    "local function `{}` does not produce its output `{formal}`",
+                    f.label
+                ))),
+            })
+            .collect()
+    }
+
+    fn lower_body(&mut self, call: &NodeProto, f: &proto::FunctionProto) -> Result<(), OnnxError> {
         for (i, inner) in f.node.iter().enumerate() {
-            let mut inner = inner.clone();
-            for name in inner.input.iter_mut().chain(inner.output.iter_mut()) {
-                if !name.is_empty() {
-                    *name = format!("{prefix}{name}");
-                }
+            if inner.attribute.iter().all(|a| a.ref_attr_name.is_empty()) {
+                self.lower_node(inner, i)?;
+                continue;
             }
             // Attributes that refer to the call's attributes take their values.
+            let mut inner = inner.clone();
             let mut attrs = Vec::with_capacity(inner.attribute.len());
             for a in &inner.attribute {
                 if a.ref_attr_name.is_empty() {
@@ -428,15 +462,8 @@ impl<'b> Importer<'b> {
                 }
             }
             inner.attribute = attrs;
-            self.lower_node(&inner, i, "")?;
+            self.lower_node(&inner, i)?;
         }
-        for (formal, actual) in f.output.iter().zip(&call.output) {
-            let v = *self.values.get(&format!("{prefix}{formal}")).ok_or_else(|| {
-                OnnxError::Model(format!("function `{}` does not produce its output `{formal}`", f.name))
-            })?;
-            self.values.insert(format!("{outer_prefix}{actual}"), v);
-        }
-        self.inline_depth -= 1;
         Ok(())
     }
 

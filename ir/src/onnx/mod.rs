@@ -14,10 +14,22 @@
 //! - **Errors** name the node (its name, op type, domain and opset) and the problem; an
 //!   op graphc does not support is an error naming it, and [`list_unsupported`] lists
 //!   every such node at once.
+//! - **Validity.** What the ONNX checker and onnxruntime reject is an error: values
+//!   assigned twice (in the graph or a function body), opset imports out of range
+//!   (default domain: 1 to 27, and per op from the opset graphc lowers it at) or
+//!   repeated, attributes repeated or typed unlike their value, attributes the node's
+//!   opset takes as operands (`axes` of ReduceSum-13, ...), and op-specific rules
+//!   (Constant's single value, Transpose's permutation).
 //! - **Local functions** (`ModelProto.functions`, which exporters emit for custom
-//!   domains) are inlined at their call sites.
+//!   domains) are inlined at their call sites, in a scope of their own and at their own
+//!   opset imports (which, as the checker requires, cover the body's domains and give
+//!   its ops the versions the model's opsets give them). The inlined size is computed up front (memoized over the call
+//!   graph): recursion, nesting deeper than 32, more than 1,000,000 lowered nodes and
+//!   more than 256 MiB of copied function bodies are errors before anything is lowered.
 
 mod attrs;
+mod check;
+mod functions;
 mod import;
 mod ops;
 pub mod proto;

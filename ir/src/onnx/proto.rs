@@ -94,6 +94,12 @@ pub mod attribute_type {
     pub const FLOATS: i32 = 6;
     pub const INTS: i32 = 7;
     pub const STRINGS: i32 = 8;
+    pub const TENSORS: i32 = 9;
+    pub const GRAPHS: i32 = 10;
+    pub const SPARSE_TENSOR: i32 = 11;
+    pub const SPARSE_TENSORS: i32 = 12;
+    pub const TYPE_PROTO: i32 = 13;
+    pub const TYPE_PROTOS: i32 = 14;
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -120,6 +126,18 @@ pub struct AttributeProto {
     pub ints: Vec<i64>,
     #[prost(bytes = "vec", repeated, tag = "9")]
     pub strings: Vec<Vec<u8>>,
+    #[prost(message, repeated, tag = "10")]
+    pub tensors: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "11")]
+    pub graphs: Vec<GraphProto>,
+    #[prost(message, optional, tag = "22")]
+    pub sparse_tensor: Option<SparseTensorProto>,
+    #[prost(message, repeated, tag = "23")]
+    pub sparse_tensors: Vec<SparseTensorProto>,
+    #[prost(message, optional, tag = "14")]
+    pub tp: Option<TypeProto>,
+    #[prost(message, repeated, tag = "15")]
+    pub type_protos: Vec<TypeProto>,
 }
 
 #[derive(Clone, PartialEq, Message)]

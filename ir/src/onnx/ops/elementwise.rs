@@ -65,9 +65,34 @@ pub const OPS: &[(&str, Lowering)] = &[
 
 type Out<'b> = Result<Vec<Value<'b>>, String>;
 
+/// The attributes of which a `Constant` has exactly one.
+const CONSTANT_VALUES: [&str; 8] = [
+    "value",
+    "value_float",
+    "value_floats",
+    "value_int",
+    "value_ints",
+    "value_string",
+    "value_strings",
+    "sparse_value",
+];
+
 /// `Constant`: one of `value`, `value_float(s)`, `value_int(s)`.
 fn constant<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let a = &n.attrs;
+    let given: Vec<&str> = CONSTANT_VALUES.into_iter().filter(|v| a.has(v)).collect();
+    if given.len() != 1 {
+        return Err(format!(
+            "a Constant has exactly one of the attributes {}; this one has {}{}",
+            CONSTANT_VALUES.join(", "),
+            given.len(),
+            if given.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", given.join(", "))
+            }
+        ));
+    }
     let t = if let Some(t) = a.tensor("value")? {
         tensor_from_proto(t, None)?
     } else if let Some(x) = a.float_opt("value_float")? {
@@ -81,7 +106,7 @@ fn constant<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     } else if a.has("sparse_value") || a.has("value_string") || a.has("value_strings") {
         return Err("sparse and string constants are not supported".into());
     } else {
-        return Err("Constant needs one of value, value_float(s), value_int(s)".into());
+        return Err(format!("Constant attribute `{}` is not supported", given.join("")));
     };
     Ok(vec![imp.constant(t)])
 }

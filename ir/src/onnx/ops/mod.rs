@@ -50,3 +50,9 @@ pub fn find(op_type: &str) -> Option<Lowering> {
         .find(|(name, _)| *name == op_type)
         .map(|&(_, f)| f)
 }
+
+/// Every default-domain op type graphc lowers.
+#[cfg(test)]
+pub fn op_types() -> impl Iterator<Item = &'static str> {
+    TABLES.iter().flat_map(|t| t.iter()).map(|&(name, _)| name)
+}

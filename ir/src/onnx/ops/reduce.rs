@@ -97,16 +97,12 @@ impl Reduce {
 /// no-op (`noop_with_empty_axes` with empty axes).
 fn reduce_axes(imp: &Importer<'_>, n: &Node<'_, '_>, kind: Reduce, rank: usize) -> Result<Option<Vec<i64>>, String> {
     let axes = if n.opset >= kind.axes_input_since() {
-        let from_input = match n.opt_input(1) {
-            Some(v) => Some(imp.static_ints(v, "axes").map_err(|e| {
+        // An `axes` attribute at this opset was rejected before lowering.
+        let axes = match n.opt_input(1) {
+            Some(v) => imp.static_ints(v, "axes").map_err(|e| {
                 format!("{e}; axes computed at run time are not supported (the output shape depends on them)")
-            })?),
-            None => None,
-        };
-        // Before axes became an operand they were an attribute; accept one left there.
-        let axes = match from_input {
-            Some(a) => a,
-            None => n.attrs.ints("axes")?.unwrap_or_default(),
+            })?,
+            None => Vec::new(),
         };
         if axes.is_empty() && n.attrs.int("noop_with_empty_axes", 0)? != 0 {
             return Ok(None);

@@ -199,9 +199,30 @@ fn transpose<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let perm: Vec<usize> = match n.attrs.ints("perm")? {
         None => (0..rank).rev().collect(),
         Some(p) => {
-            let perm = norm_axes(&p, rank, "perm axis")?;
+            // As the ONNX checker has it: entries are axes 0..rank, each once (no
+            // negative axes, unlike most axis attributes).
+            let mut seen = vec![false; rank];
+            let mut perm = Vec::with_capacity(p.len());
+            for &axis in &p {
+                let slot = usize::try_from(axis).ok().and_then(|a| seen.get_mut(a).map(|s| (a, s)));
+                let Some((a, seen_a)) = slot else {
+                    return Err(format!(
+                        "perm {p:?} has the entry {axis}, which is not an axis 0 to {} of the rank-{rank} operand",
+                        rank as i64 - 1
+                    ));
+                };
+                if std::mem::replace(seen_a, true) {
+                    return Err(format!(
+                        "perm {p:?} repeats the axis {a}; it must be a permutation of 0..{rank}"
+                    ));
+                }
+                perm.push(a);
+            }
             if perm.len() != rank {
-                return Err(format!("perm {p:?} is not a permutation of {rank} axes"));
+                return Err(format!(
+                    "perm {p:?} has {} entries; it must be a permutation of the {rank} axes",
+                    p.len()
+                ));
             }
             perm
         }

@@ -1,0 +1,716 @@
+//! Hostile and invalid ONNX models: what the ONNX checker and onnxruntime reject is an
+//! error here too, naming the node, attribute, function or opset and the rule; models
+//! that expand without bound (nested local functions) fail before lowering anything.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{i64_init, int_attr, ints_attr, node, value_info};
+use graphc_ir::onnx::proto::{
+    attribute_type as at, data_type as dt, AttributeProto, FunctionProto, ModelProto, NodeProto, OperatorSetIdProto,
+    TensorProto,
+};
+use graphc_ir::onnx::{import_model, list_unsupported, ImportOptions};
+use graphc_ir::{interpret, Tensor};
+use prost::Message;
+
+/// `x: f32[2,3]` → `nodes` → `z`, at the default-domain `opset`.
+fn model(opset: i64, nodes: Vec<NodeProto>) -> ModelProto {
+    common::model(opset, nodes, vec![value_info("x", dt::FLOAT, &[2, 3])], vec![], &["z"])
+}
+
+fn import_err(m: &ModelProto) -> String {
+    match import_model(m, None, &ImportOptions::default()) {
+        Ok(_) => panic!("import succeeded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn opset(domain: &str, version: i64) -> OperatorSetIdProto {
+    OperatorSetIdProto {
+        domain: domain.into(),
+        version,
+    }
+}
+
+fn float_attr(name: &str, f: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: at::FLOAT,
+        f,
+        ..Default::default()
+    }
+}
+
+fn in_domain(n: NodeProto, domain: &str) -> NodeProto {
+    NodeProto {
+        domain: domain.into(),
+        ..n
+    }
+}
+
+/// A local function `local::name` of `inputs` → `outputs`, importing opset 20 and the
+/// local domain.
+fn function(name: &str, inputs: &[&str], outputs: &[&str], nodes: Vec<NodeProto>) -> FunctionProto {
+    FunctionProto {
+        name: name.into(),
+        domain: "local".into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        node: nodes,
+        opset_import: vec![opset("", 20), opset("local", 1)],
+        ..Default::default()
+    }
+}
+
+/// A call of `local::name`.
+fn call(name: &str, node_name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    in_domain(node(name, node_name, inputs, outputs, vec![]), "local")
+}
+
+/// `model` at opset 20 with the local domain imported and `functions`.
+fn with_functions(nodes: Vec<NodeProto>, functions: Vec<FunctionProto>) -> ModelProto {
+    let mut m = model(20, nodes);
+    m.opset_import.push(opset("local", 1));
+    m.functions = functions;
+    m
+}
+
+fn run(m: &ModelProto, x: &[f32]) -> Vec<f64> {
+    let g = import_model(m, None, &ImportOptions::default()).expect("import");
+    let x = Tensor::from_f32([2, 3], x.to_vec()).unwrap();
+    let out = interpret(&g, &HashMap::from([("x".to_string(), x)])).expect("run");
+    out[0].1.to_f64_vec()
+}
+
+// ---------------------------------------------------------------------------------
+// Local functions
+
+/// `F0 .. F{n-1}`: each calls the next twice in a row; the last applies Relu twice.
+fn doubling_chain(n: usize) -> Vec<FunctionProto> {
+    doubling_chain_to(
+        n,
+        vec![
+            node("Relu", "r1", &["a"], &["t"], vec![]),
+            node("Relu", "r2", &["t"], &["b"], vec![]),
+        ],
+    )
+}
+
+/// `F0 .. F{n-1}`: each calls the next twice in a row; the last is `leaf` (`a` → `b`).
+fn doubling_chain_to(n: usize, leaf: Vec<NodeProto>) -> Vec<FunctionProto> {
+    let mut fs: Vec<FunctionProto> = (0..n - 1)
+        .map(|k| {
+            let next = format!("F{}", k + 1);
+            let nodes = vec![
+                call(&next, "first", &["a"], &["t"]),
+                call(&next, "second", &["t"], &["b"]),
+            ];
+            function(&format!("F{k}"), &["a"], &["b"], nodes)
+        })
+        .collect();
+    fs.push(function(&format!("F{}", n - 1), &["a"], &["b"], leaf));
+    fs
+}
+
+#[test]
+fn nested_functions_called_twice_fail_fast_with_the_expansion() {
+    let m = with_functions(vec![call("F0", "top", &["x"], &["z"])], doubling_chain(20));
+    let bytes = m.encode_to_vec();
+    assert!(bytes.len() < 2500, "a small file: {} bytes", bytes.len());
+    let start = Instant::now();
+    let e = import_err(&m);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        e,
+        "the model would lower 2097151 ONNX nodes with its local functions inlined, more than graphc's limit of \
+         1000000: local function `local::F0` expands to 2097150 nodes at each call (node `top` calls it)"
+    );
+
+    // --list-unsupported walks the expansion too: the same bound.
+    let dir = std::env::temp_dir().join(format!("graphc-onnx-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nested.onnx");
+    std::fs::write(&path, &bytes).unwrap();
+    let start = Instant::now();
+    let e = list_unsupported(&path).unwrap_err().to_string();
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(e.contains("local function `local::F0` expands to 2097150 nodes"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_large_constant_inlined_many_times_fails_fast() {
+    // 1 MiB of constant, 512 calls: few nodes, but 512 MiB of copies.
+    let value = AttributeProto {
+        name: "value".into(),
+        r#type: at::TENSOR,
+        t: Some(TensorProto {
+            dims: vec![1 << 18],
+            data_type: dt::FLOAT,
+            raw_data: vec![0; 1 << 20],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let leaf = vec![
+        node("Constant", "big", &[], &["c"], vec![value]),
+        node("Identity", "id", &["a"], &["b"], vec![]),
+    ];
+    let m = with_functions(vec![call("F0", "top", &["x"], &["z"])], doubling_chain_to(10, leaf));
+    let start = Instant::now();
+    let e = import_err(&m);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        e.starts_with("inlining the model's local functions would copy 53") && e.contains("bytes of function bodies"),
+        "{e}"
+    );
+    assert!(
+        e.contains("more than graphc's limit of 268435456: local function `local::F0` expands to"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_few_nested_functions_import() {
+    // F0 calls F1 twice (the same inner names, scoped per call), F1 calls F2 twice, F2
+    // is two Relus.
+    let m = with_functions(vec![call("F0", "top", &["x"], &["z"])], doubling_chain(3));
+    assert_eq!(
+        run(&m, &[-1.0, 2.0, -3.0, 4.0, 0.5, -0.5]),
+        [0.0, 2.0, 0.0, 4.0, 0.5, 0.0]
+    );
+
+    // A function attribute passed down (`ref_attr_name`), with a default; the functions'
+    // own opset imports (at 12 and 11 ReduceSum is ReduceSum-11, which takes `axes` as
+    // an attribute).
+    let alpha = AttributeProto {
+        name: "alpha".into(),
+        r#type: at::FLOAT,
+        ref_attr_name: "slope".into(),
+        ..Default::default()
+    };
+    let mut leaky = function(
+        "Leaky",
+        &["a"],
+        &["b"],
+        vec![node("LeakyRelu", "lr", &["a"], &["b"], vec![alpha])],
+    );
+    leaky.attribute_proto = vec![float_attr("slope", 0.5)];
+    let mut sum = function(
+        "RowSum",
+        &["a"],
+        &["b"],
+        vec![node(
+            "ReduceSum",
+            "rs",
+            &["a"],
+            &["b"],
+            vec![ints_attr("axes", &[1]), int_attr("keepdims", 0)],
+        )],
+    );
+    leaky.opset_import = vec![opset("", 11)];
+    sum.opset_import = vec![opset("", 12)];
+    let mut scaled = call("Leaky", "scaled", &["x"], &["s"]);
+    scaled.attribute.push(float_attr("slope", 0.25));
+    let mut m = with_functions(
+        vec![
+            scaled,
+            call("Leaky", "halved", &["s"], &["h"]),
+            call("RowSum", "rows", &["h"], &["z"]),
+        ],
+        vec![leaky, sum],
+    );
+    m.opset_import[0].version = 11;
+    // 0.25 then 0.5 on negatives: [-8 * 0.125, 2, 4] and [1, -16 * 0.125, 3].
+    let got = run(&m, &[-8.0, 2.0, 4.0, 1.0, -16.0, 3.0]);
+    assert_eq!(got, [5.0, 2.0]);
+}
+
+#[test]
+fn recursive_functions_are_errors() {
+    let me = function("F", &["a"], &["b"], vec![call("F", "again", &["a"], &["b"])]);
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![me]);
+    assert_eq!(
+        import_err(&m),
+        "local function `local::F` calls itself (local::F -> local::F); recursive functions cannot be inlined"
+    );
+
+    // Through another, and fanning out: found before any work.
+    let f = function(
+        "F",
+        &["a"],
+        &["b"],
+        vec![call("G", "g1", &["a"], &["t"]), call("G", "g2", &["t"], &["b"])],
+    );
+    let g = function(
+        "G",
+        &["a"],
+        &["b"],
+        vec![call("F", "f1", &["a"], &["t"]), call("F", "f2", &["t"], &["b"])],
+    );
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![f, g]);
+    let start = Instant::now();
+    assert_eq!(
+        import_err(&m),
+        "local function `local::F` calls itself (local::F -> local::G -> local::F); recursive functions cannot be \
+         inlined"
+    );
+    assert!(start.elapsed() < Duration::from_millis(500));
+}
+
+#[test]
+fn deeply_nested_functions_are_errors() {
+    let chain: Vec<FunctionProto> = (0..40)
+        .map(|k| {
+            let body = if k < 39 {
+                call(&format!("F{}", k + 1), "next", &["a"], &["b"])
+            } else {
+                node("Relu", "r", &["a"], &["b"], vec![])
+            };
+            function(&format!("F{k}"), &["a"], &["b"], vec![body])
+        })
+        .collect();
+    let m = with_functions(vec![call("F0", "top", &["x"], &["z"])], chain);
+    assert_eq!(
+        import_err(&m),
+        "local function `local::F0` (called by node `top`) nests function calls 40 deep; graphc inlines at most 32 \
+         levels"
+    );
+}
+
+#[test]
+fn local_functions_must_be_well_formed() {
+    let relu = || function("F", &["a"], &["b"], vec![node("Relu", "r", &["a"], &["b"], vec![])]);
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![relu(), relu()]);
+    assert_eq!(
+        import_err(&m),
+        "the model defines the local function `local::F` more than once"
+    );
+
+    let mut f = relu();
+    f.opset_import.push(opset("ai.onnx", 19));
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![f]);
+    assert_eq!(
+        import_err(&m),
+        "local function `local::F`: opset import of the default domain (ai.onnx): the domain is imported more than \
+         once (versions 20 and 19)"
+    );
+
+    // A function's opsets must agree with the model's for the ops it uses.
+    let mut old = function(
+        "F",
+        &["a"],
+        &["b"],
+        vec![node("ReduceSum", "rs", &["a"], &["b"], vec![ints_attr("axes", &[1])])],
+    );
+    old.opset_import = vec![opset("", 11)];
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![old]);
+    assert_eq!(
+        import_err(&m),
+        "node `rs` (ReduceSum, opset 11): local function `local::F` imports the default domain at opset 11, where \
+         ReduceSum is version 11, but the model imports opset 20, where it is version 13; a function's ops must be \
+         the versions of the model's opsets"
+    );
+    let mut f = relu();
+    f.opset_import = vec![opset("", 18)]; // Relu-14 at 18 and 20
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![f]);
+    assert_eq!(
+        run(&m, &[-1.0, 1.0, -2.0, 2.0, 0.0, 3.0]),
+        [0.0, 1.0, 0.0, 2.0, 0.0, 3.0]
+    );
+
+    // A function imports the domains of its nodes.
+    let mut f = function("F", &["a"], &["b"], vec![call("G", "g", &["a"], &["b"])]);
+    f.opset_import.truncate(1);
+    let g = function("G", &["a"], &["b"], vec![node("Relu", "r", &["a"], &["b"], vec![])]);
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![f, g]);
+    assert_eq!(
+        import_err(&m),
+        "node `g` (G in domain local, opset 1): local function `local::F` does not import an opset of domain \
+         `local` (a function's opset imports cover the domains of its nodes)"
+    );
+
+    let missing = function("F", &["a"], &["b"], vec![node("Relu", "r", &["a"], &["c"], vec![])]);
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![missing]);
+    assert_eq!(
+        import_err(&m),
+        "node `top` (F in domain local, opset 1): local function `local::F` does not produce its output `b`"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Single assignment
+
+#[test]
+fn two_nodes_writing_one_value() {
+    let m = model(
+        20,
+        vec![
+            node("Relu", "a", &["x"], &["z"], vec![]),
+            node("Neg", "b", &["x"], &["z"], vec![]),
+        ],
+    );
+    assert_eq!(
+        import_err(&m),
+        "node `b` (Neg, opset 20): output `z` is already written by node `a` in the graph (each value must be \
+         assigned exactly once)"
+    );
+}
+
+#[test]
+fn a_node_writing_a_graph_input_or_an_initializer() {
+    let m = model(
+        20,
+        vec![
+            node("Relu", "over_x", &["x"], &["x"], vec![]),
+            node("Neg", "n", &["x"], &["z"], vec![]),
+        ],
+    );
+    assert_eq!(
+        import_err(&m),
+        "node `over_x` (Relu, opset 20): output `x` is an input in the graph (each value must be assigned exactly \
+         once)"
+    );
+
+    let mut m = model(
+        20,
+        vec![
+            node("Relu", "over_w", &["x"], &["w"], vec![]),
+            node("Add", "n", &["x", "w"], &["z"], vec![]),
+        ],
+    );
+    m.graph.as_mut().unwrap().initializer.push(i64_init("w", &[1], &[1]));
+    assert_eq!(
+        import_err(&m),
+        "node `over_w` (Relu, opset 20): output `w` is an initializer in the graph (each value must be assigned \
+         exactly once)"
+    );
+
+    // Listed twice.
+    let mut m = model(20, vec![node("Relu", "r", &["x"], &["z"], vec![])]);
+    let g = m.graph.as_mut().unwrap();
+    g.input.push(value_info("x", dt::FLOAT, &[3]));
+    assert_eq!(import_err(&m), "the graph: input `x` is listed twice");
+    let mut m = model(20, vec![node("Relu", "r", &["x"], &["z"], vec![])]);
+    let g = m.graph.as_mut().unwrap();
+    g.initializer = vec![i64_init("w", &[1], &[1]), i64_init("w", &[1], &[2])];
+    assert_eq!(import_err(&m), "the graph: initializer `w` is defined twice");
+
+    // An initializer that is also listed as an input (IR version < 4) is one value.
+    let mut m = model(20, vec![node("Add", "a", &["x", "w"], &["z"], vec![])]);
+    let g = m.graph.as_mut().unwrap();
+    g.initializer.push(TensorProto {
+        name: "w".into(),
+        dims: vec![3],
+        data_type: dt::FLOAT,
+        float_data: vec![1.0, 2.0, 3.0],
+        ..Default::default()
+    });
+    g.input.push(value_info("w", dt::FLOAT, &[3]));
+    assert_eq!(run(&m, &[0.0; 6]), [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn function_bodies_assign_once() {
+    let twice = function(
+        "F",
+        &["a"],
+        &["b"],
+        vec![
+            node("Relu", "r1", &["a"], &["c"], vec![]),
+            node("Neg", "r2", &["a"], &["c"], vec![]),
+            node("Relu", "r3", &["c"], &["b"], vec![]),
+        ],
+    );
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![twice]);
+    assert_eq!(
+        import_err(&m),
+        "node `r2` (Neg, opset 20): output `c` is already written by node `r1` in local function `local::F` (each \
+         value must be assigned exactly once)"
+    );
+
+    let over_input = function(
+        "F",
+        &["a"],
+        &["b"],
+        vec![
+            node("Relu", "r1", &["a"], &["a"], vec![]),
+            node("Relu", "r2", &["a"], &["b"], vec![]),
+        ],
+    );
+    let m = with_functions(vec![call("F", "top", &["x"], &["z"])], vec![over_input]);
+    assert_eq!(
+        import_err(&m),
+        "node `r1` (Relu, opset 20): output `a` is an input in local function `local::F` (each value must be \
+         assigned exactly once)"
+    );
+
+    // Two calls writing the same value: the graph's rule.
+    let relu = function("F", &["a"], &["b"], vec![node("Relu", "r", &["a"], &["b"], vec![])]);
+    let m = with_functions(
+        vec![call("F", "c1", &["x"], &["z"]), call("F", "c2", &["x"], &["z"])],
+        vec![relu],
+    );
+    assert!(
+        import_err(&m)
+            .starts_with("node `c2` (F in domain local, opset 1): output `z` is already written by node `c1`"),
+        "{}",
+        import_err(&m)
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Opset imports
+
+#[test]
+fn default_opset_versions_out_of_range() {
+    let relu = || vec![node("Relu", "r", &["x"], &["z"], vec![])];
+    for v in [0, -1] {
+        assert_eq!(
+            import_err(&model(v, relu())),
+            format!(
+                "the model: opset import of the default domain (ai.onnx): version {v} is not valid (versions start at 1)"
+            )
+        );
+    }
+    for v in [1i64 << 62, 28] {
+        assert_eq!(
+            import_err(&model(v, relu())),
+            format!(
+                "the model: opset import of the default domain (ai.onnx): version {v} is outside the opsets graphc \
+                 supports (1 to 27)"
+            )
+        );
+    }
+    let mut m = model(20, relu());
+    m.opset_import.push(opset("com.example", 0));
+    assert_eq!(
+        import_err(&m),
+        "the model: opset import of domain `com.example`: version 0 is not valid (versions start at 1)"
+    );
+}
+
+#[test]
+fn default_domain_nodes_need_a_default_opset() {
+    let mut m = model(20, vec![node("Relu", "r", &["x"], &["z"], vec![])]);
+    m.opset_import = vec![opset("com.example", 1)];
+    assert_eq!(
+        import_err(&m),
+        "node `r` (Relu, opset 0): the model imports no opset for the default domain (ai.onnx), so the version of \
+         its ops is unknown"
+    );
+}
+
+#[test]
+fn duplicate_opset_imports() {
+    let mut m = model(20, vec![node("Relu", "r", &["x"], &["z"], vec![])]);
+    m.opset_import.push(opset("ai.onnx", 19));
+    assert_eq!(
+        import_err(&m),
+        "the model: opset import of the default domain (ai.onnx): the domain is imported more than once (versions \
+         20 and 19)"
+    );
+    let mut m = model(20, vec![node("Relu", "r", &["x"], &["z"], vec![])]);
+    m.opset_import
+        .extend([opset("com.example", 1), opset("com.example", 1)]);
+    assert!(import_err(&m).contains("domain `com.example`: the domain is imported more than once"));
+}
+
+#[test]
+fn ops_below_their_first_opset() {
+    let m = model(19, vec![node("Gelu", "g", &["x"], &["z"], vec![])]);
+    assert_eq!(
+        import_err(&m),
+        "node `g` (Gelu, opset 19): Gelu is not defined before opset 20; the node is at opset 19"
+    );
+    let m = model(6, vec![node("Add", "a", &["x", "x"], &["z"], vec![])]);
+    assert_eq!(
+        import_err(&m),
+        "node `a` (Add, opset 6): graphc lowers Add from opset 7 (before opset 7 it broadcast through the \
+         `broadcast` and `axis` attributes); the node is at opset 6"
+    );
+    // The oldest opset: Not-1 is today's Not.
+    let mut m = model(1, vec![node("Not", "n", &["b"], &["z"], vec![])]);
+    m.graph.as_mut().unwrap().input = vec![value_info("b", dt::BOOL, &[2])];
+    import_model(&m, None, &ImportOptions::default()).expect("Not at opset 1");
+}
+
+// ---------------------------------------------------------------------------------
+// Attributes
+
+fn leaky(attrs: Vec<AttributeProto>) -> ModelProto {
+    model(20, vec![node("LeakyRelu", "lr", &["x"], &["z"], attrs)])
+}
+
+#[test]
+fn duplicate_attribute_names() {
+    assert_eq!(
+        import_err(&leaky(vec![float_attr("alpha", 0.1), float_attr("alpha", 0.2)])),
+        "node `lr` (LeakyRelu, opset 20): attribute `alpha` appears more than once"
+    );
+}
+
+#[test]
+fn undefined_attribute_type() {
+    let a = AttributeProto {
+        r#type: 0,
+        ..float_attr("alpha", 0.1)
+    };
+    assert_eq!(
+        import_err(&leaky(vec![a])),
+        "node `lr` (LeakyRelu, opset 20): attribute `alpha` has type UNDEFINED (0); its type must be set"
+    );
+    let a = AttributeProto {
+        r#type: 99,
+        ..float_attr("alpha", 0.1)
+    };
+    assert_eq!(
+        import_err(&leaky(vec![a])),
+        "node `lr` (LeakyRelu, opset 20): attribute `alpha` has an unknown type 99"
+    );
+}
+
+#[test]
+fn attribute_type_must_match_the_field_set() {
+    let a = AttributeProto {
+        r#type: at::INT,
+        ..float_attr("alpha", 0.1)
+    };
+    assert_eq!(
+        import_err(&leaky(vec![a])),
+        "node `lr` (LeakyRelu, opset 20): attribute `alpha` is declared INT (type 2) but sets the field `f` of a \
+         FLOAT attribute"
+    );
+    // Two value fields.
+    let a = AttributeProto {
+        i: 3,
+        ..float_attr("alpha", 0.1)
+    };
+    assert!(import_err(&leaky(vec![a])).contains("declared FLOAT (type 1) but sets the field `i` of a INT attribute"));
+    // A tensor attribute without its tensor.
+    let value = AttributeProto {
+        name: "value".into(),
+        r#type: at::TENSOR,
+        ..Default::default()
+    };
+    let m = model(20, vec![node("Constant", "c", &[], &["z"], vec![value])]);
+    assert_eq!(
+        import_err(&m),
+        "node `c` (Constant, opset 20): attribute `value` is declared TENSOR but has no value (its field `t` is unset)"
+    );
+    // A reference to a function attribute outside a function.
+    let a = AttributeProto {
+        ref_attr_name: "slope".into(),
+        ..float_attr("alpha", 0.1)
+    };
+    assert_eq!(
+        import_err(&leaky(vec![a])),
+        "node `lr` (LeakyRelu, opset 20): attribute `alpha` refers to the function attribute `slope`, but the node \
+         is not in a function body"
+    );
+}
+
+#[test]
+fn constant_has_exactly_one_value() {
+    let two = model(
+        20,
+        vec![node(
+            "Constant",
+            "c",
+            &[],
+            &["z"],
+            vec![float_attr("value_float", 1.0), int_attr("value_int", 2)],
+        )],
+    );
+    assert_eq!(
+        import_err(&two),
+        "node `c` (Constant, opset 20): a Constant has exactly one of the attributes value, value_float, \
+         value_floats, value_int, value_ints, value_string, value_strings, sparse_value; this one has 2 \
+         (value_float, value_int)"
+    );
+    let none = model(20, vec![node("Constant", "c", &[], &["z"], vec![])]);
+    assert!(import_err(&none).ends_with("this one has 0"), "{}", import_err(&none));
+}
+
+#[test]
+fn axes_as_an_attribute_where_the_opset_takes_an_operand() {
+    let cases = [
+        ("ReduceSum", 13, "from opset 13 `axes` is operand 1"),
+        ("ReduceMean", 18, "from opset 18 `axes` is operand 1"),
+        ("ReduceMax", 20, "from opset 18 `axes` is operand 1"),
+        ("Squeeze", 13, "from opset 13 `axes` is operand 1"),
+        ("Unsqueeze", 21, "from opset 13 `axes` is operand 1"),
+    ];
+    for (op, opset, rule) in cases {
+        let m = model(
+            opset,
+            vec![node(op, "n", &["x"], &["z"], vec![ints_attr("axes", &[0])])],
+        );
+        assert_eq!(
+            import_err(&m),
+            format!(
+                "node `n` ({op}, opset {opset}): attribute `axes` is not an attribute of {op} at opset {opset}: {rule}"
+            )
+        );
+    }
+    // The other way round: an operand the opset does not have.
+    let m = common::model(
+        11,
+        vec![node("ReduceSum", "n", &["x", "axes"], &["z"], vec![])],
+        vec![value_info("x", dt::FLOAT, &[2, 3])],
+        vec![i64_init("axes", &[1], &[0])],
+        &["z"],
+    );
+    assert_eq!(
+        import_err(&m),
+        "node `n` (ReduceSum, opset 11): ReduceSum has no operand 1 at opset 11: before opset 13 `axes` is an \
+         attribute"
+    );
+    let m = model(
+        13,
+        vec![node("Split", "n", &["x"], &["z"], vec![ints_attr("split", &[1, 1])])],
+    );
+    assert!(import_err(&m).contains("from opset 13 `split` is operand 1"));
+}
+
+#[test]
+fn transpose_perm_must_be_a_permutation() {
+    let t = |perm: &[i64]| {
+        model(
+            20,
+            vec![node("Transpose", "t", &["x"], &["z"], vec![ints_attr("perm", perm)])],
+        )
+    };
+    assert_eq!(
+        import_err(&t(&[-1, 0])),
+        "node `t` (Transpose, opset 20): perm [-1, 0] has the entry -1, which is not an axis 0 to 1 of the rank-2 \
+         operand"
+    );
+    assert_eq!(
+        import_err(&t(&[0, 0])),
+        "node `t` (Transpose, opset 20): perm [0, 0] repeats the axis 0; it must be a permutation of 0..2"
+    );
+    assert_eq!(
+        import_err(&t(&[1])),
+        "node `t` (Transpose, opset 20): perm [1] has 1 entries; it must be a permutation of the 2 axes"
+    );
+    assert_eq!(
+        run(&t(&[1, 0]), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    );
+}
