@@ -169,6 +169,29 @@ fn bad_models_are_clear_errors() {
     assert!(stdout(&o).is_empty(), "no partial output");
 }
 
+/// Two lines of the example swapped so that a value is used before its definition:
+/// every command that loads it fails with the place, none panics (it used to panic in
+/// DCE).
+#[test]
+fn swapped_lines_are_an_error_for_every_command() {
+    let dir = temp_dir("cli-swapped");
+    let text = std::fs::read_to_string(repo_path(BLOCK)).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let first_use = lines.iter().position(|l| l.contains("= reduce_mean ")).unwrap();
+    lines.swap(first_use, first_use + 1);
+    let swapped = dir.join("swapped.gir");
+    std::fs::write(&swapped, lines.join("\n")).unwrap();
+    std::fs::copy(
+        repo_path("examples/models/transformer_block.safetensors"),
+        dir.join("transformer_block.safetensors"),
+    )
+    .unwrap();
+    let path = swapped.to_str().unwrap();
+    for cmd in ["ir", "opt", "plan", "cuda", "launches"] {
+        fails_with(&graphc(&[cmd, path]), "is used before its definition at");
+    }
+}
+
 const GPT2: &str = "tests/fixtures/onnx/gpt2/model.onnx";
 
 #[test]

@@ -12,19 +12,31 @@ pub struct DceReport {
 }
 
 /// The graph restricted to nodes some output depends on. Graph inputs are kept even
-/// when unused, so the signature callers bind does not change.
+/// when unused, so the signature callers bind does not change. Live nodes keep their
+/// relative table order, wherever their operands sit in the table.
+///
+/// Meant for verified graphs; on any other it does not panic: an operand, input or
+/// output naming no node stays a reference to no node (`NodeId(u32::MAX)`), which
+/// [`Graph::verify`] rejects.
 pub fn eliminate_dead_code(graph: &Graph) -> (Graph, DceReport) {
-    let mut live = vec![false; graph.len()];
+    let n = graph.len();
+    let mut live = vec![false; n];
     let mut stack: Vec<NodeId> = graph.outputs().iter().map(|o| o.node).collect();
     stack.extend(graph.inputs().iter().copied());
     while let Some(id) = stack.pop() {
-        if std::mem::replace(&mut live[id.index()], true) {
-            continue;
+        match live.get_mut(id.index()) {
+            Some(l) if !*l => *l = true,
+            _ => continue,
         }
         stack.extend(graph.node(id).inputs.iter().copied());
     }
+    // New ids first, so operands may come before or after their users in the table.
+    let mut new_id = vec![NodeId(u32::MAX); n];
+    for (next, (i, _)) in live.iter().enumerate().filter(|(_, l)| **l).enumerate() {
+        new_id[i] = NodeId(next as u32);
+    }
+    let remap = |id: NodeId| new_id.get(id.index()).copied().unwrap_or(NodeId(u32::MAX));
     let mut out = Graph::new();
-    let mut new_id = vec![None; graph.len()];
     let mut report = DceReport::default();
     for id in graph.ids() {
         let node = graph.node(id);
@@ -35,31 +47,18 @@ pub fn eliminate_dead_code(graph: &Graph) -> (Graph, DceReport) {
             }
             continue;
         }
-        new_id[id.index()] = Some(out.len());
         if let Op::Parameter { name, .. } = &node.op {
             if let Some(w) = graph.weight(name) {
                 out.set_weight(name.clone(), w.clone());
             }
         }
-        let inputs = node
-            .inputs
-            .iter()
-            .map(|i| NodeId(new_id[i.index()].expect("operands of live nodes are live") as u32))
-            .collect();
+        let inputs = node.inputs.iter().map(|&i| remap(i)).collect();
         out.push(Node { inputs, ..node.clone() });
     }
     // `push` lists input nodes in table order; restore the original call order.
-    let order: Vec<NodeId> = graph
-        .inputs()
-        .iter()
-        .map(|i| NodeId(new_id[i.index()].expect("inputs are live") as u32))
-        .collect();
-    out.set_input_order(order);
+    out.set_input_order(graph.inputs().iter().map(|&i| remap(i)).collect());
     for o in graph.outputs() {
-        out.add_output(
-            o.name.clone(),
-            NodeId(new_id[o.node.index()].expect("outputs are live") as u32),
-        );
+        out.add_output(o.name.clone(), remap(o.node));
     }
     (out, report)
 }

@@ -79,11 +79,13 @@ fn round_trip_1000_random_graphs() {
     );
 }
 
-/// Renumber ids arbitrarily and define nodes in reverse (every reference forward):
-/// the parsed graph canonicalizes to the same graph. (Every sink is made an output
-/// first: dead nodes are numbered in table order, which the reversal changes.)
+/// Renumber ids arbitrarily and define nodes in a random topological order (each
+/// before its first use, but not in canonical order): the parsed graph canonicalizes
+/// to the same graph. (Every sink is made an output first: dead nodes are numbered in
+/// table order, which the shuffle changes.) Defining them in reverse, every reference
+/// forward, is an error (the format has no forward references).
 #[test]
-fn ids_in_any_order_and_forward_references() {
+fn ids_in_any_order_defined_before_use() {
     for seed in 0..200 {
         let mut g = random_graph(seed);
         let users = g.users();
@@ -129,10 +131,38 @@ fn ids_in_any_order_and_forward_references() {
             out
         };
         let body: Vec<String> = lines[1..lines.len() - 1].iter().map(|l| renumber(l)).collect();
-        let (inputs, rest): (Vec<&String>, Vec<&String>) = body.iter().partition(|l| l.contains(" = input "));
-        let (outputs, nodes): (Vec<&String>, Vec<&String>) = rest.into_iter().partition(|l| l.starts_with("  output"));
-        let mut shuffled: Vec<&String> = inputs;
-        shuffled.extend(nodes.into_iter().rev());
+        // Node line k defines %k of the canonical graph; outputs follow.
+        let gc = g.canonicalize();
+        let (nodes, outputs) = body.split_at(gc.len());
+        let mut rng = Rng::new(seed);
+        let users = gc.users();
+        let mut pending = vec![0usize; gc.len()];
+        for u in users.iter().flatten() {
+            pending[u.index()] += 1;
+        }
+        // Input lines first, in call order (the input list is the order of the lines).
+        let is_input = |k: usize| matches!(gc.node(graphc_ir::NodeId(k as u32)).op, Op::Input { .. });
+        let mut ready: Vec<usize> = (0..gc.len()).filter(|&k| pending[k] == 0 && !is_input(k)).collect();
+        let mut shuffled: Vec<&String> = (0..gc.len()).filter(|&k| is_input(k)).map(|k| &nodes[k]).collect();
+        for k in (0..gc.len()).filter(|&k| is_input(k)) {
+            for u in &users[k] {
+                pending[u.index()] -= 1;
+                if pending[u.index()] == 0 {
+                    ready.push(u.index());
+                }
+            }
+        }
+        while !ready.is_empty() {
+            let k = ready.swap_remove(rng.below(ready.len() as u64) as usize);
+            shuffled.push(&nodes[k]);
+            for u in &users[k] {
+                pending[u.index()] -= 1;
+                if pending[u.index()] == 0 {
+                    ready.push(u.index());
+                }
+            }
+        }
+        assert_eq!(shuffled.len(), gc.len(), "seed {seed}");
         shuffled.extend(outputs);
         let src = format!(
             "# reordered\ngraph {{\n{}\n}}\n",
@@ -141,6 +171,18 @@ fn ids_in_any_order_and_forward_references() {
         let g2 = parse(&src).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{src}"));
         assert_eq!(g2.canonicalize(), g.canonicalize(), "seed {seed}\n{src}");
         assert_eq!(print(&g2), t);
+
+        let mut reversed: Vec<&String> = nodes.iter().rev().collect();
+        reversed.extend(outputs);
+        let src = format!(
+            "graph {{\n{}\n}}\n",
+            reversed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+        );
+        let has_operands = gc.nodes().iter().any(|n| !n.inputs.is_empty());
+        match parse(&src) {
+            Err(e) => assert!(e.message.contains("is used before its definition"), "seed {seed}: {e}"),
+            Ok(_) => assert!(!has_operands, "seed {seed}: forward references parsed\n{src}"),
+        }
     }
 }
 
@@ -416,9 +458,9 @@ fn parse_errors_have_line_col_and_the_offending_text() {
         ("graph {\n  %0 = input \"x\" : f32[2]\n  %1 = add(%0) : f32[2]\n}", 3, 8, "add takes 2 operand(s), got 1"),
         (
             "graph {\n  %0 = input \"x\" : f32[2]\n  %1 = neg(%2) : f32[2]\n  %2 = neg(%1) : f32[2]\n  output \"y\" = %2\n}",
-            4,
             3,
-            "node %2 (neg): is on a cycle",
+            12,
+            "node %2 is used before its definition at 4:3",
         ),
         ("graph {\n  %0 = input \"x\" : f32[2]\n}\nextra", 4, 1, "expected end of input after the graph's `}`, found `extra`"),
         (

@@ -84,14 +84,22 @@
 //! (weights aside: they are not in the text). Adding a node that nothing existing
 //! depends on does not renumber existing nodes that precede it.
 //!
-//! The parser accepts any non-negative ids, defined in any order, and references may
-//! point forward; the node table is the order of definition and the input list the
-//! order of the `input` lines. Cycles, duplicate ids, undefined references, unknown ops
-//! or attributes, bad types and every other mistake are a [`ParseError`] with a
-//! 1-based line and column (columns count characters); the parser never panics. The
-//! parsed graph passes [`Graph::verify`]. To keep shape arithmetic from overflowing,
-//! the parser rejects types whose element count (zero dims counted as one) exceeds
-//! 2^56, and slice steps or pads so large that extent arithmetic overflows i64.
+//! The parser accepts any non-negative ids, in any order, but **a value must be defined
+//! before it is used**: every `%N` reference, an operand or an `output` line, names a
+//! node defined earlier in the text. A reference to a node defined later (or in its own
+//! line) is an error at the reference naming the value and where it is defined
+//! (`3:12: node %2 is used before its definition at 4:3 ...`). This is a choice, not a
+//! limitation: it makes every cycle unwritable (a cycle needs a forward reference), so
+//! the node table, which is the order of definition, is always topological, and the
+//! parser rejects rather than sorts, so the text reads top to bottom as it runs. The
+//! printer always writes this order. The input list is the order of the `input`
+//! lines. Duplicate ids, undefined references, unknown ops or attributes, bad types and
+//! every other mistake are a [`ParseError`] with a 1-based line and column (columns
+//! count characters); the parser never panics, and its time and memory are linear in
+//! the text (a 1 MB input parses or fails in milliseconds). The parsed graph passes
+//! [`Graph::verify`] (the parser runs it last). To keep shape arithmetic from
+//! overflowing, the parser rejects types whose element count (zero dims counted as one)
+//! exceeds 2^56, and slice steps or pads so large that extent arithmetic overflows i64.
 //!
 //! ## Weights
 //!

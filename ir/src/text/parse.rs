@@ -1,7 +1,7 @@
 //! The parser: tokens to a verified graph.
 
 use half::{bf16, f16};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::lex::{err, lex, snippet, Tok, Token};
 use super::print::{BF16_NAN, F16_NAN, F32_NAN, F64_NAN};
@@ -64,6 +64,10 @@ struct NodeDef {
     /// Where the binding name of an input/param is.
     binding_pos: Pos,
 }
+
+/// `output NAME = %ID`: the name and its place, the id and its place, and how many
+/// definitions precede the line.
+type OutputDef = (String, Pos, u64, Pos, usize);
 
 struct Parser<'a> {
     src: &'a str,
@@ -163,7 +167,7 @@ impl Parser<'_> {
         self.expect_punct('{', "after `graph`")?;
         let mut weights: Option<(String, Pos)> = None;
         let mut defs: Vec<NodeDef> = Vec::new();
-        let mut outputs: Vec<(String, Pos, u64, Pos)> = Vec::new();
+        let mut outputs: Vec<OutputDef> = Vec::new();
         loop {
             let p = self.pos();
             match &self.peek().tok {
@@ -184,7 +188,7 @@ impl Parser<'_> {
                     let (name, name_pos) = self.expect_string("the output name as a string")?;
                     self.expect_punct('=', "after the output name")?;
                     let (id, id_pos) = self.expect_ref("a node id like `%3`")?;
-                    outputs.push((name, name_pos, id, id_pos));
+                    outputs.push((name, name_pos, id, id_pos, defs.len()));
                 }
                 Tok::Ref(_) => defs.push(self.node_def()?),
                 Tok::Eof => return Err(self.pos().err("missing `}` at the end of the graph")),
@@ -218,47 +222,8 @@ impl Parser<'_> {
         } else if binding {
             return Err(self.error(&format!("the {op_name}'s name as a string, e.g. `{op_name} \"x\"`")));
         }
-        let mut inputs = Vec::new();
-        if self.is_punct('(') {
-            self.bump();
-            if !self.is_punct(')') {
-                loop {
-                    inputs.push(self.expect_ref("an operand like `%3`")?);
-                    if self.is_punct(',') {
-                        self.bump();
-                    } else {
-                        break;
-                    }
-                }
-            }
-            self.expect_punct(')', "after the operands")?;
-        }
-        let mut attrs: Vec<(String, Pos, Val)> = Vec::new();
-        if self.is_punct('{') {
-            self.bump();
-            if !self.is_punct('}') {
-                loop {
-                    let apos = self.pos();
-                    let key = match &self.peek().tok {
-                        Tok::Ident(s) => s.clone(),
-                        _ => return Err(self.error("an attribute name")),
-                    };
-                    self.bump();
-                    if attrs.iter().any(|(k, _, _)| *k == key) {
-                        return Err(apos.err(format!("attribute `{key}` is given twice")));
-                    }
-                    self.expect_punct('=', &format!("after the attribute name `{key}`"))?;
-                    let v = self.value(0)?;
-                    attrs.push((key, apos, v));
-                    if self.is_punct(',') {
-                        self.bump();
-                    } else {
-                        break;
-                    }
-                }
-            }
-            self.expect_punct('}', "after the attributes")?;
-        }
+        let inputs = self.operands()?;
+        let attrs = self.attr_list()?;
         self.expect_punct(':', "before the type")?;
         let ty_pos = self.pos();
         let ty = self.ty()?;
@@ -282,93 +247,7 @@ impl Parser<'_> {
                     Op::Parameter { name, ty: ty.clone() }
                 }
             }
-            OpKind::Constant => {
-                let v = attrs.required("value")?;
-                Op::Constant {
-                    value: attrs.tensor(&v, &ty)?,
-                }
-            }
-            OpKind::Iota => {
-                let v = attrs.required("axis")?;
-                Op::Iota {
-                    ty: ty.clone(),
-                    axis: attrs.usize(&v, "axis")?,
-                }
-            }
-            OpKind::Unary(u) => Op::Unary(u),
-            OpKind::Binary(b) => Op::Binary(b),
-            OpKind::Select => Op::Select,
-            OpKind::MatMul => Op::MatMul,
-            OpKind::Cast => {
-                let v = attrs.required("to")?;
-                Op::Cast {
-                    to: attrs.dtype(&v, "to")?,
-                }
-            }
-            OpKind::Broadcast => {
-                let v = attrs.required("shape")?;
-                Op::Broadcast {
-                    shape: attrs.shape(&v, "shape")?,
-                }
-            }
-            OpKind::Reshape => {
-                let v = attrs.required("shape")?;
-                Op::Reshape {
-                    shape: attrs.shape(&v, "shape")?,
-                }
-            }
-            OpKind::Reduce(op) => {
-                let a = attrs.required("axes")?;
-                let k = attrs.required("keepdims")?;
-                Op::Reduce {
-                    op,
-                    axes: attrs.usizes(&a, "axes")?,
-                    keepdims: attrs.bool(&k, "keepdims")?,
-                }
-            }
-            OpKind::ArgReduce(op) => {
-                let a = attrs.required("axis")?;
-                let k = attrs.required("keepdims")?;
-                Op::ArgReduce {
-                    op,
-                    axis: attrs.usize(&a, "axis")?,
-                    keepdims: attrs.bool(&k, "keepdims")?,
-                }
-            }
-            OpKind::Transpose => {
-                let v = attrs.required("perm")?;
-                Op::Transpose {
-                    perm: attrs.usizes(&v, "perm")?,
-                }
-            }
-            OpKind::Slice => {
-                let v = attrs.required("ranges")?;
-                Op::Slice {
-                    ranges: attrs.ranges(&v)?,
-                }
-            }
-            OpKind::Concat => {
-                let v = attrs.required("axis")?;
-                Op::Concat {
-                    axis: attrs.usize(&v, "axis")?,
-                }
-            }
-            OpKind::Gather => {
-                let v = attrs.required("axis")?;
-                Op::Gather {
-                    axis: attrs.usize(&v, "axis")?,
-                }
-            }
-            OpKind::Pad => {
-                let p = attrs.required("pads")?;
-                let m = attrs.required("mode")?;
-                let v = attrs.required("value")?;
-                Op::Pad {
-                    pads: attrs.pads(&p)?,
-                    mode: attrs.mode(&m)?,
-                    value: attrs.f64(&v, "value")?,
-                }
-            }
+            _ => attrs.op(kind, &ty)?,
         };
         attrs.finish()?;
         if let Some(n) = op.arity() {
@@ -389,6 +268,62 @@ impl Parser<'_> {
             name: node_name,
             binding_pos,
         })
+    }
+
+    /// `(%a, %b, ...)`, if present.
+    fn operands(&mut self) -> Result<Vec<(u64, Pos)>, ParseError> {
+        let mut inputs = Vec::new();
+        if self.is_punct('(') {
+            self.bump();
+            if !self.is_punct(')') {
+                loop {
+                    inputs.push(self.expect_ref("an operand like `%3`")?);
+                    if self.is_punct(',') {
+                        self.bump();
+                    } else {
+                        break;
+                    }
+                }
+            }
+            self.expect_punct(')', "after the operands")?;
+        }
+        Ok(inputs)
+    }
+
+    /// `{key=value, ...}`, if present; a key given twice is an error.
+    fn attr_list(&mut self) -> Result<Vec<(String, Pos, Val)>, ParseError> {
+        let mut attrs: Vec<(String, Pos, Val)> = Vec::new();
+        // Keys seen so far: a set, so that many attributes cost linear time.
+        let mut keys: HashSet<String> = HashSet::new();
+        if self.is_punct('{') {
+            self.bump();
+            if !self.is_punct('}') {
+                loop {
+                    let apos = self.pos();
+                    let key = match &self.peek().tok {
+                        Tok::Ident(s) => s.clone(),
+                        _ => return Err(self.error("an attribute name")),
+                    };
+                    self.bump();
+                    if !keys.insert(key.clone()) {
+                        return Err(apos.err(format!("attribute `{}` is given twice", snippet(&key))));
+                    }
+                    if !self.is_punct('=') {
+                        return Err(self.error(&format!("`=` after the attribute name `{}`", snippet(&key))));
+                    }
+                    self.bump();
+                    let v = self.value(0)?;
+                    attrs.push((key, apos, v));
+                    if self.is_punct(',') {
+                        self.bump();
+                    } else {
+                        break;
+                    }
+                }
+            }
+            self.expect_punct('}', "after the attributes")?;
+        }
+        Ok(attrs)
     }
 
     fn ty(&mut self) -> Result<TensorType, ParseError> {
@@ -613,6 +548,104 @@ struct Attrs<'a> {
 }
 
 impl Attrs<'_> {
+    /// The op of a node of kind `kind` (not an input or parameter) and type `ty`, its
+    /// attributes taken from the list.
+    fn op(&mut self, kind: OpKind, ty: &TensorType) -> Result<Op, ParseError> {
+        let attrs = self;
+        Ok(match kind {
+            OpKind::Input | OpKind::Param => {
+                return Err(attrs.op_pos.err(format!("{} is bound by name", attrs.op)));
+            }
+            OpKind::Constant => {
+                let v = attrs.required("value")?;
+                Op::Constant {
+                    value: attrs.tensor(&v, ty)?,
+                }
+            }
+            OpKind::Iota => {
+                let v = attrs.required("axis")?;
+                Op::Iota {
+                    ty: ty.clone(),
+                    axis: attrs.usize(&v, "axis")?,
+                }
+            }
+            OpKind::Unary(u) => Op::Unary(u),
+            OpKind::Binary(b) => Op::Binary(b),
+            OpKind::Select => Op::Select,
+            OpKind::MatMul => Op::MatMul,
+            OpKind::Cast => {
+                let v = attrs.required("to")?;
+                Op::Cast {
+                    to: attrs.dtype(&v, "to")?,
+                }
+            }
+            OpKind::Broadcast => {
+                let v = attrs.required("shape")?;
+                Op::Broadcast {
+                    shape: attrs.shape(&v, "shape")?,
+                }
+            }
+            OpKind::Reshape => {
+                let v = attrs.required("shape")?;
+                Op::Reshape {
+                    shape: attrs.shape(&v, "shape")?,
+                }
+            }
+            OpKind::Reduce(op) => {
+                let a = attrs.required("axes")?;
+                let k = attrs.required("keepdims")?;
+                Op::Reduce {
+                    op,
+                    axes: attrs.usizes(&a, "axes")?,
+                    keepdims: attrs.bool(&k, "keepdims")?,
+                }
+            }
+            OpKind::ArgReduce(op) => {
+                let a = attrs.required("axis")?;
+                let k = attrs.required("keepdims")?;
+                Op::ArgReduce {
+                    op,
+                    axis: attrs.usize(&a, "axis")?,
+                    keepdims: attrs.bool(&k, "keepdims")?,
+                }
+            }
+            OpKind::Transpose => {
+                let v = attrs.required("perm")?;
+                Op::Transpose {
+                    perm: attrs.usizes(&v, "perm")?,
+                }
+            }
+            OpKind::Slice => {
+                let v = attrs.required("ranges")?;
+                Op::Slice {
+                    ranges: attrs.ranges(&v)?,
+                }
+            }
+            OpKind::Concat => {
+                let v = attrs.required("axis")?;
+                Op::Concat {
+                    axis: attrs.usize(&v, "axis")?,
+                }
+            }
+            OpKind::Gather => {
+                let v = attrs.required("axis")?;
+                Op::Gather {
+                    axis: attrs.usize(&v, "axis")?,
+                }
+            }
+            OpKind::Pad => {
+                let p = attrs.required("pads")?;
+                let m = attrs.required("mode")?;
+                let v = attrs.required("value")?;
+                Op::Pad {
+                    pads: attrs.pads(&p)?,
+                    mode: attrs.mode(&m)?,
+                    value: attrs.f64(&v, "value")?,
+                }
+            }
+        })
+    }
+
     fn take(&mut self, key: &str) -> Option<Val> {
         let i = self.list.iter().position(|(k, _, _)| k == key)?;
         Some(self.list.remove(i).2)
@@ -894,7 +927,10 @@ fn nan_bits(v: &Val, hex: &str, width: u32, exp: u32) -> Result<u64, ParseError>
 }
 
 /// Turn the parsed definitions into a graph, resolving ids, and check it.
-fn build(defs: Vec<NodeDef>, outputs: Vec<(String, Pos, u64, Pos)>, graph_pos: Pos) -> Result<Graph, ParseError> {
+///
+/// A reference resolves only to a node defined on an earlier line, so the node table
+/// is in definition order and topological, and no cycle can be written.
+fn build(defs: Vec<NodeDef>, outputs: Vec<OutputDef>, graph_pos: Pos) -> Result<Graph, ParseError> {
     let mut index: HashMap<u64, usize> = HashMap::with_capacity(defs.len());
     for (i, d) in defs.iter().enumerate() {
         if let Some(&first) = index.get(&d.id) {
@@ -905,21 +941,32 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<(String, Pos, u64, Pos)>, graph_pos: P
         }
         index.insert(d.id, i);
     }
-    let resolve = |id: u64, pos: Pos| {
-        index
-            .get(&id)
-            .map(|&i| NodeId(i as u32))
-            .ok_or_else(|| pos.err(format!("undefined node %{id}")))
-    };
     if defs.len() > u32::MAX as usize {
         return Err(graph_pos.err("too many nodes"));
     }
+    // `id` used at `pos`, after the first `before` definitions; `own`: by the definition
+    // at that index itself.
+    let resolve = |id: u64, pos: Pos, before: usize, own: bool| match index.get(&id) {
+        None => Err(pos.err(format!("undefined node %{id}"))),
+        Some(&i) if i < before => Ok(NodeId(i as u32)),
+        Some(&i) => {
+            let at = defs[i].id_pos;
+            Err(pos.err(if own && i == before {
+                format!("node %{id} is used in its own definition (a value must be defined before it is used)")
+            } else {
+                format!(
+                    "node %{id} is used before its definition at {}:{} (a value must be defined before it is used)",
+                    at.line, at.col
+                )
+            }))
+        }
+    };
     let mut g = Graph::new();
-    for d in &defs {
+    for (u, d) in defs.iter().enumerate() {
         let inputs = d
             .inputs
             .iter()
-            .map(|&(id, pos)| resolve(id, pos))
+            .map(|&(id, pos)| resolve(id, pos, u, true))
             .collect::<Result<Vec<_>, _>>()?;
         g.push(Node {
             op: d.op.clone(),
@@ -929,7 +976,7 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<(String, Pos, u64, Pos)>, graph_pos: P
         });
     }
     let mut output_names: BTreeMap<&str, Pos> = BTreeMap::new();
-    for (name, name_pos, id, id_pos) in &outputs {
+    for (name, name_pos, id, id_pos, before) in &outputs {
         if let Some(first) = output_names.insert(name, *name_pos) {
             return Err(name_pos.err(format!(
                 "output name \"{}\" is used twice (first at line {})",
@@ -937,12 +984,11 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<(String, Pos, u64, Pos)>, graph_pos: P
                 first.line
             )));
         }
-        g.add_output(name.clone(), resolve(*id, *id_pos)?);
+        g.add_output(name.clone(), resolve(*id, *id_pos, *before, false)?);
     }
 
-    // Cycles, then types in dependency order.
-    let order = g.topo_order().map_err(|e| graph_error(e, &defs, graph_pos))?;
-    for id in order {
+    // Types, in table order (operands come first).
+    for id in g.ids() {
         let d = &defs[id.index()];
         let node = g.node(id);
         let args: Vec<&TensorType> = node.inputs.iter().map(|&i| &g.node(i).ty).collect();
