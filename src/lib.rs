@@ -163,7 +163,13 @@ pub fn check_host_memory(model: &Compiled) -> Result<(), Error> {
 fn host_memory_available() -> Option<(u64, &'static str)> {
     let kib = |text: &str, key: &str| -> Option<u64> {
         let line = text.lines().find(|l| l.starts_with(key))?;
-        let n: u64 = line.trim_start_matches(key).trim().trim_end_matches("kB").trim().parse().ok()?;
+        let n: u64 = line
+            .trim_start_matches(key)
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
         n.checked_mul(1024)
     };
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok();

@@ -127,12 +127,8 @@ pub fn read_regular_text(path: &Path) -> Result<String, FileError> {
 pub fn try_alloc_bytes(len: u64, path: &Path) -> Result<Vec<u8>, FileError> {
     let n = usize::try_from(len).map_err(|_| FileError::new(path, format!("{len} bytes do not fit in memory")))?;
     let mut buf = Vec::new();
-    buf.try_reserve_exact(n).map_err(|_| {
-        FileError::new(
-            path,
-            format!("cannot allocate {n} bytes of host memory to read it"),
-        )
-    })?;
+    buf.try_reserve_exact(n)
+        .map_err(|_| FileError::new(path, format!("cannot allocate {n} bytes of host memory to read it")))?;
     buf.resize(n, 0);
     Ok(buf)
 }

@@ -81,10 +81,14 @@ pub fn causal_mask(like: Value<'_>, seq: usize) -> Value<'_> {
 /// Multi-head causal self-attention on `qkv` of shape `[batch, seq, 3 * d]` (q, k, v
 /// concatenated on the last axis); returns `[batch, seq, d]`.
 pub fn causal_attention(qkv: Value<'_>, heads: usize) -> Value<'_> {
-    let dims = qkv.shape().0;
-    let (batch, seq, d) = (dims[0], dims[1], dims[2] / 3);
-    let hd = d / heads;
     let b = qkv.builder();
+    let &[batch, seq, d3] = qkv.shape().dims() else {
+        return b.fail(qkv, format!("causal attention needs qkv of rank 3, got {}", qkv.ty()));
+    };
+    let d = d3 / 3;
+    let Some(hd) = d.checked_div(heads) else {
+        return b.fail(qkv, "causal attention needs at least one head".to_string());
+    };
     let split = |i: i64| {
         qkv.slice(-1, i * d as i64, (i + 1) * d as i64, 1)
             .reshape([batch, seq, heads, hd])

@@ -448,8 +448,7 @@ fn run(cli: Cli) -> Result<()> {
                 return Err(over.into());
             }
             if let Some(path) = &svg {
-                ir::files::write_file(path, report::svg(program, plan).as_bytes())
-                    .context("writing the SVG")?;
+                ir::files::write_file(path, report::svg(program, plan).as_bytes()).context("writing the SVG")?;
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(plan)?);
