@@ -14,6 +14,8 @@
 //! assert_eq!(out[0].1.shape().dims(), &[8, 64]);
 //! ```
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+
 pub mod fit;
 pub mod models;
 pub mod npz;
@@ -187,6 +189,8 @@ fn host_memory_available() -> Option<(u64, &'static str)> {
             .ok()
             .and_then(|s| kib(&s, "VmSize:"))
             .unwrap_or(0);
+        // reason: `rlim_t` is u64 here but narrower on some targets.
+        #[allow(clippy::unnecessary_cast)]
         let left = (lim.rlim_cur as u64).saturating_sub(used);
         if best.is_none_or(|(b, _)| left < b) {
             best = Some((left, "the address-space limit, ulimit -v"));

@@ -80,22 +80,23 @@ fn read_arrays_checked(path: &Path, check: &mut HeaderCheck<'_>) -> Result<Vec<(
 fn npy_prefix(r: &mut impl Read) -> Result<Vec<u8>, String> {
     let mut head = [0u8; 12];
     let mut got = 0;
-    while got < head.len() {
-        match r.read(&mut head[got..]) {
+    while let Some(rest @ [_, ..]) = head.get_mut(got..) {
+        match r.read(rest) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("reading the header: {e}")),
         }
     }
-    let head = &head[..got];
-    if head.len() < 10 || &head[..6] != b"\x93NUMPY" {
-        return Err("not a valid .npy array: no NUMPY magic".into());
-    }
-    let len = match head[6] {
-        1 => u16::from_le_bytes([head[8], head[9]]) as usize,
-        2 | 3 if head.len() == 12 => u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize,
-        v => return Err(format!("not a valid .npy array: format version {v}")),
+    let head = head.get(..got).unwrap_or_default();
+    // Magic, version (major, minor), then the header length: 2 bytes in version 1, 4 after.
+    let len = match head {
+        [0x93, b'N', b'U', b'M', b'P', b'Y', 1, _, a, b, ..] => u16::from_le_bytes([*a, *b]) as usize,
+        [0x93, b'N', b'U', b'M', b'P', b'Y', 2 | 3, _, a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
+        [0x93, b'N', b'U', b'M', b'P', b'Y', v, _, _, _, ..] => {
+            return Err(format!("not a valid .npy array: format version {v}"))
+        }
+        _ => return Err("not a valid .npy array: no NUMPY magic".into()),
     };
     if len > MAX_NPY_HEADER {
         return Err(format!(
@@ -174,30 +175,43 @@ fn read_npy(mut r: impl Read, name: &str, check: &mut HeaderCheck<'_>) -> Result
         let rev: Vec<usize> = shape.iter().rev().copied().collect();
         let t = Tensor::new(rev.clone(), data).map_err(|e| e.to_string())?;
         let perm: Vec<usize> = (0..rev.len()).rev().collect();
-        return Ok(Ok(transpose(&t, &perm)));
+        return Ok(Ok(transpose(&t, &perm)?));
     }
     Ok(Ok(Tensor::new(shape, data).map_err(|e| e.to_string())?))
 }
 
-/// `out.dims[i] = in.dims[perm[i]]`.
-fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
+/// `out.dims[i] = in.dims[perm[i]]`; an error when `perm` names an axis `t` lacks.
+fn transpose(t: &Tensor, perm: &[usize]) -> Result<Tensor, String> {
+    let bad_perm = || {
+        format!(
+            "internal error: {perm:?} is not a permutation of the axes of {}",
+            t.ty()
+        )
+    };
     let in_dims = t.shape().dims();
     let in_strides = t.shape().strides();
-    let out_dims: Vec<usize> = perm.iter().map(|&p| in_dims[p]).collect();
+    // (extent, stride in the input) of each output axis.
+    let axes: Vec<(usize, usize)> = perm
+        .iter()
+        .map(|&p| Some((*in_dims.get(p)?, *in_strides.get(p)?)))
+        .collect::<Option<_>>()
+        .ok_or_else(bad_perm)?;
     let n = t.numel();
     let mut idx = Vec::with_capacity(n);
-    let mut pos = vec![0usize; out_dims.len()];
+    let mut pos = vec![0usize; axes.len()];
     for _ in 0..n {
-        idx.push(pos.iter().zip(perm).map(|(&i, &p)| i * in_strides[p]).sum());
-        for a in (0..pos.len()).rev() {
-            pos[a] += 1;
-            if pos[a] < out_dims[a] {
+        idx.push(pos.iter().zip(&axes).map(|(&i, &(_, stride))| i * stride).sum());
+        for (p, &(extent, _)) in pos.iter_mut().zip(&axes).rev() {
+            *p += 1;
+            if *p < extent {
                 break;
             }
-            pos[a] = 0;
+            *p = 0;
         }
     }
-    Tensor::new(out_dims, t.data().take(&idx)).expect("a permutation keeps the element count")
+    let data = t.data().try_take(&idx).ok_or_else(bad_perm)?;
+    let out_dims: Vec<usize> = axes.iter().map(|&(extent, _)| extent).collect();
+    Tensor::new(out_dims, data).map_err(|e| format!("internal error: {e}"))
 }
 
 /// Read a graph's inputs from an `.npz`, checking names, dtypes and shapes: every
@@ -262,15 +276,15 @@ pub fn read_inputs(path: &Path, graph: &Graph) -> Result<HashMap<String, Tensor>
         }
         out.insert(name, t);
     }
-    let mut missing: Vec<_> = expected.keys().filter(|k| !out.contains_key(**k)).copied().collect();
+    let mut missing: Vec<_> = expected.iter().filter(|(k, _)| !out.contains_key(**k)).collect();
     if !missing.is_empty() {
-        missing.sort_unstable();
+        missing.sort_unstable_by_key(|(k, _)| **k);
         return Err(NpzError::Signature(format!(
             "{}: missing input(s) {}",
             path.display(),
             missing
                 .iter()
-                .map(|m| format!("\"{m}\" ({})", expected[m]))
+                .map(|(m, ty)| format!("\"{m}\" ({ty})"))
                 .collect::<Vec<_>>()
                 .join(", ")
         )));

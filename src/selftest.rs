@@ -169,7 +169,8 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
                 let v: Vec<f64> = (0..n as u64)
                     .map(|k| ((k.wrapping_mul(2654435761).wrapping_add(seed * 97)) % int_range as u64) as f64)
                     .collect();
-                Tensor::new(ty.shape.clone(), TensorData::from_f64(ty.dtype, &v)).expect("sized")
+                Tensor::new(ty.shape.clone(), TensorData::from_f64(ty.dtype, &v))
+                    .map_err(|e| GraphError::Graph(format!("input \"{name}\": {e}")))?
             } else if ty.dtype == DType::Bool {
                 Tensor::random(&ty, seed)
             } else {

@@ -83,6 +83,9 @@ fn on_pseudo_fs(file: &File) -> bool {
         return false;
     }
     // SAFETY: fstatfs succeeded, so it filled the struct.
+    // reason: `f_type`'s integer type differs between targets (i64 here, i32 or u32 on
+    // others); the cast is a no-op only on some.
+    #[allow(clippy::unnecessary_cast)]
     let magic = unsafe { st.assume_init() }.f_type as i64;
     matches!(magic, PROC_SUPER_MAGIC | SYSFS_MAGIC | DEBUGFS_MAGIC)
 }

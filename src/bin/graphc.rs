@@ -1,5 +1,7 @@
 //! The `graphc` command line: see `graphc --help` and DESIGN.md's CLI contract.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -547,8 +549,11 @@ fn run(cli: Cli) -> Result<()> {
             };
             let mut first_with: std::collections::HashMap<String, String> = Default::default();
             for k in indices {
+                let ir_kernel = program
+                    .kernels
+                    .get(k)
+                    .with_context(|| format!("--kernel {k}: the program has {} kernels", program.kernels.len()))?;
                 let ck = graphc_compiler::codegen::generate(program, k)?;
-                let ir_kernel = &program.kernels[k];
                 let nodes: Vec<String> = ir_kernel.nodes.iter().map(|n| format!("%{n}")).collect();
                 println!(
                     "// ==== {} ({}): nodes {}",
@@ -809,6 +814,7 @@ fn run(cli: Cli) -> Result<()> {
                     }
                     times.sort_by(|a, b| a.total_cmp(b));
                     let med = median_sorted(&times);
+                    let (min, max) = min_max_sorted(&times);
                     if json {
                         println!(
                             "{}",
@@ -816,7 +822,7 @@ fn run(cli: Cli) -> Result<()> {
                                 "model": model.display().to_string(), "device": "cpu", "gpu": null, "arch": null,
                                 "precision": precision.name(),
                                 "graph": false, "tf32": false, "warmup": warmup, "iters": times.len(),
-                                "median_ms": med, "min_ms": times[0], "max_ms": times[times.len() - 1],
+                                "median_ms": med, "min_ms": min, "max_ms": max,
                                 "kernels": kernels, "launches": kernels, "plan": plan_json,
                                 "device_bytes": null, "free_bytes_at_load": null, "per_kernel": [],
                             })
@@ -826,8 +832,8 @@ fn run(cli: Cli) -> Result<()> {
                         println!(
                             "bench    cpu (kernel-IR executor), {kernels} kernels: median {med:.3} ms over {} runs (min {:.3}, max {:.3}) after {warmup} warm-up",
                             times.len(),
-                            times[0],
-                            times[times.len() - 1]
+                            min,
+                            max
                         );
                     }
                 }
@@ -1040,15 +1046,25 @@ fn print_session(session: &graphc::cuda::Session) {
     );
 }
 
+/// The median of sorted `v`; NaN when it is empty.
 fn median_sorted(v: &[f64]) -> f64 {
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
+    let mid = v.len() / 2;
+    let upper = v.get(mid).copied().unwrap_or(f64::NAN);
+    if v.len() % 2 == 1 {
+        upper
     } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        mid.checked_sub(1)
+            .and_then(|i| v.get(i))
+            .map_or(f64::NAN, |&lower| (lower + upper) / 2.0)
     }
+}
+
+/// The least and greatest of sorted `v`; NaN when it is empty.
+fn min_max_sorted(v: &[f64]) -> (f64, f64) {
+    (
+        v.first().copied().unwrap_or(f64::NAN),
+        v.last().copied().unwrap_or(f64::NAN),
+    )
 }
 
 /// The GPU's outputs against the CPU executor's: relative L2 per output.
