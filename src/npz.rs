@@ -336,3 +336,66 @@ fn write_npy<W: Write>(w: &mut W, t: &Tensor) -> std::io::Result<()> {
         TensorData::Bool(v) => put!(v, bool),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-1 `.npy` of f32 `data` with `header_dict` (padded as numpy pads it).
+    fn npy_v1(header_dict: &str, data: &[f32]) -> Vec<u8> {
+        let mut header = header_dict.to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend((header.len() as u16).to_le_bytes());
+        out.extend(header.as_bytes());
+        for x in data {
+            out.extend(x.to_le_bytes());
+        }
+        out
+    }
+
+    fn read(bytes: &[u8]) -> Result<Tensor, String> {
+        read_npy(bytes, "a", &mut |_, _, _| Ok(())).map(|r| r.map_err(|e| e.to_string()))?
+    }
+
+    #[test]
+    fn fortran_order_is_read_back_in_c_order() {
+        // [[0, 1, 2], [3, 4, 5]] stored column by column.
+        let bytes = npy_v1(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+            &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0],
+        );
+        let t = read(&bytes).unwrap();
+        assert_eq!(t.shape().dims(), &[2, 3]);
+        assert_eq!(t.to_f64_vec(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        // Rank 3: element (i, j, k) at i + 2 j + 4 k in the file.
+        let file: Vec<f32> = (0..8).map(|f| f as f32).collect();
+        let bytes = npy_v1("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2, 2), }", &file);
+        let want: Vec<f64> = (0..8)
+            .map(|c| ((c >> 2) + 2 * ((c >> 1) & 1) + 4 * (c & 1)) as f64)
+            .collect();
+        assert_eq!(read(&bytes).unwrap().to_f64_vec(), want);
+    }
+
+    #[test]
+    fn bad_prefixes_are_errors() {
+        for short in [
+            &b""[..],
+            b"\x93NUMPY",
+            b"\x93NUMPY\x01\x00\x10",
+            b"NOTNUMPY\x01\x00\x10\x00",
+        ] {
+            let e = read(short).unwrap_err();
+            assert!(e.contains("no NUMPY magic"), "{e}");
+        }
+        let e = read(b"\x93NUMPY\x04\x00\x10\x00\x00\x00").unwrap_err();
+        assert!(e.contains("format version 4"), "{e}");
+        let e = read(b"\x93NUMPY\x02\x00\x10\x00").unwrap_err();
+        assert!(e.contains("format version 2"), "{e}");
+        let e = read(b"\x93NUMPY\x02\x00\xff\xff\xff\x00").unwrap_err();
+        assert!(e.contains("the header declares"), "{e}");
+    }
+}

@@ -312,3 +312,77 @@ fn check_axes(axes: &[usize], rank: usize) -> Result<(), String> {
 pub fn broadcast_pair(a: &Shape, b: &Shape) -> Option<Shape> {
     broadcast_shapes(a.dims(), b.dims()).map(Shape)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{interp::eval_op, ArgReduceOp, BinaryOp, ReduceOp, SliceRange, Tensor, UnaryOp};
+
+    fn f32s(dims: &[usize]) -> TensorType {
+        TensorType::new(DType::F32, dims.to_vec())
+    }
+
+    fn err(op: Op, args: &[&TensorType]) -> String {
+        infer_type(&op, args).unwrap_err()
+    }
+
+    #[test]
+    fn operand_counts_are_checked() {
+        let a = f32s(&[2]);
+        assert!(err(Op::Unary(UnaryOp::Neg), &[]).contains("takes 1 operand(s), got 0"));
+        assert!(err(Op::Binary(BinaryOp::Add), &[&a]).contains("takes 2 operand(s), got 1"));
+        assert!(err(Op::Select, &[&a, &a]).contains("takes 3 operand(s), got 2"));
+        assert!(err(Op::MatMul, &[&a, &a, &a]).contains("takes 2 operand(s), got 3"));
+        assert!(err(Op::Concat { axis: 0 }, &[]).contains("at least one operand"));
+    }
+
+    #[test]
+    fn axes_perms_and_ranks_are_checked() {
+        let a = f32s(&[2, 3]);
+        let v = f32s(&[3]);
+        let i = TensorType::new(DType::I64, [4]);
+        assert!(err(Op::Transpose { perm: vec![0, 0] }, &[&a]).contains("not a permutation"));
+        assert!(err(Op::Transpose { perm: vec![0, 2] }, &[&a]).contains("not a permutation"));
+        assert!(err(Op::Transpose { perm: vec![0] }, &[&a]).contains("not a permutation"));
+        let arg = |axis| Op::ArgReduce {
+            op: ArgReduceOp::ArgMax,
+            axis,
+            keepdims: true,
+        };
+        assert!(err(arg(2), &[&a]).contains("axis 2 out of range for rank 2"));
+        assert!(err(arg(0), &[&f32s(&[0, 3])]).contains("empty axis"));
+        assert_eq!(infer_type(&arg(1), &[&a]).unwrap(), TensorType::new(DType::I64, [2, 1]));
+        assert!(err(Op::Gather { axis: 2 }, &[&a, &i]).contains("out of range"));
+        assert_eq!(infer_type(&Op::Gather { axis: 1 }, &[&a, &i]).unwrap(), f32s(&[2, 4]));
+        assert!(err(Op::MatMul, &[&v, &a]).contains("rank >= 2"));
+        assert!(err(Op::Concat { axis: 1 }, &[&a, &v]).contains("concat along axis 1"));
+        assert!(err(Op::Concat { axis: 2 }, &[&a, &a]).contains("out of range"));
+        assert_eq!(infer_type(&Op::Concat { axis: 1 }, &[&a, &a]).unwrap(), f32s(&[2, 6]));
+        let reduce = |axes| Op::Reduce {
+            op: ReduceOp::Sum,
+            axes,
+            keepdims: false,
+        };
+        assert!(err(reduce(vec![1, 0]), &[&a]).contains("sorted and unique"));
+        assert!(err(reduce(vec![0, 0]), &[&a]).contains("sorted and unique"));
+        assert!(err(reduce(vec![5]), &[&a]).contains("out of range"));
+        let slice = Op::Slice {
+            ranges: vec![SliceRange::full()],
+        };
+        assert!(err(slice, &[&a]).contains("1 ranges for an operand of rank 2"));
+    }
+
+    #[test]
+    fn eval_op_refuses_mismatched_operands() {
+        let x = Tensor::scalar(DType::F32, 1.0);
+        let ty = x.ty();
+        assert!(eval_op(&Op::Binary(BinaryOp::Add), &[&x], &ty).is_err());
+        assert!(eval_op(&Op::Select, &[&x, &x], &ty).is_err());
+        assert!(eval_op(&Op::Transpose { perm: vec![0] }, &[&x], &ty).is_err());
+        assert!(eval_op(&Op::Concat { axis: 0 }, &[], &ty).is_err());
+        assert_eq!(
+            eval_op(&Op::Binary(BinaryOp::Add), &[&x, &x], &ty).unwrap(),
+            Tensor::scalar(DType::F32, 2.0)
+        );
+    }
+}

@@ -102,3 +102,31 @@ pub fn causal_attention(qkv: Value<'_>, heads: usize) -> Value<'_> {
     let probs = softmax(masked, -1);
     probs.matmul(v).transpose(&[0, 2, 1, 3]).reshape([batch, seq, d])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::GraphBuilder;
+
+    #[test]
+    fn bad_shapes_are_errors_not_panics() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [4, 6]);
+        b.output("y", causal_attention(x, 2));
+        assert!(b.finish().unwrap_err().to_string().contains("needs qkv of rank 3"));
+
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [1, 4, 6]);
+        b.output("y", causal_attention(x, 0));
+        assert!(b.finish().unwrap_err().to_string().contains("at least one head"));
+
+        let b = GraphBuilder::new();
+        let s = b.input("s", DType::F32, [0usize; 0]);
+        b.output("y", s.slice(0, 0, 1, 1));
+        assert!(b
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("axis 0 out of range for rank 0"));
+    }
+}
