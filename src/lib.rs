@@ -14,6 +14,8 @@
 //! assert_eq!(out[0].1.shape().dims(), &[8, 64]);
 //! ```
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+
 pub mod fit;
 pub mod models;
 pub mod npz;
@@ -163,7 +165,13 @@ pub fn check_host_memory(model: &Compiled) -> Result<(), Error> {
 fn host_memory_available() -> Option<(u64, &'static str)> {
     let kib = |text: &str, key: &str| -> Option<u64> {
         let line = text.lines().find(|l| l.starts_with(key))?;
-        let n: u64 = line.trim_start_matches(key).trim().trim_end_matches("kB").trim().parse().ok()?;
+        let n: u64 = line
+            .trim_start_matches(key)
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
         n.checked_mul(1024)
     };
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
@@ -181,6 +189,8 @@ fn host_memory_available() -> Option<(u64, &'static str)> {
             .ok()
             .and_then(|s| kib(&s, "VmSize:"))
             .unwrap_or(0);
+        // reason: `rlim_t` is u64 here but narrower on some targets.
+        #[allow(clippy::unnecessary_cast)]
         let left = (lim.rlim_cur as u64).saturating_sub(used);
         if best.is_none_or(|(b, _)| left < b) {
             best = Some((left, "the address-space limit, ulimit -v"));

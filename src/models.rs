@@ -76,12 +76,12 @@ impl<'b> Init<'b> {
     }
 
     /// 1 + Normal(0, 0.1): a norm's gain, not exactly one so that tests see it.
-    fn gain(&mut self, name: &str, n: usize) -> Value<'b> {
+    fn gain(&mut self, name: &str, n: usize) -> Result<Value<'b>, GraphError> {
         let seed = self.next_seed();
         let noise = Tensor::randn(&TensorType::new(DType::F64, [n]), 0.1, seed).to_f64_vec();
         let v: Vec<f64> = noise.iter().map(|x| 1.0 + x).collect();
-        let t = Tensor::from_f64(self.dtype, [n], &v).expect("length matches");
-        self.b.param(name, t)
+        let t = Tensor::from_f64(self.dtype, [n], &v).map_err(|e| GraphError::Graph(format!("{name}: {e}")))?;
+        Ok(self.b.param(name, t))
     }
 
     fn linear(&mut self, name: &str, x: Value<'b>, d_in: usize, d_out: usize) -> Value<'b> {
@@ -99,10 +99,13 @@ pub fn mlp(cfg: &MlpConfig) -> Result<Graph, GraphError> {
         dtype: cfg.dtype,
         seed: cfg.seed,
     };
-    let mut h = b.input("x", cfg.dtype, [cfg.batch, cfg.widths[0]]);
+    let Some(&width_in) = cfg.widths.first() else {
+        return Err(GraphError::Graph("an MLP needs at least one width".to_string()));
+    };
+    let mut h = b.input("x", cfg.dtype, [cfg.batch, width_in]);
     let layers = cfg.widths.len().saturating_sub(1);
-    for i in 0..layers {
-        h = init.linear(&format!("fc{i}"), h, cfg.widths[i], cfg.widths[i + 1]);
+    for (i, (&d_in, &d_out)) in cfg.widths.iter().zip(cfg.widths.iter().skip(1)).enumerate() {
+        h = init.linear(&format!("fc{i}"), h, d_in, d_out);
         if i + 1 < layers {
             h = b.scope(&format!("act{i}"), || nn::gelu(h, GeluApprox::Erf));
         }
@@ -126,14 +129,14 @@ pub fn gpt(cfg: &GptConfig) -> Result<Graph, GraphError> {
     let mut x = b.input("x", cfg.dtype, [cfg.batch, cfg.seq, d]);
     for layer in 0..cfg.layers {
         let p = format!("h{layer}");
-        let g1 = init.gain(&format!("{p}.ln1.weight"), d);
+        let g1 = init.gain(&format!("{p}.ln1.weight"), d)?;
         let b1 = init.normal(&format!("{p}.ln1.bias"), &[d], 0.02);
         let h = b.scope(&format!("{p}.ln1"), || nn::layer_norm(x, Some(g1), Some(b1), 1e-5));
         let qkv = init.linear(&format!("{p}.attn.qkv"), h, d, 3 * d);
         let a = b.scope(&format!("{p}.attn"), || nn::causal_attention(qkv, cfg.heads));
         let a = init.linear(&format!("{p}.attn.proj"), a, d, d);
         x = b.scope(&format!("{p}.res1"), || x + a);
-        let g2 = init.gain(&format!("{p}.ln2.weight"), d);
+        let g2 = init.gain(&format!("{p}.ln2.weight"), d)?;
         let b2 = init.normal(&format!("{p}.ln2.bias"), &[d], 0.02);
         let h = b.scope(&format!("{p}.ln2"), || nn::layer_norm(x, Some(g2), Some(b2), 1e-5));
         let h = init.linear(&format!("{p}.mlp.fc1"), h, d, 4 * d);

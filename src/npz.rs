@@ -80,22 +80,23 @@ fn read_arrays_checked(path: &Path, check: &mut HeaderCheck<'_>) -> Result<Vec<(
 fn npy_prefix(r: &mut impl Read) -> Result<Vec<u8>, String> {
     let mut head = [0u8; 12];
     let mut got = 0;
-    while got < head.len() {
-        match r.read(&mut head[got..]) {
+    while let Some(rest @ [_, ..]) = head.get_mut(got..) {
+        match r.read(rest) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("reading the header: {e}")),
         }
     }
-    let head = &head[..got];
-    if head.len() < 10 || &head[..6] != b"\x93NUMPY" {
-        return Err("not a valid .npy array: no NUMPY magic".into());
-    }
-    let len = match head[6] {
-        1 => u16::from_le_bytes([head[8], head[9]]) as usize,
-        2 | 3 if head.len() == 12 => u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize,
-        v => return Err(format!("not a valid .npy array: format version {v}")),
+    let head = head.get(..got).unwrap_or_default();
+    // Magic, version (major, minor), then the header length: 2 bytes in version 1, 4 after.
+    let len = match head {
+        [0x93, b'N', b'U', b'M', b'P', b'Y', 1, _, a, b, ..] => u16::from_le_bytes([*a, *b]) as usize,
+        [0x93, b'N', b'U', b'M', b'P', b'Y', 2 | 3, _, a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
+        [0x93, b'N', b'U', b'M', b'P', b'Y', v, _, _, _, ..] => {
+            return Err(format!("not a valid .npy array: format version {v}"))
+        }
+        _ => return Err("not a valid .npy array: no NUMPY magic".into()),
     };
     if len > MAX_NPY_HEADER {
         return Err(format!(
@@ -174,30 +175,43 @@ fn read_npy(mut r: impl Read, name: &str, check: &mut HeaderCheck<'_>) -> Result
         let rev: Vec<usize> = shape.iter().rev().copied().collect();
         let t = Tensor::new(rev.clone(), data).map_err(|e| e.to_string())?;
         let perm: Vec<usize> = (0..rev.len()).rev().collect();
-        return Ok(Ok(transpose(&t, &perm)));
+        return Ok(Ok(transpose(&t, &perm)?));
     }
     Ok(Ok(Tensor::new(shape, data).map_err(|e| e.to_string())?))
 }
 
-/// `out.dims[i] = in.dims[perm[i]]`.
-fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
+/// `out.dims[i] = in.dims[perm[i]]`; an error when `perm` names an axis `t` lacks.
+fn transpose(t: &Tensor, perm: &[usize]) -> Result<Tensor, String> {
+    let bad_perm = || {
+        format!(
+            "internal error: {perm:?} is not a permutation of the axes of {}",
+            t.ty()
+        )
+    };
     let in_dims = t.shape().dims();
     let in_strides = t.shape().strides();
-    let out_dims: Vec<usize> = perm.iter().map(|&p| in_dims[p]).collect();
+    // (extent, stride in the input) of each output axis.
+    let axes: Vec<(usize, usize)> = perm
+        .iter()
+        .map(|&p| Some((*in_dims.get(p)?, *in_strides.get(p)?)))
+        .collect::<Option<_>>()
+        .ok_or_else(bad_perm)?;
     let n = t.numel();
     let mut idx = Vec::with_capacity(n);
-    let mut pos = vec![0usize; out_dims.len()];
+    let mut pos = vec![0usize; axes.len()];
     for _ in 0..n {
-        idx.push(pos.iter().zip(perm).map(|(&i, &p)| i * in_strides[p]).sum());
-        for a in (0..pos.len()).rev() {
-            pos[a] += 1;
-            if pos[a] < out_dims[a] {
+        idx.push(pos.iter().zip(&axes).map(|(&i, &(_, stride))| i * stride).sum());
+        for (p, &(extent, _)) in pos.iter_mut().zip(&axes).rev() {
+            *p += 1;
+            if *p < extent {
                 break;
             }
-            pos[a] = 0;
+            *p = 0;
         }
     }
-    Tensor::new(out_dims, t.data().take(&idx)).expect("a permutation keeps the element count")
+    let data = t.data().try_take(&idx).ok_or_else(bad_perm)?;
+    let out_dims: Vec<usize> = axes.iter().map(|&(extent, _)| extent).collect();
+    Tensor::new(out_dims, data).map_err(|e| format!("internal error: {e}"))
 }
 
 /// Read a graph's inputs from an `.npz`, checking names, dtypes and shapes: every
@@ -262,15 +276,15 @@ pub fn read_inputs(path: &Path, graph: &Graph) -> Result<HashMap<String, Tensor>
         }
         out.insert(name, t);
     }
-    let mut missing: Vec<_> = expected.keys().filter(|k| !out.contains_key(**k)).copied().collect();
+    let mut missing: Vec<_> = expected.iter().filter(|(k, _)| !out.contains_key(**k)).collect();
     if !missing.is_empty() {
-        missing.sort_unstable();
+        missing.sort_unstable_by_key(|(k, _)| **k);
         return Err(NpzError::Signature(format!(
             "{}: missing input(s) {}",
             path.display(),
             missing
                 .iter()
-                .map(|m| format!("\"{m}\" ({})", expected[m]))
+                .map(|(m, ty)| format!("\"{m}\" ({ty})"))
                 .collect::<Vec<_>>()
                 .join(", ")
         )));
@@ -320,5 +334,68 @@ fn write_npy<W: Write>(w: &mut W, t: &Tensor) -> std::io::Result<()> {
         TensorData::I8(v) => put!(v, i8),
         TensorData::U8(v) => put!(v, u8),
         TensorData::Bool(v) => put!(v, bool),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-1 `.npy` of f32 `data` with `header_dict` (padded as numpy pads it).
+    fn npy_v1(header_dict: &str, data: &[f32]) -> Vec<u8> {
+        let mut header = header_dict.to_string();
+        while !(10 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend((header.len() as u16).to_le_bytes());
+        out.extend(header.as_bytes());
+        for x in data {
+            out.extend(x.to_le_bytes());
+        }
+        out
+    }
+
+    fn read(bytes: &[u8]) -> Result<Tensor, String> {
+        read_npy(bytes, "a", &mut |_, _, _| Ok(())).map(|r| r.map_err(|e| e.to_string()))?
+    }
+
+    #[test]
+    fn fortran_order_is_read_back_in_c_order() {
+        // [[0, 1, 2], [3, 4, 5]] stored column by column.
+        let bytes = npy_v1(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+            &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0],
+        );
+        let t = read(&bytes).unwrap();
+        assert_eq!(t.shape().dims(), &[2, 3]);
+        assert_eq!(t.to_f64_vec(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        // Rank 3: element (i, j, k) at i + 2 j + 4 k in the file.
+        let file: Vec<f32> = (0..8).map(|f| f as f32).collect();
+        let bytes = npy_v1("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2, 2), }", &file);
+        let want: Vec<f64> = (0..8)
+            .map(|c| ((c >> 2) + 2 * ((c >> 1) & 1) + 4 * (c & 1)) as f64)
+            .collect();
+        assert_eq!(read(&bytes).unwrap().to_f64_vec(), want);
+    }
+
+    #[test]
+    fn bad_prefixes_are_errors() {
+        for short in [
+            &b""[..],
+            b"\x93NUMPY",
+            b"\x93NUMPY\x01\x00\x10",
+            b"NOTNUMPY\x01\x00\x10\x00",
+        ] {
+            let e = read(short).unwrap_err();
+            assert!(e.contains("no NUMPY magic"), "{e}");
+        }
+        let e = read(b"\x93NUMPY\x04\x00\x10\x00\x00\x00").unwrap_err();
+        assert!(e.contains("format version 4"), "{e}");
+        let e = read(b"\x93NUMPY\x02\x00\x10\x00").unwrap_err();
+        assert!(e.contains("format version 2"), "{e}");
+        let e = read(b"\x93NUMPY\x02\x00\xff\xff\xff\x00").unwrap_err();
+        assert!(e.contains("the header declares"), "{e}");
     }
 }

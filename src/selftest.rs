@@ -150,12 +150,13 @@ fn random(ty: TensorType, seed: u64) -> Tensor {
     Tensor::randn(&ty, 1.0, seed)
 }
 
-/// Every case, with deterministic weights and inputs.
-pub fn cases() -> Result<Vec<Case>, GraphError> {
-    let mut out = Vec::new();
-    // Build a graph; its float inputs get standard-normal values, integer inputs
-    // values in 0..int_range.
-    let mut add = |name: String, int_range: i64, f: &dyn Fn(&GraphBuilder)| -> Result<(), GraphError> {
+/// The cases being collected, in order (an input's seed depends on its case's place).
+struct Cases(Vec<Case>);
+
+impl Cases {
+    /// Build a graph; its float inputs get standard-normal values, integer inputs
+    /// values in 0..int_range.
+    fn add(&mut self, name: String, int_range: i64, f: &dyn Fn(&GraphBuilder)) -> Result<(), GraphError> {
         let b = GraphBuilder::new();
         f(&b);
         let graph = b.finish()?;
@@ -163,13 +164,14 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
         for (i, &id) in graph.inputs().iter().enumerate() {
             let name = graph.input_name(id).unwrap_or_default().to_string();
             let ty = graph.node(id).ty.clone();
-            let seed = 1000 + out.len() as u64 * 16 + i as u64;
+            let seed = 1000 + self.0.len() as u64 * 16 + i as u64;
             let t = if ty.dtype.is_int() {
                 let n = ty.numel();
                 let v: Vec<f64> = (0..n as u64)
                     .map(|k| ((k.wrapping_mul(2654435761).wrapping_add(seed * 97)) % int_range as u64) as f64)
                     .collect();
-                Tensor::new(ty.shape.clone(), TensorData::from_f64(ty.dtype, &v)).expect("sized")
+                Tensor::new(ty.shape.clone(), TensorData::from_f64(ty.dtype, &v))
+                    .map_err(|e| GraphError::Graph(format!("input \"{name}\": {e}")))?
             } else if ty.dtype == DType::Bool {
                 Tensor::random(&ty, seed)
             } else {
@@ -177,80 +179,96 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
             };
             inputs.insert(name, t);
         }
-        out.push(Case { name, graph, inputs });
+        self.0.push(Case { name, graph, inputs });
         Ok(())
-    };
+    }
+}
 
+/// Every case, with deterministic weights and inputs.
+pub fn cases() -> Result<Vec<Case>, GraphError> {
+    let mut c = Cases(Vec::new());
+    gemm_cases(&mut c)?;
+    kernel_cases(&mut c)?;
+    model_cases(&mut c)?;
+    Ok(c.0)
+}
+
+/// GEMMs of every dtype and epilogue, transposed and batched.
+fn gemm_cases(c: &mut Cases) -> Result<(), GraphError> {
     let (m, k, n) = (24usize, 40usize, 56usize);
     for dt in [DType::F32, DType::F16, DType::BF16, DType::F64] {
-        add(format!("gemm {dt} x@w"), 0, &|b| {
+        c.add(format!("gemm {dt} x@w"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             b.output("y", x.matmul(wp(b, dt, "w", &[k, n], 1)));
         })?;
-        add(format!("gemm {dt} x@w+bias"), 0, &|b| {
+        c.add(format!("gemm {dt} x@w+bias"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             b.output("y", x.matmul(wp(b, dt, "w", &[k, n], 1)) + wp(b, dt, "bias", &[n], 2));
         })?;
-        add(format!("gemm {dt} relu(x@w+bias)"), 0, &|b| {
+        c.add(format!("gemm {dt} relu(x@w+bias)"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             b.output(
                 "y",
                 (x.matmul(wp(b, dt, "w", &[k, n], 1)) + wp(b, dt, "bias", &[n], 2)).relu(),
             );
         })?;
-        add(format!("gemm {dt} gelu_tanh(x@w+bias)"), 0, &|b| {
+        c.add(format!("gemm {dt} gelu_tanh(x@w+bias)"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             b.output(
                 "y",
                 (x.matmul(wp(b, dt, "w", &[k, n], 1)) + wp(b, dt, "bias", &[n], 2)).gelu_tanh(),
             );
         })?;
-        add(format!("gemm {dt} gelu_erf(x@w) (generated epilogue)"), 0, &|b| {
+        c.add(format!("gemm {dt} gelu_erf(x@w) (generated epilogue)"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             b.output("y", x.matmul(wp(b, dt, "w", &[k, n], 1)).gelu());
         })?;
-        add(format!("gemm {dt} 0.5*(x@w)+r (alpha, C)"), 0, &|b| {
+        c.add(format!("gemm {dt} 0.5*(x@w)+r (alpha, C)"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             let r = b.input("r", dt, [m, n]);
             b.output("y", 0.5 * x.matmul(wp(b, dt, "w", &[k, n], 1)) + r);
         })?;
-        add(format!("gemm {dt} x@y^T"), 0, &|b| {
+        c.add(format!("gemm {dt} x@y^T"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             let y = b.input("y", dt, [n, k]);
             b.output("z", x.matmul(y.transpose(&[1, 0])));
         })?;
-        add(format!("gemm {dt} x^T@y"), 0, &|b| {
+        c.add(format!("gemm {dt} x^T@y"), 0, &|b| {
             let x = b.input("x", dt, [k, m]);
             let y = b.input("y", dt, [k, n]);
             b.output("z", x.transpose(&[1, 0]).matmul(y));
         })?;
-        add(format!("gemm {dt} batched [3,m,k]@[3,k,n]"), 0, &|b| {
+        c.add(format!("gemm {dt} batched [3,m,k]@[3,k,n]"), 0, &|b| {
             let x = b.input("x", dt, [3, m, k]);
             let y = b.input("y", dt, [3, k, n]);
             b.output("z", x.matmul(y));
         })?;
-        add(format!("gemm {dt} batch-broadcast rhs [3,m,k]@w"), 0, &|b| {
+        c.add(format!("gemm {dt} batch-broadcast rhs [3,m,k]@w"), 0, &|b| {
             let x = b.input("x", dt, [3, m, k]);
             b.output("z", x.matmul(wp(b, dt, "w", &[k, n], 1)));
         })?;
-        add(format!("gemm {dt} batch-broadcast lhs w@[3,k,n]"), 0, &|b| {
+        c.add(format!("gemm {dt} batch-broadcast lhs w@[3,k,n]"), 0, &|b| {
             let y = b.input("y", dt, [3, k, n]);
             let a = wp(b, dt, "a", &[m, k], 3);
             b.output("z", a.broadcast_to(&[3, m, k].into()).matmul(y));
         })?;
     }
+    Ok(())
+}
 
+/// Elementwise, row and op kernels, and attention.
+fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
     // Elementwise.
-    add("elementwise f32 vectorized".into(), 0, &|b| {
+    c.add("elementwise f32 vectorized".into(), 0, &|b| {
         let x = b.input("x", DType::F32, [1000, 64]);
         b.output("y", (x * 1.5 + 0.25).gelu() * x.sigmoid());
     })?;
-    add("elementwise f32 strided (transposed input)".into(), 0, &|b| {
+    c.add("elementwise f32 strided (transposed input)".into(), 0, &|b| {
         let x = b.input("x", DType::F32, [96, 130]);
         let y = b.input("y", DType::F32, [130, 96]);
         b.output("z", x.transpose(&[1, 0]) * y + 1.0);
     })?;
-    add("elementwise f16/bf16 casts and broadcasts".into(), 0, &|b| {
+    c.add("elementwise f16/bf16 casts and broadcasts".into(), 0, &|b| {
         let x = b.input("x", DType::F16, [64, 100]);
         let r = b.input("r", DType::BF16, [100]);
         let c = b.input("c", DType::F32, [64, 1]);
@@ -258,7 +276,7 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
         b.output("y16", y.cast(DType::F16));
         b.output("ybf16", y.exp().cast(DType::BF16));
     })?;
-    add("elementwise i32 and select".into(), 50, &|b| {
+    c.add("elementwise i32 and select".into(), 50, &|b| {
         let p = b.input("p", DType::I32, [33, 17]);
         let q = b.input("q", DType::I32, [33, 17]);
         let s = p * q + 7.0;
@@ -268,30 +286,30 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
     })?;
     // Row kernels: a warp per row, a block per row, long rows.
     for cols in [100usize, 1000, 4096, 20000] {
-        add(format!("row softmax f32 [64,{cols}]"), 0, &|b| {
+        c.add(format!("row softmax f32 [64,{cols}]"), 0, &|b| {
             let x = b.input("x", DType::F32, [64, cols]);
             b.output("y", softmax(x, -1));
         })?;
     }
-    add("row softmax bf16 with causal mask [4,128,128]".into(), 0, &|b| {
+    c.add("row softmax bf16 with causal mask [4,128,128]".into(), 0, &|b| {
         let x = b.input("x", DType::BF16, [4, 128, 128]);
         let i = b.iota(DType::I32, [128, 128], 0);
         let j = b.iota(DType::I32, [128, 128], 1);
         let masked = b.select(j.gt(i), b.scalar(DType::BF16, f64::NEG_INFINITY), x);
         b.output("y", softmax(masked, -1));
     })?;
-    add("row layernorm bf16 [64,1024]".into(), 0, &|b| {
+    c.add("row layernorm bf16 [64,1024]".into(), 0, &|b| {
         let x = b.input("x", DType::BF16, [64, 1024]);
         let g = b.param("g", Tensor::randn(&TensorType::new(DType::BF16, [1024]), 1.0, 5));
         let be = b.param("b", Tensor::randn(&TensorType::new(DType::BF16, [1024]), 1.0, 6));
         b.output("y", layer_norm(x, Some(g), Some(be), 1e-5));
     })?;
-    add("row rmsnorm f16 [32,4096]".into(), 0, &|b| {
+    c.add("row rmsnorm f16 [32,4096]".into(), 0, &|b| {
         let x = b.input("x", DType::F16, [32, 4096]);
         let g = b.param("g", Tensor::randn(&TensorType::new(DType::F16, [4096]), 1.0, 7));
         b.output("y", rms_norm(x, Some(g), 1e-6));
     })?;
-    add(
+    c.add(
         "row reductions: sum over the last axis, max over a middle axis".into(),
         0,
         &|b| {
@@ -301,13 +319,13 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
         },
     )?;
     // Op kernels.
-    add("op concat + pad".into(), 0, &|b| {
+    c.add("op concat + pad".into(), 0, &|b| {
         let x = b.input("x", DType::F32, [16, 10]);
         let y = b.input("y", DType::F32, [16, 6]);
         let c = b.concat(&[x, y], 1);
         b.output("c", c.pad(&[(1, 2), (0, 3)], PadMode::Constant, 0.5) * 2.0);
     })?;
-    add("op embedding gather + argmax".into(), 100, &|b| {
+    c.add("op embedding gather + argmax".into(), 100, &|b| {
         let ids = b.input("ids", DType::I64, [4, 7]);
         let table = b.param("table", Tensor::randn(&TensorType::new(DType::F32, [100, 32]), 1.0, 9));
         let e = table.gather(ids, 0);
@@ -315,17 +333,21 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
         b.output("arg", e.argmax(-1, false));
     })?;
     // Attention, small: softmax(q k^T / 8) v over [2, 4 heads, 32, 16].
-    add("attention bf16 [2,4,32,16]".into(), 0, &|b| {
+    c.add("attention bf16 [2,4,32,16]".into(), 0, &|b| {
         let q = b.input("q", DType::BF16, [2, 4, 32, 16]);
         let kk = b.input("k", DType::BF16, [2, 4, 32, 16]);
         let v = b.input("v", DType::BF16, [2, 4, 32, 16]);
         let s: Value = q.matmul(kk.transpose(&[0, 1, 3, 2])) * 0.25;
         b.output("o", softmax(s, -1).matmul(v));
     })?;
-    // Whole models.
+    Ok(())
+}
+
+/// Whole models.
+fn model_cases(c: &mut Cases) -> Result<(), GraphError> {
     let block = crate::models::gpt(&crate::models::GptConfig::default())?;
     let inputs = crate::random_inputs(&block, 77);
-    out.push(Case {
+    c.0.push(Case {
         name: "model: transformer block f32".into(),
         graph: block,
         inputs,
@@ -336,10 +358,10 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
         ..Default::default()
     })?;
     let inputs = crate::random_inputs(&g, 78);
-    out.push(Case {
+    c.0.push(Case {
         name: "model: 2-layer GPT bf16".into(),
         graph: g,
         inputs,
     });
-    Ok(out)
+    Ok(())
 }

@@ -54,7 +54,12 @@ fn fails_with(o: &Output, fragment: &str) -> String {
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
 }
 
 fn is_fifo(path: &Path) -> bool {
@@ -66,7 +71,6 @@ fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
         .iter()
         .map(|&d| tensor_shape_proto::Dimension {
             value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-            ..Default::default()
         })
         .collect();
     ValueInfoProto {
@@ -76,9 +80,7 @@ fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
                 elem_type: data_type::FLOAT,
                 shape: Some(TensorShapeProto { dim }),
             })),
-            ..Default::default()
         }),
-        ..Default::default()
     }
 }
 
@@ -163,7 +165,10 @@ fn special_files_are_never_read_and_never_block() {
     let dir = temp_dir("hostile-special");
     mkfifo(&dir.join("w.fifo"));
     let model = external_model(&dir, "w.fifo", Some(16));
-    fails_with(&graphc(&["ir", s(&model)]), "is a FIFO; graphc reads only regular files");
+    fails_with(
+        &graphc(&["ir", s(&model)]),
+        "is a FIFO; graphc reads only regular files",
+    );
     // The model path itself a FIFO, and a directory.
     mkfifo(&dir.join("m.onnx"));
     fails_with(&graphc(&["ir", s(&dir.join("m.onnx"))]), "is a FIFO");
@@ -220,7 +225,10 @@ fn gir_weights_stay_inside_the_folder_and_are_regular_files() {
     let weights = repo_path("examples/models/transformer_block.safetensors");
     for line in [weights.to_str().unwrap(), "../transformer_block.safetensors", ""] {
         let model = gir_with_weights(&dir, line);
-        fails_with(&graphc(&["ir", s(&model)]), "must be relative and inside the model's folder");
+        fails_with(
+            &graphc(&["ir", s(&model)]),
+            "must be relative and inside the model's folder",
+        );
     }
     symlink(&weights, dir.join("linked.safetensors")).unwrap();
     fails_with(
@@ -271,11 +279,17 @@ fn outputs_replace_only_regular_files() {
     let run = |out: &Path| graphc(&["run", block, "--inputs", inputs, "--device", "cpu", "--output", s(out)]);
     // A FIFO, a link to a FIFO, a directory: refused and left as they are.
     mkfifo(&dir.join("out.fifo"));
-    fails_with(&run(&dir.join("out.fifo")), "is a FIFO; graphc replaces only regular files");
+    fails_with(
+        &run(&dir.join("out.fifo")),
+        "is a FIFO; graphc replaces only regular files",
+    );
     assert!(is_fifo(&dir.join("out.fifo")));
     symlink("out.fifo", dir.join("link.npz")).unwrap();
     fails_with(&run(&dir.join("link.npz")), "is a FIFO");
-    assert!(std::fs::symlink_metadata(dir.join("link.npz")).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(dir.join("link.npz"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
     std::fs::create_dir(dir.join("d.npz")).unwrap();
     fails_with(&run(&dir.join("d.npz")), "is a directory");
     // The SVG of `plan` and the cubin folder follow the same rule.
@@ -288,7 +302,10 @@ fn outputs_replace_only_regular_files() {
     symlink("target.npz", dir.join("to-target.npz")).unwrap();
     let o = run(&dir.join("to-target.npz"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(std::fs::symlink_metadata(dir.join("to-target.npz")).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(dir.join("to-target.npz"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert!(graphc::npz::read_arrays(&dir.join("target.npz")).is_ok());
     // No temporary file is left behind.
     let left: Vec<_> = std::fs::read_dir(&dir)
@@ -316,7 +333,10 @@ fn memory_is_checked_before_it_is_taken() {
     let model = huge_input_gir(&dir, "1099511627776");
     // 8 TiB of input: the plan says so before any input is made.
     fails_with(&graphc(&["run", s(&model), "--device", "cpu"]), "over");
-    fails_with(&graphc(&["random-inputs", s(&model), "-o", s(&dir.join("in.npz"))]), "host memory");
+    fails_with(
+        &graphc(&["random-inputs", s(&model), "-o", s(&dir.join("in.npz"))]),
+        "host memory",
+    );
     // Within a huge budget the host is the limit: an error, never an abort.
     let o = graphc(&["run", s(&model), "--device", "cpu", "--budget", "100TiB"]);
     fails_with(&o, "host memory");

@@ -208,7 +208,7 @@ impl GraphBuilder {
         })
     }
 
-    fn fail<'b>(&'b self, at: Value<'b>, message: String) -> Value<'b> {
+    pub(crate) fn fail<'b>(&'b self, at: Value<'b>, message: String) -> Value<'b> {
         let mut st = self.state.borrow_mut();
         let e = GraphError::at(&st.graph, at.id, message);
         st.error.get_or_insert(e);
@@ -418,7 +418,10 @@ impl<'b> Value<'b> {
         let rank = self.rank();
         let axis = self.b.axis(axis, rank);
         let mut ranges = vec![SliceRange::full(); rank];
-        ranges[axis] = SliceRange { start, end, step };
+        // `axis` is in range unless `self.b.axis` recorded an error (rank 0).
+        if let Some(r) = ranges.get_mut(axis) {
+            *r = SliceRange { start, end, step };
+        }
         self.slice_ranges(ranges)
     }
 

@@ -83,6 +83,9 @@ fn on_pseudo_fs(file: &File) -> bool {
         return false;
     }
     // SAFETY: fstatfs succeeded, so it filled the struct.
+    // reason: `f_type`'s integer type differs between targets (i64 here, i32 or u32 on
+    // others); the cast is a no-op only on some.
+    #[allow(clippy::unnecessary_cast)]
     let magic = unsafe { st.assume_init() }.f_type as i64;
     matches!(magic, PROC_SUPER_MAGIC | SYSFS_MAGIC | DEBUGFS_MAGIC)
 }
@@ -127,12 +130,8 @@ pub fn read_regular_text(path: &Path) -> Result<String, FileError> {
 pub fn try_alloc_bytes(len: u64, path: &Path) -> Result<Vec<u8>, FileError> {
     let n = usize::try_from(len).map_err(|_| FileError::new(path, format!("{len} bytes do not fit in memory")))?;
     let mut buf = Vec::new();
-    buf.try_reserve_exact(n).map_err(|_| {
-        FileError::new(
-            path,
-            format!("cannot allocate {n} bytes of host memory to read it"),
-        )
-    })?;
+    buf.try_reserve_exact(n)
+        .map_err(|_| FileError::new(path, format!("cannot allocate {n} bytes of host memory to read it")))?;
     buf.resize(n, 0);
     Ok(buf)
 }

@@ -155,6 +155,15 @@ impl Graph {
         });
     }
 
+    /// The node `id`.
+    ///
+    /// # Panics
+    ///
+    /// When `id` is not a node of this graph, as slice indexing does; [`Graph::get`] is
+    /// the checked form, for ids not yet verified.
+    // reason: a panicking accessor like `[]`, for ids taken from this graph (its table,
+    // or the operands and outputs of a verified graph).
+    #[allow(clippy::indexing_slicing)]
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.index()]
     }
@@ -259,27 +268,32 @@ impl Graph {
     pub fn canonical_order(&self) -> Vec<NodeId> {
         let n = self.nodes.len();
         let mut placed = vec![false; n];
+        // Marks `id` placed; false when it already was, or is not a node of this graph.
+        let mut place = |id: NodeId| match placed.get_mut(id.index()) {
+            Some(p) if !*p => {
+                *p = true;
+                true
+            }
+            _ => false,
+        };
         let mut order = Vec::with_capacity(n);
         for &i in &self.inputs {
-            if i.index() < n && !placed[i.index()] {
-                placed[i.index()] = true;
+            if place(i) {
                 order.push(i);
             }
         }
         let roots = self.outputs.iter().map(|o| o.node).chain(self.ids());
         for root in roots {
-            if root.index() >= n || placed[root.index()] {
+            if !place(root) {
                 continue;
             }
             // Iterative post-order DFS: (node, next operand to visit).
             let mut stack = vec![(root, 0usize)];
-            placed[root.index()] = true;
             while let Some(&mut (id, ref mut next)) = stack.last_mut() {
-                let inputs = &self.nodes[id.index()].inputs;
+                let inputs = self.nodes.get(id.index()).map_or(&[][..], |node| &node.inputs);
                 if let Some(&operand) = inputs.get(*next) {
                     *next += 1;
-                    if operand.index() < n && !placed[operand.index()] {
-                        placed[operand.index()] = true;
+                    if place(operand) {
                         stack.push((operand, 0));
                     }
                 } else {
@@ -297,14 +311,17 @@ impl Graph {
         let order = self.canonical_order();
         let mut new_id = vec![NodeId(u32::MAX); self.nodes.len()];
         for (i, &old) in order.iter().enumerate() {
-            new_id[old.index()] = NodeId(i as u32);
+            if let Some(slot) = new_id.get_mut(old.index()) {
+                *slot = NodeId(i as u32);
+            }
         }
         let remap = |id: NodeId| new_id.get(id.index()).copied().unwrap_or(id);
         Graph {
             nodes: order
                 .iter()
-                .map(|&old| {
-                    let mut node = self.nodes[old.index()].clone();
+                .filter_map(|&old| self.nodes.get(old.index()))
+                .map(|node| {
+                    let mut node = node.clone();
                     node.inputs = node.inputs.iter().map(|&i| remap(i)).collect();
                     node
                 })
@@ -338,6 +355,9 @@ impl Graph {
     }
 
     /// The graph as JSON (weights included, exactly).
+    // reason: serde_json fails only on map keys that are not strings or a Serialize impl
+    // that errs; a graph's maps are keyed by String and none of its impls err.
+    #[allow(clippy::expect_used)]
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a graph always serializes")
     }

@@ -1,7 +1,10 @@
 //! Shape and dtype inference: the type every op gives its operands' types, or why not.
+//!
+//! Runs on unverified graphs (from the `.gir` parser, JSON and the ONNX importer), so
+//! every operand count, axis, permutation and extent is checked here before use.
 
 use crate::shape::{broadcast_shapes, broadcasts_to};
-use crate::{DType, Op, PadMode, Shape, TensorType};
+use crate::{DType, Op, PadMode, Shape, SliceRange, TensorType};
 
 /// The output type of `op` applied to operands of types `args`, or a message saying
 /// which rule the operands break.
@@ -11,6 +14,11 @@ pub fn infer_type(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
         return Err(format!("{} gives {ty}, which is too large", op.name()));
     }
     Ok(ty)
+}
+
+/// The operands of an op of fixed arity `N`, or the error saying how many it takes.
+fn operands<'a, const N: usize>(op: &Op, args: &[&'a TensorType]) -> Result<[&'a TensorType; N], String> {
+    <[&TensorType; N]>::try_from(args).map_err(|_| format!("{} takes {N} operand(s), got {}", op.name(), args.len()))
 }
 
 fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
@@ -32,14 +40,14 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             Ok(ty.clone())
         }
         Op::Unary(u) => {
-            let a = args[0];
+            let [a] = operands(op, args)?;
             if !u.accepts(a.dtype) {
                 return Err(format!("{} does not accept {}", u.name(), a.dtype));
             }
             Ok(TensorType::new(u.output_dtype(a.dtype), a.shape.clone()))
         }
         Op::Binary(b) => {
-            let (x, y) = (args[0], args[1]);
+            let [x, y] = operands(op, args)?;
             if x != y {
                 return Err(format!(
                     "{} needs operands of one type (broadcasts and casts are explicit), got {x} and {y}",
@@ -52,7 +60,7 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             Ok(TensorType::new(b.output_dtype(x.dtype), x.shape.clone()))
         }
         Op::Select => {
-            let (c, a, b) = (args[0], args[1], args[2]);
+            let [c, a, b] = operands(op, args)?;
             if c.dtype != DType::Bool {
                 return Err(format!("select needs a bool condition, got {c}"));
             }
@@ -63,17 +71,21 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             }
             Ok(a.clone())
         }
-        Op::Cast { to } => Ok(TensorType::new(*to, args[0].shape.clone())),
-        Op::Broadcast { shape } => {
-            if !broadcasts_to(args[0].shape.dims(), shape.dims()) {
-                return Err(format!("{} does not broadcast to {shape}", args[0].shape));
-            }
-            Ok(TensorType::new(args[0].dtype, shape.clone()))
+        Op::Cast { to } => {
+            let [a] = operands(op, args)?;
+            Ok(TensorType::new(*to, a.shape.clone()))
         }
-        Op::Reduce { op, axes, keepdims } => {
-            let a = args[0];
+        Op::Broadcast { shape } => {
+            let [a] = operands(op, args)?;
+            if !broadcasts_to(a.shape.dims(), shape.dims()) {
+                return Err(format!("{} does not broadcast to {shape}", a.shape));
+            }
+            Ok(TensorType::new(a.dtype, shape.clone()))
+        }
+        Op::Reduce { op: r, axes, keepdims } => {
+            let [a] = operands(op, args)?;
             if !a.dtype.is_numeric() {
-                return Err(format!("{} does not accept {}", op.name(), a.dtype));
+                return Err(format!("{} does not accept {}", r.name(), a.dtype));
             }
             check_axes(axes, a.shape.rank())?;
             let dims = a
@@ -89,44 +101,28 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
                 .collect::<Vec<_>>();
             Ok(TensorType::new(a.dtype, dims))
         }
-        Op::ArgReduce { op, axis, keepdims } => {
-            let a = args[0];
+        Op::ArgReduce { op: r, axis, keepdims } => {
+            let [a] = operands(op, args)?;
             if !a.dtype.is_numeric() {
-                return Err(format!("{} does not accept {}", op.name(), a.dtype));
+                return Err(format!("{} does not accept {}", r.name(), a.dtype));
             }
-            check_axis(*axis, a.shape.rank())?;
-            if a.shape.dims()[*axis] == 0 {
-                return Err(format!("{} over an empty axis {axis}", op.name()));
+            let (before, extent, after) = split_axis(*axis, a.shape.dims())?;
+            if extent == 0 {
+                return Err(format!("{} over an empty axis {axis}", r.name()));
             }
-            let mut dims = a.shape.0.clone();
+            let mut dims = before.to_vec();
             if *keepdims {
-                dims[*axis] = 1;
-            } else {
-                dims.remove(*axis);
+                dims.push(1);
             }
+            dims.extend_from_slice(after);
             Ok(TensorType::new(DType::I64, dims))
         }
         Op::MatMul => {
-            let (a, b) = (args[0], args[1]);
-            if a.dtype != b.dtype || !a.dtype.is_numeric() {
-                return Err(format!("matmul needs numeric operands of one dtype, got {a} and {b}"));
-            }
-            let (ra, rb) = (a.shape.rank(), b.shape.rank());
-            if ra < 2 || rb < 2 {
-                return Err(format!("matmul needs operands of rank >= 2, got {a} and {b}"));
-            }
-            let (m, k) = (a.shape.0[ra - 2], a.shape.0[ra - 1]);
-            let (k2, n) = (b.shape.0[rb - 2], b.shape.0[rb - 1]);
-            if k != k2 {
-                return Err(format!("matmul contraction dims differ: {a} x {b} ({k} vs {k2})"));
-            }
-            let mut dims = broadcast_shapes(&a.shape.0[..ra - 2], &b.shape.0[..rb - 2])
-                .ok_or_else(|| format!("matmul batch dims do not broadcast: {a} x {b}"))?;
-            dims.extend([m, n]);
-            Ok(TensorType::new(a.dtype, dims))
+            let [a, b] = operands(op, args)?;
+            infer_matmul(a, b)
         }
         Op::Reshape { shape } => {
-            let a = args[0];
+            let [a] = operands(op, args)?;
             if shape.numel() != a.numel() {
                 return Err(format!(
                     "reshape of {a} ({} elements) to {shape} ({} elements)",
@@ -137,101 +133,151 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             Ok(TensorType::new(a.dtype, shape.clone()))
         }
         Op::Transpose { perm } => {
-            let a = args[0];
-            let rank = a.shape.rank();
-            let mut seen = vec![false; rank];
-            if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
-                return Err(format!("transpose perm {perm:?} is not a permutation of {rank} axes"));
-            }
-            Ok(TensorType::new(
-                a.dtype,
-                perm.iter().map(|&p| a.shape.0[p]).collect::<Vec<_>>(),
-            ))
+            let [a] = operands(op, args)?;
+            infer_transpose(a, perm)
         }
         Op::Slice { ranges } => {
-            let a = args[0];
-            if ranges.len() != a.shape.rank() {
-                return Err(format!(
-                    "slice has {} ranges for an operand of rank {}",
-                    ranges.len(),
-                    a.shape.rank()
-                ));
-            }
-            let mut dims = Vec::with_capacity(ranges.len());
-            for (i, (r, &d)) in ranges.iter().zip(a.shape.dims()).enumerate() {
-                if r.step == 0 {
-                    return Err(format!("slice step of axis {i} is 0"));
-                }
-                dims.push(r.resolve(d).1);
-            }
-            Ok(TensorType::new(a.dtype, dims))
+            let [a] = operands(op, args)?;
+            infer_slice(a, ranges)
         }
-        Op::Concat { axis } => {
-            let first = args[0];
-            check_axis(*axis, first.shape.rank())?;
-            let mut dims = first.shape.0.clone();
-            for a in &args[1..] {
-                let same_other_dims = a.shape.rank() == first.shape.rank()
-                    && a.shape
-                        .dims()
-                        .iter()
-                        .zip(first.shape.dims())
-                        .enumerate()
-                        .all(|(i, (x, y))| i == *axis || x == y);
-                if a.dtype != first.dtype || !same_other_dims {
-                    return Err(format!("concat along axis {axis} of {first} and {a}"));
-                }
-                dims[*axis] = dims[*axis]
-                    .checked_add(a.shape.0[*axis])
-                    .ok_or_else(|| format!("concat along axis {axis} is too large"))?;
-            }
-            Ok(TensorType::new(first.dtype, dims))
-        }
+        Op::Concat { axis } => infer_concat(*axis, args),
         Op::Gather { axis } => {
-            let (data, idx) = (args[0], args[1]);
-            check_axis(*axis, data.shape.rank())?;
+            let [data, idx] = operands(op, args)?;
+            let (before, _, after) = split_axis(*axis, data.shape.dims())?;
             if !matches!(idx.dtype, DType::I64 | DType::I32) {
                 return Err(format!("gather indices must be i64 or i32, got {}", idx.dtype));
             }
-            let mut dims = data.shape.0[..*axis].to_vec();
+            let mut dims = before.to_vec();
             dims.extend_from_slice(idx.shape.dims());
-            dims.extend_from_slice(&data.shape.0[axis + 1..]);
+            dims.extend_from_slice(after);
             Ok(TensorType::new(data.dtype, dims))
         }
         Op::Pad { pads, mode, .. } => {
-            let a = args[0];
-            if pads.len() != a.shape.rank() {
-                return Err(format!(
-                    "pad has {} pairs for an operand of rank {}",
-                    pads.len(),
-                    a.shape.rank()
-                ));
-            }
-            let mut dims = Vec::with_capacity(pads.len());
-            for (i, (&(lo, hi), &d)) in pads.iter().zip(a.shape.dims()).enumerate() {
-                let out = d as i128 + lo as i128 + hi as i128;
-                if out < 0 {
-                    return Err(format!(
-                        "pad ({lo}, {hi}) of axis {i} (extent {d}) gives a negative extent"
-                    ));
-                }
-                let grows = lo > 0 || hi > 0;
-                match mode {
-                    PadMode::Reflect if grows && (lo as i128 >= d as i128 || hi as i128 >= d as i128) => {
-                        return Err(format!(
-                            "reflect pad ({lo}, {hi}) of axis {i} needs pads smaller than its extent {d}"
-                        ));
-                    }
-                    PadMode::Edge if grows && d == 0 => {
-                        return Err(format!("edge pad of empty axis {i}"));
-                    }
-                    _ => {}
-                }
-                dims.push(usize::try_from(out).map_err(|_| format!("pad of axis {i} is too large"))?);
-            }
-            Ok(TensorType::new(a.dtype, dims))
+            let [a] = operands(op, args)?;
+            infer_pad(a, pads, *mode)
         }
     }
+}
+
+fn infer_matmul(a: &TensorType, b: &TensorType) -> Result<TensorType, String> {
+    if a.dtype != b.dtype || !a.dtype.is_numeric() {
+        return Err(format!("matmul needs numeric operands of one dtype, got {a} and {b}"));
+    }
+    let (Some((batch_a, &[m, k])), Some((batch_b, &[k2, n]))) = (
+        a.shape.dims().split_last_chunk::<2>(),
+        b.shape.dims().split_last_chunk::<2>(),
+    ) else {
+        return Err(format!("matmul needs operands of rank >= 2, got {a} and {b}"));
+    };
+    if k != k2 {
+        return Err(format!("matmul contraction dims differ: {a} x {b} ({k} vs {k2})"));
+    }
+    let mut dims =
+        broadcast_shapes(batch_a, batch_b).ok_or_else(|| format!("matmul batch dims do not broadcast: {a} x {b}"))?;
+    dims.extend([m, n]);
+    Ok(TensorType::new(a.dtype, dims))
+}
+
+fn infer_transpose(a: &TensorType, perm: &[usize]) -> Result<TensorType, String> {
+    let rank = a.shape.rank();
+    let bad = || format!("transpose perm {perm:?} is not a permutation of {rank} axes");
+    if perm.len() != rank {
+        return Err(bad());
+    }
+    let mut seen = vec![false; rank];
+    let mut dims = Vec::with_capacity(rank);
+    for &p in perm {
+        let (Some(s), Some(&d)) = (seen.get_mut(p), a.shape.dims().get(p)) else {
+            return Err(bad());
+        };
+        if std::mem::replace(s, true) {
+            return Err(bad());
+        }
+        dims.push(d);
+    }
+    Ok(TensorType::new(a.dtype, dims))
+}
+
+fn infer_slice(a: &TensorType, ranges: &[SliceRange]) -> Result<TensorType, String> {
+    if ranges.len() != a.shape.rank() {
+        return Err(format!(
+            "slice has {} ranges for an operand of rank {}",
+            ranges.len(),
+            a.shape.rank()
+        ));
+    }
+    let mut dims = Vec::with_capacity(ranges.len());
+    for (i, (r, &d)) in ranges.iter().zip(a.shape.dims()).enumerate() {
+        if r.step == 0 {
+            return Err(format!("slice step of axis {i} is 0"));
+        }
+        dims.push(r.resolve(d).1);
+    }
+    Ok(TensorType::new(a.dtype, dims))
+}
+
+fn infer_concat(axis: usize, args: &[&TensorType]) -> Result<TensorType, String> {
+    let Some((first, rest)) = args.split_first() else {
+        return Err("concat takes at least one operand".to_string());
+    };
+    let (_, mut total, _) = split_axis(axis, first.shape.dims())?;
+    for a in rest {
+        let same_other_dims = a.shape.rank() == first.shape.rank()
+            && a.shape
+                .dims()
+                .iter()
+                .zip(first.shape.dims())
+                .enumerate()
+                .all(|(i, (x, y))| i == axis || x == y);
+        if a.dtype != first.dtype || !same_other_dims {
+            return Err(format!("concat along axis {axis} of {first} and {a}"));
+        }
+        let (_, extent, _) = split_axis(axis, a.shape.dims())?;
+        total = total
+            .checked_add(extent)
+            .ok_or_else(|| format!("concat along axis {axis} is too large"))?;
+    }
+    let dims = first
+        .shape
+        .dims()
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if i == axis { total } else { d })
+        .collect::<Vec<_>>();
+    Ok(TensorType::new(first.dtype, dims))
+}
+
+fn infer_pad(a: &TensorType, pads: &[(i64, i64)], mode: PadMode) -> Result<TensorType, String> {
+    if pads.len() != a.shape.rank() {
+        return Err(format!(
+            "pad has {} pairs for an operand of rank {}",
+            pads.len(),
+            a.shape.rank()
+        ));
+    }
+    let mut dims = Vec::with_capacity(pads.len());
+    for (i, (&(lo, hi), &d)) in pads.iter().zip(a.shape.dims()).enumerate() {
+        let out = d as i128 + lo as i128 + hi as i128;
+        if out < 0 {
+            return Err(format!(
+                "pad ({lo}, {hi}) of axis {i} (extent {d}) gives a negative extent"
+            ));
+        }
+        let grows = lo > 0 || hi > 0;
+        match mode {
+            PadMode::Reflect if grows && (lo as i128 >= d as i128 || hi as i128 >= d as i128) => {
+                return Err(format!(
+                    "reflect pad ({lo}, {hi}) of axis {i} needs pads smaller than its extent {d}"
+                ));
+            }
+            PadMode::Edge if grows && d == 0 => {
+                return Err(format!("edge pad of empty axis {i}"));
+            }
+            _ => {}
+        }
+        dims.push(usize::try_from(out).map_err(|_| format!("pad of axis {i} is too large"))?);
+    }
+    Ok(TensorType::new(a.dtype, dims))
 }
 
 fn check_axis(axis: usize, rank: usize) -> Result<(), String> {
@@ -241,12 +287,23 @@ fn check_axis(axis: usize, rank: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// `dims` split at `axis`: the extents before it, its extent, and those after it; or
+/// the error of [`check_axis`].
+fn split_axis(axis: usize, dims: &[usize]) -> Result<(&[usize], usize, &[usize]), String> {
+    let out_of_range = || format!("axis {axis} out of range for rank {}", dims.len());
+    let (before, rest) = dims.split_at_checked(axis).ok_or_else(out_of_range)?;
+    let (&extent, after) = rest.split_first().ok_or_else(out_of_range)?;
+    Ok((before, extent, after))
+}
+
 fn check_axes(axes: &[usize], rank: usize) -> Result<(), String> {
-    for (i, &a) in axes.iter().enumerate() {
+    let mut prev: Option<usize> = None;
+    for &a in axes {
         check_axis(a, rank)?;
-        if i > 0 && axes[i - 1] >= a {
+        if prev.is_some_and(|p| p >= a) {
             return Err(format!("axes {axes:?} must be sorted and unique"));
         }
+        prev = Some(a);
     }
     Ok(())
 }
@@ -254,4 +311,78 @@ fn check_axes(axes: &[usize], rank: usize) -> Result<(), String> {
 /// The shape both operands of a binary op are broadcast to, numpy rules.
 pub fn broadcast_pair(a: &Shape, b: &Shape) -> Option<Shape> {
     broadcast_shapes(a.dims(), b.dims()).map(Shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{interp::eval_op, ArgReduceOp, BinaryOp, ReduceOp, SliceRange, Tensor, UnaryOp};
+
+    fn f32s(dims: &[usize]) -> TensorType {
+        TensorType::new(DType::F32, dims.to_vec())
+    }
+
+    fn err(op: Op, args: &[&TensorType]) -> String {
+        infer_type(&op, args).unwrap_err()
+    }
+
+    #[test]
+    fn operand_counts_are_checked() {
+        let a = f32s(&[2]);
+        assert!(err(Op::Unary(UnaryOp::Neg), &[]).contains("takes 1 operand(s), got 0"));
+        assert!(err(Op::Binary(BinaryOp::Add), &[&a]).contains("takes 2 operand(s), got 1"));
+        assert!(err(Op::Select, &[&a, &a]).contains("takes 3 operand(s), got 2"));
+        assert!(err(Op::MatMul, &[&a, &a, &a]).contains("takes 2 operand(s), got 3"));
+        assert!(err(Op::Concat { axis: 0 }, &[]).contains("at least one operand"));
+    }
+
+    #[test]
+    fn axes_perms_and_ranks_are_checked() {
+        let a = f32s(&[2, 3]);
+        let v = f32s(&[3]);
+        let i = TensorType::new(DType::I64, [4]);
+        assert!(err(Op::Transpose { perm: vec![0, 0] }, &[&a]).contains("not a permutation"));
+        assert!(err(Op::Transpose { perm: vec![0, 2] }, &[&a]).contains("not a permutation"));
+        assert!(err(Op::Transpose { perm: vec![0] }, &[&a]).contains("not a permutation"));
+        let arg = |axis| Op::ArgReduce {
+            op: ArgReduceOp::ArgMax,
+            axis,
+            keepdims: true,
+        };
+        assert!(err(arg(2), &[&a]).contains("axis 2 out of range for rank 2"));
+        assert!(err(arg(0), &[&f32s(&[0, 3])]).contains("empty axis"));
+        assert_eq!(infer_type(&arg(1), &[&a]).unwrap(), TensorType::new(DType::I64, [2, 1]));
+        assert!(err(Op::Gather { axis: 2 }, &[&a, &i]).contains("out of range"));
+        assert_eq!(infer_type(&Op::Gather { axis: 1 }, &[&a, &i]).unwrap(), f32s(&[2, 4]));
+        assert!(err(Op::MatMul, &[&v, &a]).contains("rank >= 2"));
+        assert!(err(Op::Concat { axis: 1 }, &[&a, &v]).contains("concat along axis 1"));
+        assert!(err(Op::Concat { axis: 2 }, &[&a, &a]).contains("out of range"));
+        assert_eq!(infer_type(&Op::Concat { axis: 1 }, &[&a, &a]).unwrap(), f32s(&[2, 6]));
+        let reduce = |axes| Op::Reduce {
+            op: ReduceOp::Sum,
+            axes,
+            keepdims: false,
+        };
+        assert!(err(reduce(vec![1, 0]), &[&a]).contains("sorted and unique"));
+        assert!(err(reduce(vec![0, 0]), &[&a]).contains("sorted and unique"));
+        assert!(err(reduce(vec![5]), &[&a]).contains("out of range"));
+        let slice = Op::Slice {
+            ranges: vec![SliceRange::full()],
+        };
+        assert!(err(slice, &[&a]).contains("1 ranges for an operand of rank 2"));
+    }
+
+    #[test]
+    fn eval_op_refuses_mismatched_operands() {
+        let x = Tensor::scalar(DType::F32, 1.0);
+        let ty = x.ty();
+        assert!(eval_op(&Op::Binary(BinaryOp::Add), &[&x], &ty).is_err());
+        assert!(eval_op(&Op::Select, &[&x, &x], &ty).is_err());
+        assert!(eval_op(&Op::Transpose { perm: vec![0] }, &[&x], &ty).is_err());
+        assert!(eval_op(&Op::Concat { axis: 0 }, &[], &ty).is_err());
+        assert_eq!(
+            eval_op(&Op::Binary(BinaryOp::Add), &[&x, &x], &ty).unwrap(),
+            Tensor::scalar(DType::F32, 2.0)
+        );
+    }
 }

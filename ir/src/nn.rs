@@ -81,10 +81,14 @@ pub fn causal_mask(like: Value<'_>, seq: usize) -> Value<'_> {
 /// Multi-head causal self-attention on `qkv` of shape `[batch, seq, 3 * d]` (q, k, v
 /// concatenated on the last axis); returns `[batch, seq, d]`.
 pub fn causal_attention(qkv: Value<'_>, heads: usize) -> Value<'_> {
-    let dims = qkv.shape().0;
-    let (batch, seq, d) = (dims[0], dims[1], dims[2] / 3);
-    let hd = d / heads;
     let b = qkv.builder();
+    let &[batch, seq, d3] = qkv.shape().dims() else {
+        return b.fail(qkv, format!("causal attention needs qkv of rank 3, got {}", qkv.ty()));
+    };
+    let d = d3 / 3;
+    let Some(hd) = d.checked_div(heads) else {
+        return b.fail(qkv, "causal attention needs at least one head".to_string());
+    };
     let split = |i: i64| {
         qkv.slice(-1, i * d as i64, (i + 1) * d as i64, 1)
             .reshape([batch, seq, heads, hd])
@@ -97,4 +101,32 @@ pub fn causal_attention(qkv: Value<'_>, heads: usize) -> Value<'_> {
     let masked = b.select(mask, scores, neg_inf);
     let probs = softmax(masked, -1);
     probs.matmul(v).transpose(&[0, 2, 1, 3]).reshape([batch, seq, d])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::GraphBuilder;
+
+    #[test]
+    fn bad_shapes_are_errors_not_panics() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [4, 6]);
+        b.output("y", causal_attention(x, 2));
+        assert!(b.finish().unwrap_err().to_string().contains("needs qkv of rank 3"));
+
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [1, 4, 6]);
+        b.output("y", causal_attention(x, 0));
+        assert!(b.finish().unwrap_err().to_string().contains("at least one head"));
+
+        let b = GraphBuilder::new();
+        let s = b.input("s", DType::F32, [0usize; 0]);
+        b.output("y", s.slice(0, 0, 1, 1));
+        assert!(b
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("axis 0 out of range for rank 0"));
+    }
 }

@@ -45,8 +45,10 @@ impl Shape {
     /// Row-major strides in elements.
     pub fn strides(&self) -> Vec<usize> {
         let mut strides = vec![1; self.0.len()];
-        for i in (0..self.0.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * self.0[i + 1];
+        let mut after = 1usize;
+        for (s, &d) in strides.iter_mut().zip(&self.0).rev() {
+            *s = after;
+            after = after.saturating_mul(d);
         }
         strides
     }
@@ -71,18 +73,21 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {
 /// The numpy broadcast of two shapes, or `None` when they do not broadcast.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let rank = a.len().max(b.len());
-    let mut out = vec![0; rank];
-    for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
-        out[i] = match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => return None,
-        };
-    }
-    Some(out)
+    // Dim `i` of `s` right-aligned to `rank`, 1 where `s` has no such dim.
+    let aligned = |s: &[usize], i: usize| {
+        i.checked_sub(rank - s.len())
+            .and_then(|j| s.get(j))
+            .copied()
+            .unwrap_or(1)
+    };
+    (0..rank)
+        .map(|i| match (aligned(a, i), aligned(b, i)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
 }
 
 /// True when `from` broadcasts to `to` by numpy rules (right-aligned, each dim equal or 1).

@@ -80,28 +80,39 @@ impl TensorData {
     }
 
     /// Gather elements by flat index: `out[i] = self[idx[i]]`.
+    ///
+    /// # Panics
+    ///
+    /// When an index is out of range, as slice indexing does; [`TensorData::try_take`]
+    /// is the checked form, for indices not computed from this data's own shape.
+    // reason: a panicking accessor like `[]`; its callers compute every index from the
+    // shape of the tensor the data belongs to (strides, broadcasts, splats).
+    #[allow(clippy::indexing_slicing)]
     pub fn take(&self, idx: &[usize]) -> TensorData {
         map_data!(self, v => idx.iter().map(|&i| v[i]).collect())
     }
 
-    /// Gather elements by flat index, `None` giving `fill` (already of this dtype, one element).
-    pub fn take_or(&self, idx: &[Option<usize>], fill: &TensorData) -> TensorData {
-        match (self, fill) {
-            (TensorData::F32(v), TensorData::F32(f)) => TensorData::F32(take_fill(v, idx, f[0])),
-            (TensorData::F16(v), TensorData::F16(f)) => TensorData::F16(take_fill(v, idx, f[0])),
-            (TensorData::BF16(v), TensorData::BF16(f)) => TensorData::BF16(take_fill(v, idx, f[0])),
-            (TensorData::F64(v), TensorData::F64(f)) => TensorData::F64(take_fill(v, idx, f[0])),
-            (TensorData::I64(v), TensorData::I64(f)) => TensorData::I64(take_fill(v, idx, f[0])),
-            (TensorData::I32(v), TensorData::I32(f)) => TensorData::I32(take_fill(v, idx, f[0])),
-            (TensorData::I8(v), TensorData::I8(f)) => TensorData::I8(take_fill(v, idx, f[0])),
-            (TensorData::U8(v), TensorData::U8(f)) => TensorData::U8(take_fill(v, idx, f[0])),
-            (TensorData::Bool(v), TensorData::Bool(f)) => TensorData::Bool(take_fill(v, idx, f[0])),
-            _ => panic!(
-                "take_or: fill dtype {} differs from data dtype {}",
-                fill.dtype(),
-                self.dtype()
-            ),
-        }
+    /// Gather elements by flat index, or `None` when an index is out of range.
+    pub fn try_take(&self, idx: &[usize]) -> Option<TensorData> {
+        Some(map_data!(self, v => idx.iter().map(|&i| v.get(i).copied()).collect::<Option<Vec<_>>>()?))
+    }
+
+    /// Gather elements by flat index, `None` giving `fill` (of this dtype, its first
+    /// element used); `None` when `fill` is empty or of another dtype, or an index is out
+    /// of range.
+    pub fn take_or(&self, idx: &[Option<usize>], fill: &TensorData) -> Option<TensorData> {
+        Some(match (self, fill) {
+            (TensorData::F32(v), TensorData::F32(f)) => TensorData::F32(take_fill(v, idx, f)?),
+            (TensorData::F16(v), TensorData::F16(f)) => TensorData::F16(take_fill(v, idx, f)?),
+            (TensorData::BF16(v), TensorData::BF16(f)) => TensorData::BF16(take_fill(v, idx, f)?),
+            (TensorData::F64(v), TensorData::F64(f)) => TensorData::F64(take_fill(v, idx, f)?),
+            (TensorData::I64(v), TensorData::I64(f)) => TensorData::I64(take_fill(v, idx, f)?),
+            (TensorData::I32(v), TensorData::I32(f)) => TensorData::I32(take_fill(v, idx, f)?),
+            (TensorData::I8(v), TensorData::I8(f)) => TensorData::I8(take_fill(v, idx, f)?),
+            (TensorData::U8(v), TensorData::U8(f)) => TensorData::U8(take_fill(v, idx, f)?),
+            (TensorData::Bool(v), TensorData::Bool(f)) => TensorData::Bool(take_fill(v, idx, f)?),
+            _ => return None,
+        })
     }
 
     /// Concatenate several vectors of the same dtype.
@@ -204,7 +215,12 @@ impl TensorData {
             DType::U8 => try_collect(n, bytes.iter().copied()).map(TensorData::U8),
             DType::Bool => try_collect(n, bytes.iter().map(|&b| b != 0)).map(TensorData::Bool),
         };
-        data.ok_or_else(|| format!("cannot allocate {} bytes of host memory for {n} {dtype} elements", bytes.len()))
+        data.ok_or_else(|| {
+            format!(
+                "cannot allocate {} bytes of host memory for {n} {dtype} elements",
+                bytes.len()
+            )
+        })
     }
 
     /// `n` elements of `dtype` from f64 values (cast semantics, as [`TensorData::from_f64`]),
@@ -235,8 +251,11 @@ fn try_collect<T>(n: usize, items: impl Iterator<Item = T>) -> Option<Vec<T>> {
     Some(v)
 }
 
-fn take_fill<T: Copy>(v: &[T], idx: &[Option<usize>], fill: T) -> Vec<T> {
-    idx.iter().map(|i| i.map_or(fill, |i| v[i])).collect()
+fn take_fill<T: Copy>(v: &[T], idx: &[Option<usize>], fill: &[T]) -> Option<Vec<T>> {
+    let &fill = fill.first()?;
+    idx.iter()
+        .map(|i| i.map_or(Some(fill), |i| v.get(i).copied()))
+        .collect()
 }
 
 /// Bitwise equality: NaN equals NaN with the same bits, -0.0 differs from 0.0.
@@ -330,7 +349,12 @@ impl Tensor {
             d if d.is_int() => rng.below(16) as f64 - 8.0,
             _ => rng.uniform(-1.0, 1.0),
         })
-        .ok_or_else(|| format!("cannot allocate {} bytes of host memory for a {ty} tensor", ty.size_bytes()))?;
+        .ok_or_else(|| {
+            format!(
+                "cannot allocate {} bytes of host memory for a {ty} tensor",
+                ty.size_bytes()
+            )
+        })?;
         Ok(Tensor {
             shape: ty.shape.clone(),
             data,
@@ -391,7 +415,7 @@ impl fmt::Display for Tensor {
         let v = self.to_f64_vec();
         let shown = v.len().min(8);
         f.write_str("[")?;
-        for (i, x) in v[..shown].iter().enumerate() {
+        for (i, x) in v.iter().take(shown).enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
@@ -438,10 +462,15 @@ impl<'de> Deserialize<'de> for Tensor {
                 "tensor hex data has odd length or non-ascii characters",
             ));
         }
-        let bytes = (0..r.hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&r.hex[i..i + 2], 16))
-            .collect::<Result<Vec<u8>, _>>()
+        let bytes = r
+            .hex
+            .as_bytes()
+            .chunks_exact(2)
+            .map(|pair| {
+                let pair = std::str::from_utf8(pair).map_err(|e| e.to_string())?;
+                u8::from_str_radix(pair, 16).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<u8>, String>>()
             .map_err(|e| D::Error::custom(format!("tensor hex data: {e}")))?;
         let n = r.shape.numel();
         let data = TensorData::from_le_bytes(r.dtype, &bytes, n).ok_or_else(|| {
@@ -449,7 +478,7 @@ impl<'de> Deserialize<'de> for Tensor {
                 "tensor {}{} needs {} bytes, got {}",
                 r.dtype,
                 r.shape,
-                n * r.dtype.size_bytes(),
+                n.saturating_mul(r.dtype.size_bytes()),
                 bytes.len()
             ))
         })?;

@@ -112,7 +112,8 @@ pub fn ancestors(graph: &Graph, id: NodeId) -> Vec<NodeId> {
     let mut stack = vec![id];
     let mut out = Vec::new();
     while let Some(n) = stack.pop() {
-        if n.index() >= seen.len() || std::mem::replace(&mut seen[n.index()], true) {
+        let Some(s) = seen.get_mut(n.index()) else { continue };
+        if std::mem::replace(s, true) {
             continue;
         }
         out.push(n);

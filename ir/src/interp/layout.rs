@@ -1,6 +1,12 @@
 //! Index-mapping ops: each output element is an element of the operand(s), found by a
 //! flat source index (or a fill value). They work for every dtype at once.
 
+// reason: these kernels run on operands that passed `infer_type` against the node's type
+// (`eval_op` checks that before dispatching here, and `interpret` also verifies the graph),
+// and a tensor's data always holds its shape's element count; so every axis is < rank and
+// every flat index computed from the shapes and strides is in range.
+#![allow(clippy::indexing_slicing)]
+
 use super::convert::{from_f64, from_i64};
 use crate::{PadMode, Shape, SliceRange, Tensor, TensorData, TensorType};
 
@@ -191,7 +197,9 @@ pub(crate) fn pad(x: &Tensor, pads: &[(i64, i64)], mode: PadMode, value: f64) ->
         flat = next;
     }
     let fill = from_f64(x.dtype(), &[value]);
-    Ok(x.data().take_or(&flat, &fill))
+    x.data()
+        .take_or(&flat, &fill)
+        .ok_or_else(|| "internal error: pad fill or source index out of range".to_string())
 }
 
 /// `out[i0, .., in] = i_axis`, converted like a cast from i64.

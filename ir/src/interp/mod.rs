@@ -81,27 +81,34 @@ pub fn interpret(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Vec<
 
     // Nodes the outputs need, and how many uses each value has among them.
     let n = graph.len();
+    // The graph is verified, so every id below is < n; `get` keeps that unassumed.
     let mut needed = vec![false; n];
     let mut stack: Vec<NodeId> = graph.outputs().iter().map(|o| o.node).collect();
     while let Some(id) = stack.pop() {
-        if !std::mem::replace(&mut needed[id.index()], true) {
-            stack.extend(graph.node(id).inputs.iter().copied());
+        if let Some(slot) = needed.get_mut(id.index()) {
+            if !std::mem::replace(slot, true) {
+                stack.extend(graph.node(id).inputs.iter().copied());
+            }
         }
     }
     let order: Vec<NodeId> = graph
         .topo_order()?
         .into_iter()
-        .filter(|id| needed[id.index()])
+        .filter(|id| needed.get(id.index()) == Some(&true))
         .collect();
     let mut uses = vec![0usize; n];
     for &id in &order {
         for &i in &graph.node(id).inputs {
-            uses[i.index()] += 1;
+            if let Some(u) = uses.get_mut(i.index()) {
+                *u += 1;
+            }
         }
     }
     let mut is_output = vec![false; n];
     for o in graph.outputs() {
-        is_output[o.node.index()] = true;
+        if let Some(slot) = is_output.get_mut(o.node.index()) {
+            *slot = true;
+        }
     }
 
     let mut values: Vec<Option<Cow<'_, Tensor>>> = vec![None; n];
@@ -131,7 +138,7 @@ pub fn interpret(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Vec<
             op => {
                 let mut args = Vec::with_capacity(node.inputs.len());
                 for &i in &node.inputs {
-                    match values[i.index()].as_deref() {
+                    match values.get(i.index()).and_then(|v| v.as_deref()) {
                         Some(t) => args.push(t),
                         None => return Err(InterpError::at(graph, id, format!("operand {i} has no value"))),
                     }
@@ -139,20 +146,25 @@ pub fn interpret(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Vec<
                 Cow::Owned(eval_op(op, &args, &node.ty).map_err(|m| InterpError::at(graph, id, m))?)
             }
         };
-        values[id.index()] = Some(value);
+        if let Some(slot) = values.get_mut(id.index()) {
+            *slot = Some(value);
+        }
         for &i in &node.inputs {
-            let u = &mut uses[i.index()];
+            let Some(u) = uses.get_mut(i.index()) else { continue };
             *u = u.saturating_sub(1);
-            if *u == 0 && !is_output[i.index()] {
-                values[i.index()] = None;
+            if *u == 0 && is_output.get(i.index()) == Some(&false) {
+                if let Some(slot) = values.get_mut(i.index()) {
+                    *slot = None;
+                }
             }
         }
     }
 
     let mut out = Vec::with_capacity(graph.outputs().len());
     for o in graph.outputs() {
-        let t = values[o.node.index()]
-            .as_deref()
+        let t = values
+            .get(o.node.index())
+            .and_then(|v| v.as_deref())
             .ok_or_else(|| InterpError::at(graph, o.node, format!("output \"{}\" has no value", o.name)))?;
         out.push((o.name.clone(), t.clone()));
     }
@@ -178,24 +190,27 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
     if &inferred != ty {
         return Err(format!("declared type {ty} but the op gives {inferred}"));
     }
-    let data = match op {
-        Op::Input { .. } | Op::Parameter { .. } => return Err(format!("{} has no operands", op.name())),
-        Op::Constant { value } => return Ok(value.clone()),
-        Op::Iota { ty, axis } => layout::iota(ty, *axis),
-        Op::Unary(u) => elementwise::unary(*u, args[0].data())?,
-        Op::Binary(b) => elementwise::binary(*b, args[0].data(), args[1].data())?,
-        Op::Select => elementwise::select(args[0].data(), args[1].data(), args[2].data())?,
-        Op::Cast { to } => convert::cast(args[0].data(), *to),
-        Op::Broadcast { shape } => layout::broadcast(args[0], shape),
-        Op::Reduce { op, axes, .. } => reduce::reduce(*op, args[0], axes)?,
-        Op::ArgReduce { op, axis, .. } => reduce::arg_reduce(*op, args[0], *axis)?,
-        Op::MatMul => matmul::matmul(args[0], args[1], ty)?,
-        Op::Reshape { .. } => args[0].data().clone(),
-        Op::Transpose { perm } => layout::transpose(args[0], perm),
-        Op::Slice { ranges } => layout::slice(args[0], ranges),
-        Op::Concat { axis } => layout::concat(args, *axis)?,
-        Op::Gather { axis } => layout::gather(args[0], args[1], *axis)?,
-        Op::Pad { pads, mode, value } => layout::pad(args[0], pads, *mode, *value)?,
+    // `infer_type` checked the operand count, so every arm below matches; the last one
+    // reports a count it did not expect rather than assuming it.
+    let data = match (op, args) {
+        (Op::Input { .. } | Op::Parameter { .. }, _) => return Err(format!("{} has no operands", op.name())),
+        (Op::Constant { value }, _) => return Ok(value.clone()),
+        (Op::Iota { ty, axis }, _) => layout::iota(ty, *axis),
+        (Op::Unary(u), [a]) => elementwise::unary(*u, a.data())?,
+        (Op::Binary(b), [x, y]) => elementwise::binary(*b, x.data(), y.data())?,
+        (Op::Select, [c, x, y]) => elementwise::select(c.data(), x.data(), y.data())?,
+        (Op::Cast { to }, [a]) => convert::cast(a.data(), *to),
+        (Op::Broadcast { shape }, [a]) => layout::broadcast(a, shape),
+        (Op::Reduce { op, axes, .. }, [a]) => reduce::reduce(*op, a, axes)?,
+        (Op::ArgReduce { op, axis, .. }, [a]) => reduce::arg_reduce(*op, a, *axis)?,
+        (Op::MatMul, [x, y]) => matmul::matmul(x, y, ty)?,
+        (Op::Reshape { .. }, [a]) => a.data().clone(),
+        (Op::Transpose { perm }, [a]) => layout::transpose(a, perm),
+        (Op::Slice { ranges }, [a]) => layout::slice(a, ranges),
+        (Op::Concat { axis }, _) => layout::concat(args, *axis)?,
+        (Op::Gather { axis }, [data, idx]) => layout::gather(data, idx, *axis)?,
+        (Op::Pad { pads, mode, value }, [a]) => layout::pad(a, pads, *mode, *value)?,
+        _ => return Err(format!("{} cannot take {} operand(s)", op.name(), args.len())),
     };
     if data.dtype() != ty.dtype {
         return Err(format!("internal error: computed {} for {ty}", data.dtype()));

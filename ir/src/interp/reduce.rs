@@ -1,5 +1,11 @@
 //! Reductions: `reduce_*` over several axes, and `argmax`/`argmin` along one.
 
+// reason: these kernels run on operands that passed `infer_type` against the node's type
+// (`eval_op` checks that before dispatching here, and `interpret` also verifies the graph),
+// and a tensor's data always holds its shape's element count; so every axis is < rank and
+// every flat index computed from the shapes and strides is in range.
+#![allow(clippy::indexing_slicing)]
+
 use super::convert::{from_f32, from_i64, vals, Vals};
 use super::elementwise::Float;
 use super::layout::affine_indices;
