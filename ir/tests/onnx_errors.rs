@@ -229,7 +229,10 @@ fn external_data_is_read_and_bad_paths_are_errors() {
     let e = err(&external_initializer("model.onnx.data", "32", "16"), Some(&dir), &opts);
     assert!(e.contains("bytes 32..48 are outside the file (24 bytes)"), "{e}");
     let e = err(&external_initializer("model.onnx.data", "8", "12"), Some(&dir), &opts);
-    assert!(e.contains("external data `length` is 12 bytes but the tensor needs 16"), "{e}");
+    assert!(
+        e.contains("external data `length` is 12 bytes but the tensor needs 16"),
+        "{e}"
+    );
     let e = err(&external_initializer("model.onnx.data", "x", "16"), Some(&dir), &opts);
     assert!(e.contains("external data `offset` is not a byte count: `x`"), "{e}");
 }

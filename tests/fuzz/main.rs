@@ -65,9 +65,12 @@ impl Target {
     }
 }
 
+/// An ONNX fixture: the model's bytes, its external data, the dims it is imported with.
+type OnnxSeed = (Vec<u8>, Vec<u8>, BTreeMap<String, usize>);
+
 /// The seeds: the real exports and the example block.
 struct Seeds {
-    onnx: Vec<(Vec<u8>, Vec<u8>, BTreeMap<String, usize>)>,
+    onnx: Vec<OnnxSeed>,
     gir: String,
     safetensors: Vec<u8>,
     npz: Vec<u8>,
@@ -168,10 +171,22 @@ fn make_case(seeds: &Seeds, seed: u64) -> Case {
 fn cli_args(rng: &mut Rng) -> Vec<String> {
     let pick = |rng: &mut Rng, xs: &[&str]| xs[rng.below(xs.len() as u64) as usize].to_string();
     let sizes = [
-        "0", "1", "2", "16777216", "4294967296", "4611686018427387904", "18446744073709551615",
-        "18446744073709551616", "-1", "abc", "",
+        "0",
+        "1",
+        "2",
+        "16777216",
+        "4294967296",
+        "4611686018427387904",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-1",
+        "abc",
+        "",
     ];
-    let command = pick(rng, &["ir", "opt", "plan", "fit", "run", "cuda", "launches", "random-inputs"]);
+    let command = pick(
+        rng,
+        &["ir", "opt", "plan", "fit", "run", "cuda", "launches", "random-inputs"],
+    );
     let model = pick(
         rng,
         &[
@@ -195,9 +210,24 @@ fn cli_args(rng: &mut Rng) -> Vec<String> {
         }
     }
     for _ in 0..rng.below(3) {
-        let flag = pick(rng, &["--budget", "--max", "--precision", "--kernel", "--dim", "--seed"]);
+        let flag = pick(
+            rng,
+            &["--budget", "--max", "--precision", "--kernel", "--dim", "--seed"],
+        );
         let value = match flag.as_str() {
-            "--budget" => pick(rng, &["0", "1", "24GiB", "1e30", "-1GiB", "nan", "18446744073709551615", "1.5TiB"]),
+            "--budget" => pick(
+                rng,
+                &[
+                    "0",
+                    "1",
+                    "24GiB",
+                    "1e30",
+                    "-1GiB",
+                    "nan",
+                    "18446744073709551615",
+                    "1.5TiB",
+                ],
+            ),
             "--precision" => pick(rng, &["fp32", "bf16", "fp16", "tf32", "int4"]),
             "--dim" => format!("{}={}", pick(rng, &["batch", "seq", "x", ""]), pick(rng, &sizes)),
             _ => pick(rng, &sizes),
@@ -271,10 +301,15 @@ fn run_case(seeds: &Seeds, case: &Case, dir: &Path) -> Result<(), String> {
             return Ok(());
         }
         Target::Onnx => {
-            let data = seeds.onnx.get(case.fixture).map_or(&[][..], |(_, data, _)| data.as_slice());
+            let data = seeds
+                .onnx
+                .get(case.fixture)
+                .map_or(&[][..], |(_, data, _)| data.as_slice());
             write("model.onnx", &case.input)?;
             write("model.onnx.data", data)?;
-            let opts = graphc::ir::onnx::ImportOptions { dims: case.dims.clone() };
+            let opts = graphc::ir::onnx::ImportOptions {
+                dims: case.dims.clone(),
+            };
             graphc::ir::onnx::import_onnx(&dir.join("model.onnx"), &opts).map_err(|e| e.to_string())?
         }
         Target::Gir => {

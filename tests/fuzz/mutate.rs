@@ -192,10 +192,7 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
                 };
                 t.data_location = 1;
                 t.external_data.retain(|e| e.key != key);
-                t.external_data.push(StringStringEntryProto {
-                    key: key.into(),
-                    value,
-                });
+                t.external_data.push(StringStringEntryProto { key: key.into(), value });
             }
         }
         8 => {

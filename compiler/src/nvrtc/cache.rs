@@ -5,8 +5,8 @@
 //! renamed into place, log first, so a present image means a complete entry. The cache
 //! is best effort: a folder that cannot be read or written only costs a compile.
 
-use std::path::{Path, PathBuf};
 use graphc_ir::files;
+use std::path::{Path, PathBuf};
 
 /// FNV-1a, 128-bit: a hash that is the same on every run and platform (unlike std's
 /// `DefaultHasher`).
