@@ -69,6 +69,17 @@ enum Visit {
     Done(Expansion),
 }
 
+/// Marks `f` open in `visit` when it is new there; false when it was seen already.
+fn open(visit: &mut [Visit], f: &LocalFunction) -> bool {
+    match visit.get_mut(f.index) {
+        Some(v @ Visit::New) => {
+            *v = Visit::Open;
+            true
+        }
+        _ => false,
+    }
+}
+
 impl Functions {
     /// The model's local functions: each id (domain, name) once, valid opset imports,
     /// single assignment in each body, and no function calling itself (directly or
@@ -127,36 +138,36 @@ impl Functions {
     /// The expansion of every function, in `list` order; errors on a cycle of calls.
     /// An iterative depth-first walk over the call graph, each function expanded once.
     fn expansions(&self) -> Result<Vec<Expansion>, OnnxError> {
+        // `visit[f.index]` for each function `f` of `list` (`index` is its place there).
         let mut visit = vec![Visit::New; self.list.len()];
-        for root in 0..self.list.len() {
-            if !matches!(visit[root], Visit::New) {
+        for root in &self.list {
+            if !open(&mut visit, root) {
                 continue;
             }
-            visit[root] = Visit::Open;
             // (function, index of the next body node to look at)
-            let mut stack = vec![(root, 0usize)];
+            let mut stack: Vec<(&LocalFunction, usize)> = vec![(root, 0)];
             while let Some(top) = stack.last_mut() {
                 let (f, next) = (top.0, top.1);
-                let body = &self.list[f].proto.node;
+                let body = &f.proto.node;
                 if let Some(node) = body.get(next) {
                     top.1 += 1;
-                    if let Some(g) = self.get(node).map(|g| g.index) {
-                        match visit[g] {
-                            Visit::New => {
-                                visit[g] = Visit::Open;
-                                stack.push((g, 0));
-                            }
-                            Visit::Open => return Err(self.cycle(&stack, g)),
-                            Visit::Done(_) => {}
+                    if let Some(g) = self.get(node) {
+                        if matches!(visit.get(g.index), Some(Visit::Open)) {
+                            return Err(self.cycle(&stack, g));
+                        }
+                        if open(&mut visit, g) {
+                            stack.push((g, 0));
                         }
                     }
                     continue;
                 }
                 let inner = self.expand_nodes(body, &visit);
-                visit[f] = Visit::Done(Expansion {
-                    depth: inner.depth + 1,
-                    ..inner
-                });
+                if let Some(v) = visit.get_mut(f.index) {
+                    *v = Visit::Done(Expansion {
+                        depth: inner.depth + 1,
+                        ..inner
+                    });
+                }
                 stack.pop();
             }
         }
@@ -184,16 +195,13 @@ impl Functions {
         total
     }
 
-    fn cycle(&self, stack: &[(usize, usize)], again: usize) -> OnnxError {
-        let start = stack.iter().position(|&(f, _)| f == again).unwrap_or(0);
-        let mut path: Vec<&str> = stack[start..]
-            .iter()
-            .map(|&(f, _)| self.list[f].label.as_str())
-            .collect();
-        path.push(self.list[again].label.as_str());
+    fn cycle(&self, stack: &[(&LocalFunction, usize)], again: &LocalFunction) -> OnnxError {
+        let start = stack.iter().position(|&(f, _)| f.index == again.index).unwrap_or(0);
+        let mut path: Vec<&str> = stack.iter().skip(start).map(|&(f, _)| f.label.as_str()).collect();
+        path.push(again.label.as_str());
         OnnxError::Model(format!(
             "local function `{}` calls itself ({}); recursive functions cannot be inlined",
-            self.list[again].label,
+            again.label,
             path.join(" -> ")
         ))
     }

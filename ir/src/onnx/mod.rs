@@ -26,6 +26,12 @@
 //!   its ops the versions the model's opsets give them). The inlined size is computed up front (memoized over the call
 //!   graph): recursion, nesting deeper than 32, more than 1,000,000 lowered nodes and
 //!   more than 256 MiB of copied function bodies are errors before anything is lowered.
+//! - **Hostile input.** A `.onnx` file reaches every line here, so nothing in the
+//!   importer unwraps, expects or indexes: operand counts, attribute lists, ranks and
+//!   axes are checked, each with an error naming the problem (enforced by the lints
+//!   below, outside tests).
+
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
 
 mod attrs;
 mod check;

@@ -12,18 +12,12 @@ type Out<'b> = Result<Vec<Value<'b>>, String>;
 /// operand a column (likewise); batch dims broadcast.
 fn matmul<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let (a, b) = (n.input(0)?, n.input(1)?);
-    if a.rank() == 0 || b.rank() == 0 {
-        return Err("MatMul operands must have rank >= 1".into());
-    }
-    let a2 = if a.rank() == 1 {
-        a.reshape([1, a.shape().0[0]])
-    } else {
-        a
-    };
-    let b2 = if b.rank() == 1 {
-        b.reshape([b.shape().0[0], 1])
-    } else {
-        b
+    let (a2, b2) = match (a.shape().dims(), b.shape().dims()) {
+        ([], _) | (_, []) => return Err("MatMul operands must have rank >= 1".into()),
+        (&[m], &[k]) => (a.reshape([1, m]), b.reshape([k, 1])),
+        (&[m], _) => (a.reshape([1, m]), b),
+        (_, &[k]) => (a, b.reshape([k, 1])),
+        _ => (a, b),
     };
     let y = a2.matmul(b2);
     let mut dims = y.shape().0;
@@ -31,7 +25,14 @@ fn matmul<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         dims.pop();
     }
     if a.rank() == 1 {
-        dims.remove(dims.len() - 1 - usize::from(b.rank() != 1));
+        // The row a 1-D left operand became: last but one, or last once the column is gone.
+        let row = dims.len().checked_sub(1 + usize::from(b.rank() != 1));
+        match row {
+            Some(i) if i < dims.len() => {
+                dims.remove(i);
+            }
+            _ => return Err(format!("MatMul of {} and {} has no row axis to remove", a.ty(), b.ty())),
+        }
     }
     Ok(vec![y.reshape(dims)])
 }

@@ -41,6 +41,15 @@ fn axis_in(axis: i64, rank: usize, what: &str) -> Result<usize, String> {
     })
 }
 
+/// The extent of the (normalized) axis `axis` of `x`.
+fn extent(x: Value<'_>, axis: usize) -> Result<usize, String> {
+    x.shape()
+        .dims()
+        .get(axis)
+        .copied()
+        .ok_or_else(|| format!("axis {axis} is out of range for an operand {}", x.ty()))
+}
+
 /// The operand's dtype must be a float.
 fn need_float(x: Value<'_>, op: &str) -> Result<(), String> {
     if x.dtype().is_float() {
@@ -208,9 +217,12 @@ fn lower_softmax<'b>(n: &Node<'_, 'b>, name: &str, f: fn(Value<'b>, i64) -> Valu
     }
     // Before opset 13: the input is seen as a matrix [d0 * .. * d(axis-1), d(axis) * ..].
     let axis = axis_in(n.attrs.int("axis", 1)?, rank, "axis")?;
-    let dims = x.shape().dims().to_vec();
-    let outer: usize = dims[..axis].iter().product();
-    let inner: usize = dims[axis..].iter().product();
+    let dims = x.shape().0;
+    let (before, after) = dims
+        .split_at_checked(axis)
+        .ok_or_else(|| format!("axis {axis} is out of range for an operand {}", x.ty()))?;
+    let outer: usize = before.iter().product();
+    let inner: usize = after.iter().product();
     let y = f(x.reshape([outer, inner]), 1).reshape(dims);
     Ok(vec![y])
 }
@@ -293,7 +305,7 @@ fn lower_arg<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>, max: bool) -> Out<'b>
     let axis = axis_in(n.attrs.int("axis", 0)?, x.rank(), "axis")?;
     let keepdims = n.attrs.int("keepdims", 1)? != 0;
     let last = n.attrs.int("select_last_index", 0)? != 0;
-    let d = x.shape().dims()[axis];
+    let d = extent(x, axis)?;
     if d == 0 {
         return Err(format!("{name} over axis {axis} of extent 0 is not defined"));
     }
@@ -337,11 +349,13 @@ fn cumsum<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let axis = axis_in(axis, rank, "axis")?;
     let exclusive = n.attrs.int("exclusive", 0)? != 0;
     let reverse = n.attrs.int("reverse", 0)? != 0;
-    let d = x.shape().dims()[axis] as i64;
+    let d = extent(x, axis)? as i64;
     // y shifted by k along the axis (toward the end, or the start when reversed).
     let shift = |y: Value<'b>, k: i64| {
         let mut pads = vec![(0, 0); rank];
-        pads[axis] = if reverse { (-k, k) } else { (k, -k) };
+        if let Some(p) = pads.get_mut(axis) {
+            *p = if reverse { (-k, k) } else { (k, -k) };
+        }
         y.pad(&pads, PadMode::Constant, 0.0)
     };
     let mut y = x;

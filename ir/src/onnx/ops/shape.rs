@@ -119,9 +119,24 @@ fn checked(s: Shape, what: &str) -> Result<Shape, String> {
     Ok(s)
 }
 
-fn i64_tensor(v: Vec<i64>) -> Tensor {
+/// A 1-D i64 tensor of `v`.
+fn i64_tensor(v: Vec<i64>) -> Result<Tensor, String> {
     let n = v.len();
-    Tensor::new([n], TensorData::I64(v)).expect("length matches")
+    Tensor::new([n], TensorData::I64(v)).map_err(|e| e.to_string())
+}
+
+/// A rank-0 tensor of one datum (`data` of length 1).
+fn scalar_tensor(data: TensorData) -> Result<Tensor, String> {
+    Tensor::new([], data).map_err(|e| e.to_string())
+}
+
+/// The extent of the (normalized) axis `axis` of `shape`.
+fn extent(shape: &Shape, axis: usize) -> Result<usize, String> {
+    shape
+        .dims()
+        .get(axis)
+        .copied()
+        .ok_or_else(|| format!("axis {axis} is out of range for shape {shape}"))
 }
 
 /// Axes of an op that takes them as an attribute before opset 13 and as an input after.
@@ -182,7 +197,9 @@ fn reshape<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
                 x.shape()
             ));
         }
-        dims[i] = numel / known;
+        if let Some(d) = dims.get_mut(i) {
+            *d = numel / known; // `i` is a position of `spec`, as of `dims`
+        }
     } else if known != numel {
         return Err(format!(
             "cannot reshape {} ({numel} elements) to {spec:?} ({known} elements)",
@@ -239,11 +256,11 @@ fn concat<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let axis = n.attrs.int_opt("axis")?.ok_or("attribute `axis` is required")?;
     let rank = first.rank();
     let ax = norm_axis(axis, rank, "axis")?;
-    for p in &parts[1..] {
+    for p in parts.iter().skip(1) {
         let (a, b) = (first.ty(), p.ty());
         let ok = a.dtype == b.dtype
             && a.shape.rank() == b.shape.rank()
-            && (0..rank).all(|i| i == ax || a.shape.0[i] == b.shape.0[i]);
+            && (a.shape.0.iter().zip(&b.shape.0).enumerate()).all(|(i, (da, db))| i == ax || da == db);
         if !ok {
             return Err(format!("operands {a} and {b} do not concatenate along axis {axis}"));
         }
@@ -283,15 +300,15 @@ fn slice<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     }
     let axes = norm_axes(&axes, rank, "axis")?;
     let mut ranges = vec![SliceRange::full(); rank];
-    for (i, &a) in axes.iter().enumerate() {
-        if steps[i] == 0 {
+    let bounds = starts.iter().zip(&ends).zip(&steps);
+    for (&a, ((&start, &end), &step)) in axes.iter().zip(bounds) {
+        if step == 0 {
             return Err(format!("step of axis {a} is 0"));
         }
-        ranges[a] = SliceRange {
-            start: starts[i],
-            end: ends[i],
-            step: steps[i],
-        };
+        let range = ranges
+            .get_mut(a)
+            .ok_or_else(|| format!("axis {a} is out of range for rank {rank}"))?;
+        *range = SliceRange { start, end, step };
     }
     if ranges.iter().all(|r| *r == SliceRange::full()) {
         return Ok(vec![x]);
@@ -318,19 +335,22 @@ fn gather_elements<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     if !matches!(idx.dtype(), DType::I64 | DType::I32) {
         return Err(format!("indices must be i64 or i32, got {}", idx.dtype()));
     }
-    if is.rank() != rank || (0..rank).any(|i| i != axis && is.0[i] > xs.0[i]) {
+    if is.rank() != rank || (is.0.iter().zip(&xs.0).enumerate()).any(|(i, (di, dx))| i != axis && di > dx) {
         return Err(format!(
             "indices of shape {is} do not fit data of shape {xs} (axis {axis})"
         ));
     }
     let b = imp.b;
-    let extent = xs.0[axis] as f64;
+    let d = extent(&xs, axis)? as f64;
     let i = idx.cast(DType::I64);
-    let i = b.select(i.lt(0.0), i + extent, i);
+    let i = b.select(i.lt(0.0), i + d, i);
     let strides = xs.strides();
-    let mut flat = i * strides[axis] as f64;
-    for (k, &stride) in strides.iter().enumerate() {
-        if k != axis && is.0[k] > 1 {
+    let axis_stride = *strides
+        .get(axis)
+        .ok_or_else(|| format!("axis {axis} is out of range for {xs}"))?;
+    let mut flat = i * axis_stride as f64;
+    for (k, (&stride, &di)) in strides.iter().zip(&is.0).enumerate() {
+        if k != axis && di > 1 {
             flat = flat + b.iota(DType::I64, is.clone(), k as i64) * stride as f64;
         }
     }
@@ -352,18 +372,21 @@ fn unsqueeze<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
 fn squeeze<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let x = n.input(0)?;
     let shape = x.shape();
-    let axes = match axes_operand(imp, n, 1)? {
-        None => (0..shape.rank()).filter(|&i| shape.0[i] == 1).collect(),
+    let axes: Vec<usize> = match axes_operand(imp, n, 1)? {
+        None => (shape.0.iter().enumerate())
+            .filter(|&(_, &d)| d == 1)
+            .map(|(i, _)| i)
+            .collect(),
         Some(a) => norm_axes(&a, shape.rank(), "axis")?,
     };
     for &a in &axes {
-        if shape.0[a] != 1 {
+        if extent(&shape, a)? != 1 {
             return Err(format!("cannot squeeze axis {a} of shape {shape}: its extent is not 1"));
         }
     }
-    let dims: Vec<usize> = (0..shape.rank())
-        .filter(|i| !axes.contains(i))
-        .map(|i| shape.0[i])
+    let dims: Vec<usize> = (shape.0.iter().enumerate())
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, &d)| d)
         .collect();
     Ok(vec![x.reshape(dims)])
 }
@@ -385,7 +408,7 @@ fn split<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let x = n.input(0)?;
     let rank = x.rank();
     let axis = norm_axis(n.attrs.int("axis", 0)?, rank, "axis")?;
-    let d = x.shape().0[axis];
+    let d = extent(&x.shape(), axis)?;
     let outputs = n.num_outputs();
     let sizes = if n.opset < 13 {
         n.attrs.ints("split")?
@@ -457,9 +480,12 @@ fn flatten<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
             -rank
         ));
     }
-    let a = a as usize;
-    let outer: usize = shape.0[..a].iter().product();
-    let inner: usize = shape.0[a..].iter().product();
+    let (before, after) = shape
+        .0
+        .split_at_checked(a as usize)
+        .ok_or_else(|| format!("axis {axis} is out of range for rank {rank}"))?;
+    let outer: usize = before.iter().product();
+    let inner: usize = after.iter().product();
     Ok(vec![x.reshape([outer, inner])])
 }
 
@@ -471,13 +497,13 @@ fn shape_op<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
     let start = clamp(n.attrs.int("start", 0)?);
     let end = clamp(n.attrs.int("end", rank)?);
-    let v: Vec<i64> = dims[start..end.max(start)].iter().map(|&d| d as i64).collect();
-    Ok(vec![imp.constant(i64_tensor(v))])
+    let v: Vec<i64> = dims.iter().take(end).skip(start).map(|&d| d as i64).collect();
+    Ok(vec![imp.constant(i64_tensor(v)?)])
 }
 
 fn size<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let x = n.input(0)?;
-    let t = Tensor::new([], TensorData::I64(vec![x.shape().numel() as i64])).expect("scalar");
+    let t = scalar_tensor(TensorData::I64(vec![x.shape().numel() as i64]))?;
     Ok(vec![imp.constant(t)])
 }
 
@@ -519,9 +545,11 @@ fn pad<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         let pads = shape_ints(imp, n.input(1)?, "pads")?;
         let value = match n.opt_input(2) {
             None => Ok(0.0),
-            Some(v) => match known(imp, v) {
-                Some(t) if t.numel() == 1 => Ok(t.to_f64_vec()[0]),
-                Some(t) => return Err(format!("constant_value must have one element, got {}", t.ty())),
+            Some(v) => match known(imp, v).map(|t| (t.to_f64_vec(), t)) {
+                Some((values, t)) => match values[..] {
+                    [value] => Ok(value),
+                    _ => return Err(format!("constant_value must have one element, got {}", t.ty())),
+                },
                 None => Err(v),
             },
         };
@@ -539,8 +567,12 @@ fn pad<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         ));
     }
     let mut pairs = vec![(0i64, 0i64); rank];
-    for (i, &a) in axes.iter().enumerate() {
-        pairs[a] = (pads[i], pads[i + axes.len()]);
+    let (los, his) = pads.split_at(axes.len().min(pads.len()));
+    for (&a, (&lo, &hi)) in axes.iter().zip(los.iter().zip(his)) {
+        let pair = pairs
+            .get_mut(a)
+            .ok_or_else(|| format!("axis {a} is out of range for rank {rank}"))?;
+        *pair = (lo, hi);
     }
     if pairs.iter().all(|&p| p == (0, 0)) {
         return Ok(vec![x]);
@@ -569,7 +601,7 @@ fn pad<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
                 dynamic.reshape(Shape::scalar())
             };
             let b = imp.b;
-            let ones = b.constant(Tensor::new([], TensorData::Bool(vec![true])).expect("scalar"));
+            let ones = b.constant(scalar_tensor(TensorData::Bool(vec![true]))?);
             let mask = ones.broadcast_to(&x.shape()).pad(&pairs, PadMode::Constant, 0.0);
             Ok(vec![b.select(mask, x.pad(&pairs, mode, 0.0), dynamic)])
         }
@@ -584,13 +616,18 @@ fn pad_wrap<'b>(x: Value<'b>, pairs: &[(i64, i64)]) -> Result<Value<'b>, String>
     let mut v = x;
     for (axis, &(lo, hi)) in pairs.iter().enumerate() {
         let ax = axis as i64;
-        let d = v.shape().0[axis] as i64;
-        let (start, end) = (if lo < 0 { -lo } else { 0 }, if hi < 0 { d + hi } else { d });
+        let d = extent(&v.shape(), axis)? as i64;
+        let crop_more = || format!("pads ({lo}, {hi}) crop more than the extent {d} of axis {axis}");
+        // `lo` and `hi` are any i64: `-lo` and `d + hi` are checked.
+        let start = if lo < 0 {
+            lo.checked_neg().ok_or_else(crop_more)?
+        } else {
+            0
+        };
+        let end = if hi < 0 { d + hi } else { d };
         if start > 0 || end < d {
             if start > end {
-                return Err(format!(
-                    "pads ({lo}, {hi}) crop more than the extent {d} of axis {axis}"
-                ));
+                return Err(crop_more());
             }
             v = v.slice(ax, start, end, 1);
         }
@@ -598,13 +635,14 @@ fn pad_wrap<'b>(x: Value<'b>, pairs: &[(i64, i64)]) -> Result<Value<'b>, String>
         if lo == 0 && hi == 0 {
             continue;
         }
-        let d = v.shape().0[axis] as i64;
+        let d = extent(&v.shape(), axis)? as i64;
         if d == 0 {
             return Err(format!("wrap pad of empty axis {axis}"));
         }
-        let before = (lo + d - 1) / d;
-        let after = (hi + d - 1) / d;
-        let copies = before + 1 + after;
+        // Whole copies of the axis before and after it: at most 2^32 elements in all.
+        let copies_for = |p: i64| p / d + i64::from(p % d != 0);
+        let (before, after) = (copies_for(lo), copies_for(hi));
+        let copies = before.saturating_add(1).saturating_add(after);
         if copies.saturating_mul(d) > 1 << 32 {
             return Err(format!("wrap pads ({lo}, {hi}) of axis {axis} are too large"));
         }
@@ -623,10 +661,10 @@ fn range<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let mut vals = [0.0; 3];
     for (slot, (v, what)) in vals.iter_mut().zip([(s, "start"), (l, "limit"), (d, "delta")]) {
         let t = known_f64s(imp, v, &format!("Range's {what}"))?;
-        if t.len() != 1 || v.dtype() != dtype {
-            return Err(format!("{what} must be a scalar of type {dtype}, got {}", v.ty()));
+        match t[..] {
+            [x] if v.dtype() == dtype => *slot = x,
+            _ => return Err(format!("{what} must be a scalar of type {dtype}, got {}", v.ty())),
         }
-        *slot = t[0];
     }
     let [start, limit, delta] = vals;
     if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
@@ -639,12 +677,20 @@ fn range<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let count = count as usize;
     let t = if dtype.is_float() {
         // Elements accumulate in the output type, as the ONNX definition's loop does.
+        // `x` rounded to `dtype`.
+        let round = |x: f64| {
+            TensorData::from_f64(dtype, &[x])
+                .to_f64_vec()
+                .first()
+                .copied()
+                .unwrap_or(x)
+        };
         let mut out = Vec::with_capacity(count);
-        let mut acc = Tensor::scalar(dtype, start).to_f64_vec()[0];
-        let step = Tensor::scalar(dtype, delta).to_f64_vec()[0];
+        let mut acc = round(start);
+        let step = round(delta);
         for _ in 0..count {
             out.push(acc);
-            acc = Tensor::scalar(dtype, acc + step).to_f64_vec()[0];
+            acc = round(acc + step);
         }
         Tensor::from_f64(dtype, [count], &out)
     } else if dtype.is_int() {
@@ -676,11 +722,9 @@ fn constant_of_shape<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
 /// computed at run time.
 fn trilu<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let x = n.input(0)?;
-    let shape = x.shape();
-    let rank = shape.rank();
-    if rank < 2 {
+    let [.., rows, cols] = x.shape().0[..] else {
         return Err(format!("Trilu needs an input of rank 2 or more, got {}", x.ty()));
-    }
+    };
     let upper = n.attrs.int("upper", 1)? != 0;
     let b = imp.b;
     let k = match n.opt_input(1) {
@@ -691,16 +735,18 @@ fn trilu<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
             }
             match known(imp, k) {
                 Some(_) => {
-                    let v = shape_ints(imp, k, "k")?[0];
+                    let [v] = shape_ints(imp, k, "k")?[..] else {
+                        return Err(format!("k must be an integer scalar, got {}", k.ty()));
+                    };
                     // Clamp so the i64 comparison below cannot overflow.
                     let v = v.clamp(-(1 << 62), 1 << 62);
-                    b.constant(Tensor::new([], TensorData::I64(vec![v])).expect("scalar"))
+                    b.constant(scalar_tensor(TensorData::I64(vec![v]))?)
                 }
                 None => k.reshape(Shape::scalar()).cast(DType::I64),
             }
         }
     };
-    let mat = Shape::new([shape.0[rank - 2], shape.0[rank - 1]]);
+    let mat = Shape::new([rows, cols]);
     let diff = b.iota(DType::I64, mat.clone(), 1) - b.iota(DType::I64, mat, 0);
     let keep = if upper { diff.ge(k) } else { diff.le(k) };
     let zero = imp.scalar(x.dtype(), 0.0);
@@ -712,10 +758,10 @@ fn trilu<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
 fn one_hot<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let (idx, depth, values) = (n.input(0)?, n.input(1)?, n.input(2)?);
     let dv = known_f64s(imp, depth, "depth")?;
-    if dv.len() != 1 || !(dv[0] >= 1.0 && dv[0] <= (1u64 << 31) as f64) {
-        return Err(format!("depth must be one positive number, got {dv:?}"));
-    }
-    let depth = dv[0] as usize;
+    let depth = match dv[..] {
+        [d] if (1.0..=(1u64 << 31) as f64).contains(&d) => d as usize,
+        _ => return Err(format!("depth must be one positive number, got {dv:?}")),
+    };
     if values.shape().0 != [2] {
         return Err(format!("values must be [off, on] (2 elements), got {}", values.ty()));
     }
@@ -740,7 +786,9 @@ fn one_hot<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let i = idx.cast(DType::I64);
     let i = b.select(i.lt(0.0), i + depth as f64, i);
     let mut unsq = out_dims;
-    unsq[a] = 1;
+    if let Some(d) = unsq.get_mut(a) {
+        *d = 1; // the axis inserted above
+    }
     let i = i.reshape(unsq);
     let hot = i.eq(b.iota(DType::I64, out_shape, a as i64));
     let off = values.slice(0, 0, 1, 1).reshape(Shape::scalar());
