@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{i64_init, int_attr, ints_attr, node, value_info};
+use common::{i64_init, int_attr, ints_attr, node, string_attr, value_info};
 use graphc_ir::onnx::proto::{
     attribute_type as at, data_type as dt, AttributeProto, FunctionProto, ModelProto, NodeProto, OperatorSetIdProto,
     TensorProto,
@@ -712,5 +712,223 @@ fn transpose_perm_must_be_a_permutation() {
     assert_eq!(
         run(&t(&[1, 0]), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
         [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Operand shapes, attribute lists and axes, as the file gives them
+
+/// `model` with the i64 initializers `inits`.
+fn model_with(opset: i64, nodes: Vec<NodeProto>, inits: Vec<TensorProto>) -> ModelProto {
+    common::model(opset, nodes, vec![value_info("x", dt::FLOAT, &[2, 3])], inits, &["z"])
+}
+
+/// Conv `c` of `x: f32[1,2,4,4]` by `w: f32[w_dims]`, with `attrs`.
+fn conv(w_dims: &[i64], attrs: Vec<AttributeProto>) -> ModelProto {
+    let inputs = vec![
+        value_info("x", dt::FLOAT, &[1, 2, 4, 4]),
+        value_info("w", dt::FLOAT, w_dims),
+    ];
+    common::model(
+        20,
+        vec![node("Conv", "c", &["x", "w"], &["z"], attrs)],
+        inputs,
+        vec![],
+        &["z"],
+    )
+}
+
+#[test]
+fn conv_attribute_lists_and_extents_are_checked() {
+    let e = |attrs: Vec<AttributeProto>| import_err(&conv(&[2, 2, 3, 3], attrs));
+    assert_eq!(
+        e(vec![ints_attr("pads", &[1, 1])]),
+        "node `c` (Conv, opset 20): Conv `pads` has 2 values, expected 4"
+    );
+    assert_eq!(
+        e(vec![ints_attr("strides", &[1])]),
+        "node `c` (Conv, opset 20): Conv `strides` has 1 values, expected 2"
+    );
+    assert_eq!(
+        e(vec![ints_attr("kernel_shape", &[3])]),
+        "node `c` (Conv, opset 20): Conv kernel_shape [3] differs from the weights f32[2,2,3,3]"
+    );
+    // Dilations, pads and strides of any i64 overflowed the i64 arithmetic (a panic).
+    assert_eq!(
+        e(vec![ints_attr("dilations", &[i64::MAX, 1])]),
+        "node `c` (Conv, opset 20): Conv kernel (extent 18446744073709551615) is larger than the padded input (4) on \
+         axis 2"
+    );
+    assert_eq!(
+        e(vec![ints_attr("pads", &[i64::MAX, 0, i64::MAX, 0])]),
+        "node `c` (Conv, opset 20): Conv padded input extent 18446744073709551618 of axis 2 is too large"
+    );
+    assert_eq!(
+        e(vec![ints_attr("pads", &[i64::MIN, 0, i64::MIN, 0])]),
+        "node `c` (Conv, opset 20): Conv kernel (extent 3) is larger than the padded input (-18446744073709551612) \
+         on axis 2"
+    );
+    assert_eq!(
+        e(vec![
+            string_attr("auto_pad", "SAME_LOWER"),
+            ints_attr("dilations", &[i64::MAX, 1])
+        ]),
+        "node `c` (Conv, opset 20): Conv padded input extent 18446744073709551618 of axis 2 is too large"
+    );
+    assert_eq!(
+        e(vec![ints_attr("pads", &[1 << 40, 1 << 40, 1 << 40, 1 << 40])]),
+        "node `c` (Conv, opset 20): Conv padded input [1,2,2199023255556,2199023255556] is too large (more than \
+         72057594037927936 elements)"
+    );
+    assert_eq!(
+        import_err(&conv(&[2, 2, 0, 3], vec![])),
+        "node `c` (Conv, opset 20): Conv weights f32[2,2,0,3] have an empty kernel"
+    );
+    assert_eq!(
+        import_err(&conv(&[2, 2, 3], vec![])),
+        "node `c` (Conv, opset 20): Conv needs input [N, C, spatial...] and weights of the same rank, got \
+         f32[1,2,4,4] and f32[2,2,3]"
+    );
+    // Huge strides are fine: one output position per axis.
+    let m = conv(
+        &[2, 2, 3, 3],
+        vec![
+            string_attr("auto_pad", "SAME_UPPER"),
+            ints_attr("strides", &[i64::MAX, i64::MAX]),
+        ],
+    );
+    let g = import_model(&m, None, &ImportOptions::default()).expect("import");
+    assert_eq!(g.node(g.outputs()[0].node).ty.to_string(), "f32[1,2,1,1]");
+}
+
+#[test]
+fn wrap_pads_of_any_i64_are_errors() {
+    let pad = |pads: &[i64]| {
+        model_with(
+            20,
+            vec![node(
+                "Pad",
+                "p",
+                &["x", "pads"],
+                &["z"],
+                vec![string_attr("mode", "wrap")],
+            )],
+            vec![i64_init("pads", &[pads.len() as i64], pads)],
+        )
+    };
+    // `-lo` and `lo + d - 1` overflowed (a panic).
+    assert_eq!(
+        import_err(&pad(&[i64::MIN, 0, 0, 0])),
+        "node `p` (Pad, opset 20): pads (-9223372036854775808, 0) crop more than the extent 2 of axis 0"
+    );
+    assert_eq!(
+        import_err(&pad(&[i64::MAX, 0, 0, 0])),
+        "node `p` (Pad, opset 20): wrap pads (9223372036854775807, 0) of axis 0 are too large"
+    );
+    assert_eq!(
+        import_err(&pad(&[0, i64::MAX, 0, i64::MAX])),
+        "node `p` (Pad, opset 20): wrap pads (9223372036854775807, 9223372036854775807) of axis 1 are too large"
+    );
+    assert_eq!(
+        import_err(&pad(&[1, 1])),
+        "node `p` (Pad, opset 20): pads [1, 1] must have 2 entries per padded axis (2 axes)"
+    );
+}
+
+#[test]
+fn slice_bounds_of_different_lengths_are_errors() {
+    let slice = |starts: &[i64], ends: &[i64]| {
+        model_with(
+            20,
+            vec![node("Slice", "s", &["x", "starts", "ends"], &["z"], vec![])],
+            vec![
+                i64_init("starts", &[starts.len() as i64], starts),
+                i64_init("ends", &[ends.len() as i64], ends),
+            ],
+        )
+    };
+    assert_eq!(
+        import_err(&slice(&[0, 0], &[1])),
+        "node `s` (Slice, opset 20): starts [0, 0], ends [1], axes [0, 1] and steps [1, 1] differ in length"
+    );
+    assert_eq!(
+        import_err(&slice(&[0, 0, 0], &[1, 1, 1])),
+        "node `s` (Slice, opset 20): axis 2 is out of range for rank 2 (valid: -2..2)"
+    );
+    let m = model(
+        9,
+        vec![node(
+            "Slice",
+            "s",
+            &["x"],
+            &["z"],
+            vec![ints_attr("starts", &[0]), ints_attr("ends", &[1, 2])],
+        )],
+    );
+    assert_eq!(
+        import_err(&m),
+        "node `s` (Slice, opset 9): starts [0], ends [1, 2], axes [0] and steps [1] differ in length"
+    );
+}
+
+#[test]
+fn gather_concat_and_gather_nd_axes_are_checked() {
+    let gather = |op: &str, axis: i64, idx: TensorProto| {
+        model_with(
+            20,
+            vec![node(op, "g", &["x", "i"], &["z"], vec![int_attr("axis", axis)])],
+            vec![idx],
+        )
+    };
+    assert_eq!(
+        import_err(&gather("Gather", 2, i64_init("i", &[1], &[0]))),
+        "node `g` (Gather, opset 20): axis 2 is out of range for rank 2 (valid: -2..2)"
+    );
+    assert_eq!(
+        import_err(&gather("Gather", i64::MIN, i64_init("i", &[1], &[0]))),
+        "node `g` (Gather, opset 20): axis -9223372036854775808 is out of range for rank 2 (valid: -2..2)"
+    );
+    assert_eq!(
+        import_err(&gather("GatherElements", 1, i64_init("i", &[3, 1], &[0, 0, 0]))),
+        "node `g` (GatherElements, opset 20): indices of shape [3,1] do not fit data of shape [2,3] (axis 1)"
+    );
+    let concat = |axis: i64| {
+        model(
+            20,
+            vec![node("Concat", "c", &["x", "x"], &["z"], vec![int_attr("axis", axis)])],
+        )
+    };
+    assert_eq!(
+        import_err(&concat(3)),
+        "node `c` (Concat, opset 20): axis 3 is out of range for rank 2 (valid: -2..2)"
+    );
+    assert_eq!(
+        import_err(&concat(-3)),
+        "node `c` (Concat, opset 20): axis -3 is out of range for rank 2 (valid: -2..2)"
+    );
+    let gather_nd = |dims: &[i64], v: &[i64], batch_dims: i64| {
+        model_with(
+            20,
+            vec![node(
+                "GatherND",
+                "g",
+                &["x", "i"],
+                &["z"],
+                vec![int_attr("batch_dims", batch_dims)],
+            )],
+            vec![i64_init("i", dims, v)],
+        )
+    };
+    assert_eq!(
+        import_err(&gather_nd(&[], &[0], 0)),
+        "node `g` (GatherND, opset 20): GatherND batch_dims 0 does not fit data f32[2,3] and indices i64[]"
+    );
+    assert_eq!(
+        import_err(&gather_nd(&[2, 1], &[0, 0], 5)),
+        "node `g` (GatherND, opset 20): GatherND batch_dims 5 does not fit data f32[2,3] and indices i64[2,1]"
+    );
+    assert_eq!(
+        import_err(&gather_nd(&[1, 5], &[0; 5], 0)),
+        "node `g` (GatherND, opset 20): GatherND indices address 5 axes past the batch, data f32[2,3] has fewer"
     );
 }
