@@ -33,14 +33,16 @@ pub fn eliminate_dead_code(graph: &Graph) -> (Graph, DceReport) {
     // New ids first, so operands may come before or after their users in the table.
     let mut new_id = vec![NodeId(u32::MAX); n];
     for (next, (i, _)) in live.iter().enumerate().filter(|(_, l)| **l).enumerate() {
-        new_id[i] = NodeId(next as u32);
+        if let Some(slot) = new_id.get_mut(i) {
+            *slot = NodeId(next as u32);
+        }
     }
     let remap = |id: NodeId| new_id.get(id.index()).copied().unwrap_or(NodeId(u32::MAX));
     let mut out = Graph::new();
     let mut report = DceReport::default();
     for id in graph.ids() {
         let node = graph.node(id);
-        if !live[id.index()] {
+        if !live.get(id.index()).copied().unwrap_or(false) {
             report.nodes_removed += 1;
             if let Op::Parameter { name, .. } = &node.op {
                 report.weights_removed.push(name.clone());

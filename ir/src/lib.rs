@@ -43,6 +43,9 @@
 //! round-trips exactly and numbers nodes canonically ([`Graph::canonical_order`]).
 //! Weights live in a safetensors file beside the `.gir`, named in its header.
 
+// No panic on user input: index with `get`, match slices, return errors (tests are exempt).
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+
 pub mod builder;
 pub mod dce;
 pub mod dtype;

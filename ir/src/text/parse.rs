@@ -83,9 +83,11 @@ pub fn parse_module(src: &str) -> Result<(Graph, Option<String>), ParseError> {
 }
 
 impl Parser<'_> {
+    // The token list always ends with Eof (`lex` pushes it last), and `bump` never
+    // moves past it, so the index is in bounds.
+    #[allow(clippy::indexing_slicing)]
     fn peek(&self) -> &Token {
-        // The token list always ends with Eof, and `bump` never moves past it.
-        &self.toks[self.i.min(self.toks.len() - 1)]
+        &self.toks[self.i.min(self.toks.len().saturating_sub(1))]
     }
 
     fn bump(&mut self) -> Token {
@@ -748,11 +750,14 @@ impl Attrs<'_> {
         items
             .iter()
             .map(|r| match &r.kind {
-                ValKind::Range(b) => Ok(SliceRange {
-                    start: self.i64(&b[0], "ranges")?,
-                    end: self.i64(&b[1], "ranges")?,
-                    step: self.i64(&b[2], "ranges")?,
-                }),
+                ValKind::Range(b) => {
+                    let [start, end, step] = &**b;
+                    Ok(SliceRange {
+                        start: self.i64(start, "ranges")?,
+                        end: self.i64(end, "ranges")?,
+                        step: self.i64(step, "ranges")?,
+                    })
+                }
                 _ => Err(self.bad(r, "ranges", "a range `start:end:step`")),
             })
             .collect()
@@ -763,7 +768,10 @@ impl Attrs<'_> {
         items
             .iter()
             .map(|p| match &p.kind {
-                ValKind::Tuple(xs) if xs.len() == 2 => Ok((self.i64(&xs[0], "pads")?, self.i64(&xs[1], "pads")?)),
+                ValKind::Tuple(xs) => match &xs[..] {
+                    [lo, hi] => Ok((self.i64(lo, "pads")?, self.i64(hi, "pads")?)),
+                    _ => Err(self.bad(p, "pads", "a pair `(before,after)`")),
+                },
                 _ => Err(self.bad(p, "pads", "a pair `(before,after)`")),
             })
             .collect()
@@ -933,10 +941,10 @@ fn nan_bits(v: &Val, hex: &str, width: u32, exp: u32) -> Result<u64, ParseError>
 fn build(defs: Vec<NodeDef>, outputs: Vec<OutputDef>, graph_pos: Pos) -> Result<Graph, ParseError> {
     let mut index: HashMap<u64, usize> = HashMap::with_capacity(defs.len());
     for (i, d) in defs.iter().enumerate() {
-        if let Some(&first) = index.get(&d.id) {
+        if let Some(first) = index.get(&d.id).and_then(|&f| defs.get(f)) {
             return Err(d.id_pos.err(format!(
                 "node %{} is defined twice (first at line {})",
-                d.id, defs[first].id_pos.line
+                d.id, first.id_pos.line
             )));
         }
         index.insert(d.id, i);
@@ -950,7 +958,7 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<OutputDef>, graph_pos: Pos) -> Result<
         None => Err(pos.err(format!("undefined node %{id}"))),
         Some(&i) if i < before => Ok(NodeId(i as u32)),
         Some(&i) => {
-            let at = defs[i].id_pos;
+            let at = defs.get(i).map_or(pos, |d| d.id_pos);
             Err(pos.err(if own && i == before {
                 format!("node %{id} is used in its own definition (a value must be defined before it is used)")
             } else {
@@ -988,8 +996,7 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<OutputDef>, graph_pos: Pos) -> Result<
     }
 
     // Types, in table order (operands come first).
-    for id in g.ids() {
-        let d = &defs[id.index()];
+    for (id, d) in g.ids().zip(&defs) {
         let node = g.node(id);
         let args: Vec<&TensorType> = node.inputs.iter().map(|&i| &g.node(i).ty).collect();
         let inferred = crate::infer_type(&node.op, &args).map_err(|m| d.op_pos.err(m))?;
@@ -1010,12 +1017,12 @@ fn build(defs: Vec<NodeDef>, outputs: Vec<OutputDef>, graph_pos: Pos) -> Result<
             Op::Parameter { name, .. } => (false, name),
             _ => continue,
         };
-        if let Some(&first) = names.get(&(is_input, name.as_str())) {
+        if let Some(first) = names.get(&(is_input, name.as_str())).and_then(|&f| defs.get(f)) {
             return Err(d.binding_pos.err(format!(
                 "{} name \"{}\" is used twice (first at line {})",
                 if is_input { "input" } else { "parameter" },
                 name.escape_debug(),
-                defs[first].id_pos.line
+                first.id_pos.line
             )));
         }
         names.insert((is_input, name.as_str()), i);
