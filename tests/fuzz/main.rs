@@ -235,9 +235,17 @@ fn cli_args(rng: &mut Rng) -> Vec<String> {
         args.push(flag);
         args.push(value);
     }
+    // Outputs: sometimes the FIFO in the model's folder (it must survive).
+    let out = pick(rng, &["m/out.npz", FIFO]);
     match command.as_str() {
-        "run" => args.extend(["--device".to_string(), "cpu".to_string()]),
-        "random-inputs" => args.extend(["-o".to_string(), "in.npz".to_string()]),
+        "run" => {
+            args.extend(["--device".to_string(), "cpu".to_string()]);
+            if rng.bool() {
+                args.extend(["--output".to_string(), out]);
+            }
+        }
+        "random-inputs" => args.extend(["-o".to_string(), out]),
+        "plan" if rng.bool() => args.extend(["--svg".to_string(), out]),
         _ => {}
     }
     args
@@ -285,14 +293,63 @@ fn run_cli(args: &[&str], dir: &Path) {
     }
 }
 
-/// Lay the case out in `dir` (the model, and beside it what it reads) and run it.
+/// A file outside the model's folder that mutations point external data and weights
+/// at (through `../`, absolute paths and links); reading it is a failure, seen in its
+/// access time (set to 1970 before each case; relatime file systems update it on the
+/// first read after that).
+const OUTSIDE: &str = "outside/secret.bin";
+
+/// A FIFO in the model's folder that command lines name as their output; it must still
+/// be a FIFO afterwards.
+const FIFO: &str = "m/out.fifo";
+
+fn lay_out(dir: &Path) -> Result<PathBuf, String> {
+    let _ = std::fs::remove_dir_all(dir);
+    let io = |e: std::io::Error| e.to_string();
+    let model_dir = dir.join("m");
+    std::fs::create_dir_all(&model_dir).map_err(io)?;
+    std::fs::create_dir_all(dir.join("outside")).map_err(io)?;
+    let secret = dir.join(OUTSIDE);
+    std::fs::write(&secret, vec![0x5au8; 1 << 16]).map_err(io)?;
+    let old = std::fs::FileTimes::new().set_accessed(std::time::UNIX_EPOCH + Duration::from_secs(86_400));
+    std::fs::File::options()
+        .write(true)
+        .open(&secret)
+        .and_then(|f| f.set_times(old))
+        .map_err(io)?;
+    let _ = std::os::unix::fs::symlink(&secret, model_dir.join("data.link"));
+    let _ = std::os::unix::fs::symlink(dir.join("outside"), model_dir.join("dir.link"));
+    let c = std::ffi::CString::new(dir.join(FIFO).as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid NUL-terminated path.
+    unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    Ok(model_dir)
+}
+
+/// Panic (a failure) if the case read the outside file or replaced the FIFO.
+fn check_confinement(dir: &Path) {
+    if let Ok(m) = std::fs::metadata(dir.join(OUTSIDE)) {
+        let read = m
+            .accessed()
+            .is_ok_and(|t| t > std::time::UNIX_EPOCH + Duration::from_secs(2 * 86_400));
+        assert!(!read, "a file outside the model's folder was read");
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let fifo = std::fs::symlink_metadata(dir.join(FIFO)).is_ok_and(|m| m.file_type().is_fifo());
+    assert!(fifo, "the FIFO in the model's folder was replaced or removed");
+}
+
+/// Lay the case out in `dir` (the model in `dir/m`, and beside it what it reads; a file
+/// outside it), run it, then check nothing outside was read and the FIFO is intact.
 /// `Err` is a refusal (fine); a panic is a failure.
 fn run_case(seeds: &Seeds, case: &Case, dir: &Path) -> Result<(), String> {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    // A link out of the folder, for mutations that name it as external data.
-    let _ = std::os::unix::fs::symlink("/etc/passwd", dir.join("data.link"));
-    let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).map_err(|e| e.to_string());
+    let model_dir = lay_out(dir)?;
+    let result = load_and_run(seeds, case, dir, &model_dir);
+    check_confinement(dir);
+    result
+}
+
+fn load_and_run(seeds: &Seeds, case: &Case, dir: &Path, model_dir: &Path) -> Result<(), String> {
+    let write = |name: &str, bytes: &[u8]| std::fs::write(model_dir.join(name), bytes).map_err(|e| e.to_string());
     let graph = match case.target {
         Target::Cli => {
             let text = String::from_utf8_lossy(&case.input).into_owned();
@@ -310,21 +367,22 @@ fn run_case(seeds: &Seeds, case: &Case, dir: &Path) -> Result<(), String> {
             let opts = graphc::ir::onnx::ImportOptions {
                 dims: case.dims.clone(),
             };
-            graphc::ir::onnx::import_onnx(&dir.join("model.onnx"), &opts).map_err(|e| e.to_string())?
+            graphc::ir::onnx::import_onnx(&model_dir.join("model.onnx"), &opts).map_err(|e| e.to_string())?
         }
         Target::Gir => {
             write("transformer_block.safetensors", &seeds.safetensors)?;
             write("model.gir", &case.input)?;
-            graphc::load_model(&dir.join("model.gir"), &[]).map_err(|e| e.to_string())?
+            graphc::load_model(&model_dir.join("model.gir"), &[]).map_err(|e| e.to_string())?
         }
         Target::Safetensors => {
             write("transformer_block.safetensors", &case.input)?;
             write("model.gir", seeds.gir.as_bytes())?;
-            graphc::load_model(&dir.join("model.gir"), &[]).map_err(|e| e.to_string())?
+            graphc::load_model(&model_dir.join("model.gir"), &[]).map_err(|e| e.to_string())?
         }
         Target::Npz => {
             write("inputs.npz", &case.input)?;
-            let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &seeds.block).map_err(|e| e.to_string())?;
+            let inputs =
+                graphc::npz::read_inputs(&model_dir.join("inputs.npz"), &seeds.block).map_err(|e| e.to_string())?;
             let compiled = graphc::compile(&seeds.block).map_err(|e| e.to_string())?;
             graphc::run_cpu(&compiled, inputs).map_err(|e| e.to_string())?;
             return Ok(());
@@ -553,4 +611,27 @@ fn fuzz_importers() {
         "{}\n(copy each saved input into tests/fuzz_corpus/<target>/ once fixed)",
         failures.join("\n")
     );
+}
+
+/// The confinement check sees a read of the outside file and a replaced FIFO (on file
+/// systems that keep access times; elsewhere only the FIFO half can be checked).
+#[test]
+fn confinement_check_sees_reads_and_replacements() {
+    let dir = std::env::temp_dir().join(format!("graphc-fuzz-check-{}", std::process::id()));
+    lay_out(&dir).expect("layout");
+    check_confinement(&dir);
+    let _ = std::fs::read(dir.join(OUTSIDE));
+    let atime_kept = std::fs::metadata(dir.join(OUTSIDE))
+        .and_then(|m| m.accessed())
+        .is_ok_and(|t| t > std::time::UNIX_EPOCH + Duration::from_secs(2 * 86_400));
+    if atime_kept {
+        assert!(std::panic::catch_unwind(|| check_confinement(&dir)).is_err());
+    } else {
+        println!("this file system does not update access times: reads outside are not seen");
+    }
+    lay_out(&dir).expect("layout");
+    std::fs::remove_file(dir.join(FIFO)).expect("remove");
+    std::fs::write(dir.join(FIFO), b"replaced").expect("write");
+    assert!(std::panic::catch_unwind(|| check_confinement(&dir)).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
 }

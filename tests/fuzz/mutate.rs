@@ -182,12 +182,14 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
             // External data pointed somewhere else.
             let n = g.initializer.len() as u64;
             if let Some(t) = g.initializer.get_mut(rng.below(n.max(1)) as usize) {
-                let (key, value) = match rng.below(6) {
-                    0 => ("location", "../../etc/passwd".to_string()),
+                let (key, value) = match rng.below(8) {
+                    0 => ("location", "../outside/secret.bin".to_string()),
                     1 => ("location", "/etc/passwd".to_string()),
                     2 => ("location", "data.link".to_string()),
                     3 => ("offset", interesting(rng).to_string()),
                     4 => ("length", interesting(rng).to_string()),
+                    5 => ("location", "dir.link/secret.bin".to_string()),
+                    6 => ("location", "out.fifo".to_string()),
                     _ => ("location", "model.onnx".to_string()),
                 };
                 t.data_location = 1;
@@ -247,7 +249,11 @@ pub fn onnx_bytes(rng: &mut Rng, data: &[u8]) -> Vec<u8> {
 }
 
 /// Tokens a hostile `.gir` might hold in place of a number or a name.
-const GIR_TOKENS: [&str; 16] = [
+const GIR_TOKENS: [&str; 20] = [
+    "data.link",
+    "dir.link/secret.bin",
+    "../outside/secret.bin",
+    "out.fifo",
     "0",
     "-1",
     "4294967296",
