@@ -197,7 +197,7 @@ impl Emitter<'_> {
         }
 
         let mut body = Body::default();
-        let mut inputs: Vec<Access> = Vec::new();
+        let mut inputs = Loads::default();
         let mut expr_of: HashMap<usize, ExprId> = HashMap::new();
         let mut stages = Vec::new();
         let mut stage_ops = Vec::new();
@@ -217,14 +217,7 @@ impl Emitter<'_> {
                     return body.push(Expr::Const(t.clone()), t.dtype());
                 }
                 let acc = this.access(o, frame.strides(o, level));
-                let k = match inputs.iter().position(|a| *a == acc) {
-                    Some(k) => k,
-                    None => {
-                        inputs.push(acc);
-                        inputs.len() - 1
-                    }
-                };
-                body.push(Expr::Load(k as u32), this.nodes[o.root].ty.dtype)
+                body.push(Expr::Load(inputs.intern(acc)), this.nodes[o.root].ty.dtype)
             };
             let dt = node.ty.dtype;
             let e = match &node.kind {
@@ -260,16 +253,9 @@ impl Emitter<'_> {
                         &over_out(data.root, data.layout.offset, ds.clone()),
                         frame.strides(&over_out(data.root, data.layout.offset, ds), level),
                     );
-                    let k = match inputs.iter().position(|a| *a == acc) {
-                        Some(k) => k,
-                        None => {
-                            inputs.push(acc);
-                            inputs.len() - 1
-                        }
-                    };
                     body.push(
                         Expr::Gather {
-                            input: k as u32,
+                            input: inputs.intern(acc),
                             index,
                             stride: data.layout.strides[axis],
                             extent: data.dims[axis] as u64,
@@ -298,6 +284,7 @@ impl Emitter<'_> {
             expr_of.insert(m, e);
         }
 
+        let inputs = inputs.list;
         let mut stores = Vec::new();
         let mut row_stores = Vec::new();
         for &m in members {
@@ -409,6 +396,27 @@ impl Emitter<'_> {
             offset: o.layout.offset,
             strides,
         }
+    }
+}
+
+/// A kernel's input accesses, each listed once (a hash index: a kernel may read
+/// 100k distinct inputs).
+#[derive(Default)]
+struct Loads {
+    list: Vec<Access>,
+    index: HashMap<Access, u32>,
+}
+
+impl Loads {
+    /// The position of `acc` in the list, added if new.
+    fn intern(&mut self, acc: Access) -> u32 {
+        if let Some(&k) = self.index.get(&acc) {
+            return k;
+        }
+        let k = self.list.len() as u32;
+        self.list.push(acc.clone());
+        self.index.insert(acc, k);
+        k
     }
 }
 

@@ -104,7 +104,18 @@ pub struct TensorAnalysis {
     pub folded_weights: BTreeMap<String, Arc<Tensor>>,
     /// Number of values folded to constants or weights (classes that gained a known value).
     pub folded: usize,
+    /// The next number to try for each derived weight name (`x0:add` -> 2 once
+    /// `x0:add` is taken), so naming the n-th fold of a chain is not a scan of n names.
+    next_suffix: HashMap<String, usize>,
+    /// Per folded weight, the weight its name starts from and how many ops its name
+    /// chains after it (`fc0.weight:transpose:cast`: 2).
+    derived: HashMap<String, (String, usize)>,
 }
+
+/// A folded weight's name chains at most this many ops after the weight it starts
+/// from; a longer chain (a sum of 100k weights) starts over from that weight, so names
+/// stay short instead of growing with the chain (quadratic bytes in all).
+const MAX_NAME_OPS: usize = 4;
 
 impl Analysis<TNode> for TensorAnalysis {
     type Data = Data;
@@ -196,8 +207,9 @@ impl Analysis<TNode> for TensorAnalysis {
 }
 
 /// A name for a weight folded into class `id`: the first weight it derives from, the
-/// op that made it, and a number that keeps names unique.
-fn derived_weight_name(egraph: &TEGraph, id: Id) -> String {
+/// op that made it, and a number that keeps names unique (at most [`MAX_NAME_OPS`] ops
+/// chained).
+fn derived_weight_name(egraph: &mut TEGraph, id: Id) -> String {
     let node = egraph[id].nodes.iter().find(|n| !n.children.is_empty());
     let (op, base) = match node {
         Some(n) => {
@@ -215,12 +227,25 @@ fn derived_weight_name(egraph: &TEGraph, id: Id) -> String {
         }
         None => ("folded", "weight".to_string()),
     };
-    let mut name = format!("{base}:{op}");
-    let mut k = 1;
-    while egraph.analysis.folded_weights.contains_key(&name) || egraph.analysis.weights.contains_key(&name) {
+    let analysis = &mut egraph.analysis;
+    let (root, depth) = analysis
+        .derived
+        .get(&base)
+        .cloned()
+        .unwrap_or_else(|| (base.clone(), 0));
+    let (stem, depth) = if depth >= MAX_NAME_OPS {
+        (format!("{root}:{op}"), 1)
+    } else {
+        (format!("{base}:{op}"), depth + 1)
+    };
+    let mut k = analysis.next_suffix.get(&stem).copied().unwrap_or(1);
+    let mut name = if k == 1 { stem.clone() } else { format!("{stem}{k}") };
+    while analysis.folded_weights.contains_key(&name) || analysis.weights.contains_key(&name) {
         k += 1;
-        name = format!("{base}:{op}{k}");
+        name = format!("{stem}{k}");
     }
+    analysis.next_suffix.insert(stem, k + 1);
+    analysis.derived.insert(name.clone(), (root, depth));
     name
 }
 

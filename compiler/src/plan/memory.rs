@@ -273,6 +273,12 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
                 KindRef::Row(r) => (r.outer.iter().chain(r.inner).copied().collect(), r.inputs, r.stores),
                 _ => continue,
             };
+            // The accesses of each input buffer, grouped once per kernel (a kernel may
+            // read 100k buffers: no scan of all inputs per candidate).
+            let mut reads_of: std::collections::HashMap<usize, Vec<&Access>> = std::collections::HashMap::new();
+            for a in inputs {
+                reads_of.entry(a.buffer.index()).or_default().push(a);
+            }
             for store in stores {
                 let out = store.access.buffer.index();
                 if out >= n || !in_arena(out) || first[out] != Some(k as u32) || reuses[out].is_some() {
@@ -287,7 +293,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
                         && last[a] == Some(k as u32)
                         && program.buffers[a].ty.dtype.size_bytes() == ob.ty.dtype.size_bytes()
                         && program.buffers[a].ty.numel() == ob.ty.numel()
-                        && inputs.iter().filter(|x| x.buffer.index() == a).all(|x| {
+                        && reads_of.get(&a).into_iter().flatten().all(|x| {
                             x.offset == store.access.offset && strides_equal(&x.strides, &store.access.strides, &space)
                         })
                 });
@@ -403,6 +409,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         })
         .collect();
     let peak_scratch_bytes = scratch.iter().filter(|s| s.step == peak_step).map(|s| s.bytes).sum();
+    let scratch_at: std::collections::HashMap<u32, u64> = scratch.iter().map(|s| (s.step, s.offset)).collect();
     let mut seen_slot = vec![false; slots.len()];
     let mut at_peak: Vec<&PlannedBuffer> = buffers
         .iter()
@@ -465,7 +472,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
                         place: place(b),
                     })
                     .collect(),
-                scratch: scratch.iter().find(|s| s.step as usize == k).map(|s| s.offset),
+                scratch: scratch_at.get(&(k as u32)).copied(),
             }
         })
         .collect();

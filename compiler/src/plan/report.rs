@@ -836,10 +836,13 @@ fn remat_candidates(plan: &MemoryPlan) -> Vec<Remat> {
             accesses.entry(a.buffer).or_default().push(k as u32);
         }
     }
-    let live_at_peak = |id: u32| plan.buffer(id).is_some_and(|b| b.start <= peak && peak < b.end);
+    // By id, once: a lookup per argument of a scan of all buffers would be quadratic.
+    let by_id: HashMap<u32, &PlannedBuffer> = plan.buffers.iter().map(|b| (b.buffer, b)).collect();
+    let buffer = |id: u32| by_id.get(&id).copied();
+    let live_at_peak = |id: u32| buffer(id).is_some_and(|b| b.start <= peak && peak < b.end);
     let mut out = Vec::new();
     for t in &plan.peak_live {
-        let Some(b) = plan.buffer(t.buffer) else { continue };
+        let Some(b) = buffer(t.buffer) else { continue };
         if !matches!(t.op.as_str(), "elementwise" | "row") || b.start + 2 > peak {
             continue;
         }
@@ -856,7 +859,7 @@ fn remat_candidates(plan: &MemoryPlan) -> Vec<Remat> {
             .args
             .iter()
             .filter(|a| a.access == ArgAccess::Read && a.buffer != t.buffer)
-            .filter_map(|a| plan.buffer(a.buffer))
+            .filter_map(|a| buffer(a.buffer))
             .filter(|ob| !live_at_peak(ob.buffer))
             .map(|ob| ob.bytes)
             .sum();
