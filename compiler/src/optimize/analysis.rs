@@ -12,6 +12,9 @@
 //! depend on weights only up to the size of their largest operand (folding never makes
 //! the weights grow: a bias broadcast to the activations' shape stays a broadcast).
 //! Transposes, reshapes and slices of weights over [`MAX_FOLDED_VIEW_BYTES`] stay views.
+//! The work is bounded before it is done, whatever the dimensions: a fold whose splat
+//! operands would materialize past [`MAX_FOLDED_BYTES`], or a matmul past
+//! [`MAX_FOLDED_MATMUL_WORK`] multiply-adds, is not done.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -29,6 +32,9 @@ pub const MAX_FOLDED_BYTES: usize = 64 << 10;
 /// it through strides (a GEMM through its transpose flag, as PyTorch's `x @ W^T` runs),
 /// and folding would copy it at every compile.
 pub const MAX_FOLDED_VIEW_BYTES: usize = 1 << 20;
+
+/// A matmul of known operands folds only if it takes at most this many multiply-adds.
+pub const MAX_FOLDED_MATMUL_WORK: usize = 1 << 26;
 
 pub type TEGraph = EGraph<TNode, TensorAnalysis>;
 
@@ -292,6 +298,24 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
     let allowance = if from_weights { 0 } else { MAX_FOLDED_BYTES };
     if ty.size_bytes() > allowance.max(largest_arg) {
         return None;
+    }
+    // Work is bounded before any is done: a splat operand is materialized to its full
+    // type (a broadcast of one value to a batch-sized shape must not be allocated to
+    // be reduced), and a matmul costs `m * n * k`.
+    let splat_bytes: usize = args
+        .iter()
+        .zip(arg_tys)
+        .filter(|(k, _)| matches!(k, Known::Splat(_)))
+        .map(|(_, t)| t.size_bytes())
+        .fold(0, usize::saturating_add);
+    if splat_bytes > MAX_FOLDED_BYTES {
+        return None;
+    }
+    if let (Op::MatMul, Some(a)) = (op, arg_tys.first()) {
+        let k = a.shape.dims().last().copied().unwrap_or(1);
+        if ty.numel().saturating_mul(k) > MAX_FOLDED_MATMUL_WORK {
+            return None;
+        }
     }
     let dense: Vec<Tensor> = args.iter().zip(arg_tys).map(|(k, t)| k.materialize(t)).collect();
     let refs: Vec<&Tensor> = dense.iter().collect();
