@@ -315,9 +315,9 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     for (i, b) in program.buffers.iter().enumerate() {
         let bytes = b.ty.size_bytes() as u64;
         match (&b.kind, output_name[i].is_some()) {
-            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights += bytes,
-            (BufferKind::Input { .. }, _) => inputs += bytes,
-            (BufferKind::Temp, true) => outputs += bytes,
+            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights = weights.saturating_add(bytes),
+            (BufferKind::Input { .. }, _) => inputs = inputs.saturating_add(bytes),
+            (BufferKind::Temp, true) => outputs = outputs.saturating_add(bytes),
             (BufferKind::Temp, false) => {}
         }
     }
@@ -408,7 +408,11 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
             bytes: slots[slot].size,
         })
         .collect();
-    let peak_scratch_bytes = scratch.iter().filter(|s| s.step == peak_step).map(|s| s.bytes).sum();
+    let peak_scratch_bytes = scratch
+        .iter()
+        .filter(|s| s.step == peak_step)
+        .map(|s| s.bytes)
+        .fold(0, u64::saturating_add);
     let scratch_at: std::collections::HashMap<u32, u64> = scratch.iter().map(|s| (s.step, s.offset)).collect();
     let mut seen_slot = vec![false; slots.len()];
     let mut at_peak: Vec<&PlannedBuffer> = buffers

@@ -134,7 +134,10 @@ fn size_row(label: &str, bytes: u64, note: String) -> Vec<String> {
 /// Bytes of the tensors live at the peak step (aligned slots are what the lower bound
 /// counts; this is the tensors' own bytes).
 fn peak_bytes(plan: &MemoryPlan) -> u64 {
-    plan.peak_live.iter().map(|t| t.bytes).sum::<u64>() + plan.peak_scratch_bytes
+    plan.peak_live
+        .iter()
+        .map(|t| t.bytes)
+        .fold(plan.peak_scratch_bytes, u64::saturating_add)
 }
 
 /// The memory summary: where the bytes go, how good the placement is, the schedule, the
@@ -311,7 +314,7 @@ pub fn summary(program: &Program, plan: &MemoryPlan) -> String {
                 out,
                 "  and {} more totalling {}",
                 rest.len(),
-                human_bytes(rest.iter().map(|t| t.bytes).sum())
+                human_bytes(rest.iter().map(|t| t.bytes).fold(0, u64::saturating_add))
             );
         }
     }
@@ -525,7 +528,7 @@ pub fn picture(plan: &MemoryPlan, width: usize, height: usize) -> String {
             out,
             "  and {} more totalling {}",
             rest.len(),
-            human_bytes(rest.iter().map(|&i| plan.buffers[i].bytes).sum())
+            human_bytes(rest.iter().map(|&i| plan.buffers[i].bytes).fold(0, u64::saturating_add))
         );
     }
     out
@@ -862,7 +865,7 @@ fn remat_candidates(plan: &MemoryPlan) -> Vec<Remat> {
             .filter_map(|a| buffer(a.buffer))
             .filter(|ob| !live_at_peak(ob.buffer))
             .map(|ob| ob.bytes)
-            .sum();
+            .fold(0, u64::saturating_add);
         let freed = t.bytes.saturating_sub(keep);
         if freed == 0 {
             continue;
@@ -972,7 +975,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
                     s,
                     "  and {} more totalling {}",
                     rest.len(),
-                    human_bytes(rest.iter().map(|t| t.bytes).sum())
+                    human_bytes(rest.iter().map(|t| t.bytes).fold(0, u64::saturating_add))
                 );
             }
         }
@@ -1066,7 +1069,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
             .enumerate()
             .filter(|(i, b)| b.ty.dtype == DType::F32 && pred(&b.kind, *i))
             .map(|(_, b)| b.ty.size_bytes() as u64)
-            .sum()
+            .fold(0, u64::saturating_add)
     };
     let is_output: Vec<bool> = {
         let mut v = vec![false; program.buffers.len()];
@@ -1090,7 +1093,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
                 .is_some_and(|b| b.ty.dtype == DType::F32)
         })
         .map(|t| t.bytes)
-        .sum();
+        .fold(0, u64::saturating_add);
     let arena_f32 = if peak_total == 0 {
         0
     } else {
@@ -1117,7 +1120,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
     if !weights_over && !fixed_over {
         let remat = remat_candidates(plan);
         if !remat.is_empty() {
-            let freed: u64 = remat.iter().map(|r| r.freed).sum();
+            let freed: u64 = remat.iter().map(|r| r.freed).fold(0, u64::saturating_add);
             let named: Vec<String> = remat
                 .iter()
                 .take(5)

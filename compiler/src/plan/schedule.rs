@@ -165,7 +165,7 @@ impl Deps {
         let out_bytes: Vec<u64> = self
             .writes
             .iter()
-            .map(|w| w.iter().map(|&b| self.bytes[b]).sum())
+            .map(|w| w.iter().map(|&b| self.bytes[b]).fold(0, u64::saturating_add))
             .collect();
         let need = if visit == Visit::HeaviestFirst {
             self.need(&out_bytes)
@@ -283,8 +283,11 @@ impl Deps {
                     .iter()
                     .filter(|&&b| readers_left[b] == 1)
                     .map(|&b| self.bytes[b])
-                    .sum();
-                let alloc: u64 = self.writes[i].iter().map(|&b| self.bytes[b]).sum();
+                    .fold(0, u64::saturating_add);
+                let alloc: u64 = self.writes[i]
+                    .iter()
+                    .map(|&b| self.bytes[b])
+                    .fold(0, u64::saturating_add);
                 i128::from(freed) - i128::from(alloc)
             })
             .collect();

@@ -305,7 +305,13 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
     if plan.arena_bytes < lb {
         return Err(format!("arena {} is below the lower bound {lb}", plan.arena_bytes));
     }
-    let sum = plan.weights_bytes + plan.inputs_bytes + plan.outputs_bytes + plan.workspace_bytes + plan.arena_bytes;
+    // Saturating, as the planner adds them.
+    let sum = plan
+        .weights_bytes
+        .saturating_add(plan.inputs_bytes)
+        .saturating_add(plan.outputs_bytes)
+        .saturating_add(plan.workspace_bytes)
+        .saturating_add(plan.arena_bytes);
     if plan.total_bytes != sum {
         return Err(format!(
             "total {} is not the sum of its parts ({sum})",
