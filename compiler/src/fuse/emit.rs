@@ -285,6 +285,35 @@ impl Emitter<'_> {
         }
 
         let inputs = inputs.list;
+        let (stores, row_stores) = self.stores(groups, stored, members, &frame, &expr_of);
+
+        let parts = Parts {
+            inputs,
+            body,
+            stages,
+            stage_ops,
+            stores,
+            row_stores,
+            mm,
+        };
+        let (name, kind) = self.kind(&frame, parts);
+        Kernel {
+            name: format!("k{idx}_{name}"),
+            kind,
+            nodes: canon,
+        }
+    }
+
+    /// The stores of a group's members read outside it: per row (row kernels' row
+    /// values) and per element.
+    fn stores(
+        &mut self,
+        groups: &Groups,
+        stored: &[bool],
+        members: &[usize],
+        frame: &Frame,
+        expr_of: &HashMap<usize, ExprId>,
+    ) -> (Vec<Store>, Vec<Store>) {
         let mut stores = Vec::new();
         let mut row_stores = Vec::new();
         for &m in members {
@@ -322,8 +351,21 @@ impl Emitter<'_> {
                 }),
             }
         }
+        (stores, row_stores)
+    }
 
-        let (name, kind) = match &frame.space {
+    /// The kernel's name suffix and kind for its iteration space.
+    fn kind(&mut self, frame: &Frame, parts: Parts) -> (String, KernelKind) {
+        let Parts {
+            inputs,
+            body,
+            stages,
+            stage_ops,
+            stores,
+            row_stores,
+            mm,
+        } = parts;
+        match &frame.space {
             Space::Elementwise(space) => (
                 "ew".to_string(),
                 KernelKind::Elementwise {
@@ -382,11 +424,6 @@ impl Emitter<'_> {
                 )
             }
             Space::Single => unreachable!("single-op groups are handled above"),
-        };
-        Kernel {
-            name: format!("k{idx}_{name}"),
-            kind,
-            nodes: canon,
         }
     }
 
@@ -397,6 +434,17 @@ impl Emitter<'_> {
             strides,
         }
     }
+}
+
+/// What a group's members compiled to, for [`Emitter::kind`].
+struct Parts {
+    inputs: Vec<Access>,
+    body: Body,
+    stages: Vec<Stage>,
+    stage_ops: Vec<&'static str>,
+    stores: Vec<Store>,
+    row_stores: Vec<Store>,
+    mm: Option<usize>,
 }
 
 /// A kernel's input accesses, each listed once (a hash index: a kernel may read

@@ -113,6 +113,45 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             is_output[b.index()] = true;
         }
     }
+    let planned = planned_buffers(program, plan, &is_output)?;
+    check_steps(program, plan, &planned, &is_output)?;
+    let scratch_spans = scratch_spans(plan)?;
+    let steps_live = check_overlaps(plan, &scratch_spans)?;
+    let lb = steps_live.iter().copied().max().unwrap_or(0);
+    if plan.lower_bound_bytes != lb {
+        return Err(format!(
+            "lower bound is {lb} bytes, the plan says {}",
+            plan.lower_bound_bytes
+        ));
+    }
+    if plan.arena_bytes < lb {
+        return Err(format!("arena {} is below the lower bound {lb}", plan.arena_bytes));
+    }
+    // Saturating, as the planner adds them.
+    let sum = plan
+        .weights_bytes
+        .saturating_add(plan.inputs_bytes)
+        .saturating_add(plan.outputs_bytes)
+        .saturating_add(plan.workspace_bytes)
+        .saturating_add(plan.arena_bytes);
+    if plan.total_bytes != sum {
+        return Err(format!(
+            "total {} is not the sum of its parts ({sum})",
+            plan.total_bytes
+        ));
+    }
+    Ok(())
+}
+
+/// Each arena buffer of `plan` checked against the program (a temp that is not an
+/// output, its type's size, aligned, inside the arena, a lifetime within the kernels),
+/// by buffer id.
+fn planned_buffers<'p>(
+    program: &Program,
+    plan: &'p MemoryPlan,
+    is_output: &[bool],
+) -> Result<Vec<Option<&'p PlannedBuffer>>, String> {
+    let (align, nk, n) = (plan.align, program.kernels.len(), program.buffers.len());
     let mut planned: Vec<Option<&PlannedBuffer>> = vec![None; n];
     for pb in &plan.buffers {
         let i = pb.buffer as usize;
@@ -154,6 +193,18 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             ));
         }
     }
+    Ok(planned)
+}
+
+/// Each step against its kernel: the name, lifetimes covering every write and read,
+/// every arena argument at its buffer's offset.
+fn check_steps(
+    program: &Program,
+    plan: &MemoryPlan,
+    planned: &[Option<&PlannedBuffer>],
+    is_output: &[bool],
+) -> Result<(), String> {
+    let n = program.buffers.len();
     for (k, (kernel, step)) in program.kernels.iter().zip(&plan.steps).enumerate() {
         if step.kernel != kernel.name {
             return Err(format!(
@@ -207,6 +258,12 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+/// The GEMM scratch areas, checked, as spans for the overlap sweep.
+fn scratch_spans(plan: &MemoryPlan) -> Result<Vec<PlannedBuffer>, String> {
+    let (align, nk) = (plan.align, plan.steps.len());
     // GEMM scratch: aligned, inside the arena, one per step that names it, live for that
     // step only. For the sweep it is a buffer with no program id.
     let mut scratch_spans = Vec::with_capacity(plan.scratch.len());
@@ -244,6 +301,13 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             reuses: None,
         });
     }
+    Ok(scratch_spans)
+}
+
+/// No two arena buffers (or scratch areas) live at one step overlap in address, but
+/// for in-place pairs; returns the aligned bytes live at each step.
+fn check_overlaps(plan: &MemoryPlan, scratch_spans: &[PlannedBuffer]) -> Result<Vec<u64>, String> {
+    let (align, nk) = (plan.align, plan.steps.len());
     let label = |b: &PlannedBuffer| match (&b.name, b.buffer) {
         (Some(n), u32::MAX) => n.clone(),
         _ => format!("b{}", b.buffer),
@@ -255,7 +319,7 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
     let mut spans: Vec<&PlannedBuffer> = plan
         .buffers
         .iter()
-        .chain(&scratch_spans)
+        .chain(scratch_spans)
         .filter(|b| b.bytes > 0)
         .collect();
     spans.sort_by_key(|b| (b.start, b.buffer));
@@ -295,30 +359,7 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
         running += d;
         steps_live.push(u64::try_from(running).unwrap_or(u64::MAX));
     }
-    let lb = steps_live.iter().copied().max().unwrap_or(0);
-    if plan.lower_bound_bytes != lb {
-        return Err(format!(
-            "lower bound is {lb} bytes, the plan says {}",
-            plan.lower_bound_bytes
-        ));
-    }
-    if plan.arena_bytes < lb {
-        return Err(format!("arena {} is below the lower bound {lb}", plan.arena_bytes));
-    }
-    // Saturating, as the planner adds them.
-    let sum = plan
-        .weights_bytes
-        .saturating_add(plan.inputs_bytes)
-        .saturating_add(plan.outputs_bytes)
-        .saturating_add(plan.workspace_bytes)
-        .saturating_add(plan.arena_bytes);
-    if plan.total_bytes != sum {
-        return Err(format!(
-            "total {} is not the sum of its parts ({sum})",
-            plan.total_bytes
-        ));
-    }
-    Ok(())
+    Ok(steps_live)
 }
 
 /// The buffers live at a point of a sweep over time: address ranges by offset, and
