@@ -2,12 +2,22 @@
 //! budget, found by replanning.
 //!
 //! The search assumes that memory grows with the dimension (true of batch and sequence
-//! dims): it probes 1, then doubles until a plan does not fit (or `max` is reached),
-//! then bisects between the last value that fit and the first that did not. Every probe
-//! builds the graph at that value and compiles it through the whole pipeline (schedule
-//! and memory plan included), so the answer is exactly what `graphc plan` says at that
-//! value. A probe whose graph cannot be built or compiled at a value larger than 1
-//! (a shape too large to index, say) counts as not fitting, and its reason is kept.
+//! dims): it probes 1, then grows the value (at least doubling it, further when the
+//! totals seen so far, extended as a straight line, say the budget is further) until a
+//! plan does not fit (or `max` is reached), then closes in between the last value that
+//! fit and the first that did not: at the point where the line through the two totals
+//! meets the budget (memory is close to linear in a batch dim, so this lands at or next
+//! to the answer), or at the midpoint when that did not halve the bracket, or when the
+//! upper end could not be planned at all. Every probe builds the graph at that value and
+//! compiles it through the whole pipeline (schedule and memory plan included), so the
+//! answer is exactly what `graphc plan` says at that value. A probe whose graph cannot
+//! be built or compiled at a value larger than 1 (a shape too large to index, sizes past
+//! 2^64 bytes) counts as not fitting, and its reason is kept.
+//!
+//! At most [`MAX_PROBES`] probes are made, whatever `max` is (up to `usize::MAX`): the
+//! values are integers, so overflow saturates at `max`. Should the budget run out before
+//! the bracket closes, the result says so ([`Fit::exhausted`]): the answer is then at
+//! least [`Fit::value`] and below [`Fit::first_over`].
 
 use graphc_compiler::{CompileOptions, Compiled};
 use graphc_ir::Graph;
@@ -33,6 +43,9 @@ pub struct Fit {
     /// Whether the search stopped at `max` with the plan still fitting (the true largest
     /// value may be higher).
     pub capped: bool,
+    /// Whether the search used all [`MAX_PROBES`] probes before it closed in: the true
+    /// largest value is then between `value` and the first value over.
+    pub exhausted: bool,
     /// The model compiled at `value` (its `plan` is the plan that fits).
     pub compiled: Compiled,
     /// Every value tried, in the order tried.
@@ -49,14 +62,19 @@ impl Fit {
     }
 }
 
+/// The most values [`fit`] tries, the first (1) included.
+pub const MAX_PROBES: usize = 64;
+
 /// The largest `value` in `1..=max` for which `build(value)`, compiled with `opts`, has
-/// a plan within `opts.memory.budget_bytes`. Errors when even `value = 1` does not fit
-/// ([`Error::DoesNotFit`], with the plan at 1) or cannot be built.
+/// a plan within `opts.memory.budget_bytes`, in at most [`MAX_PROBES`] probes. Errors
+/// when even `value = 1` does not fit ([`Error::DoesNotFit`], with the plan at 1) or
+/// cannot be built.
 pub fn fit<F>(mut build: F, opts: &CompileOptions, max: usize) -> Result<Fit, Error>
 where
     F: FnMut(usize) -> Result<Graph, Error>,
 {
     let max = max.max(1);
+    let budget = opts.memory.budget_bytes;
     // Value 1 must fit; report its plan otherwise.
     let one = build(1).and_then(|g| Ok(graphc_compiler::compile(&g, opts)?))?;
     let mut probes = vec![Probe {
@@ -101,33 +119,78 @@ where
             Err(e) => Err(e),
         }
     };
-    let (mut lo, mut best) = (1usize, one);
-    let mut hi: Option<usize> = None;
-    while lo < max {
-        let next = lo.saturating_mul(2).min(max);
+    // The last value that fit and its total; the first that did not (and its total).
+    let (mut lo, mut lo_total, mut best) = (1usize, one.plan.total_bytes, one);
+    let mut hi: Option<(usize, Option<u64>)> = None;
+    let mut prev: Option<(usize, u64)> = None;
+    while lo < max && probes.len() < MAX_PROBES {
+        let next = grow(lo, lo_total, prev, budget, max);
         match probe(next, &mut probes)? {
-            Some(c) => (lo, best) = (next, c),
+            Some(c) => {
+                prev = Some((lo, lo_total));
+                (lo, lo_total, best) = (next, c.plan.total_bytes, c);
+            }
             None => {
-                hi = Some(next);
+                hi = Some((next, probes.last().and_then(|p| p.total_bytes)));
                 break;
             }
         }
     }
-    if let Some(mut hi) = hi {
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            match probe(mid, &mut probes)? {
-                Some(c) => (lo, best) = (mid, c),
-                None => hi = mid,
-            }
+    let mut halving = false;
+    while let Some((h, h_total)) = hi {
+        if h - lo <= 1 || probes.len() >= MAX_PROBES {
+            break;
         }
+        let mid = match h_total {
+            Some(t) if !halving => interpolate((lo, lo_total), (h, t), budget),
+            _ => lo + (h - lo) / 2,
+        };
+        let width = h - lo;
+        match probe(mid, &mut probes)? {
+            Some(c) => (lo, lo_total, best) = (mid, c.plan.total_bytes, c),
+            None => hi = Some((mid, probes.last().and_then(|p| p.total_bytes))),
+        }
+        // A step that did not halve the bracket is followed by a midpoint.
+        let new_width = hi.map_or(0, |(h, _)| h - lo);
+        halving = !halving && new_width > width / 2;
     }
+    let open = hi.is_some_and(|(h, _)| h - lo > 1) || (hi.is_none() && lo < max);
     Ok(Fit {
         value: lo,
-        capped: hi.is_none(),
+        capped: hi.is_none() && lo >= max,
+        exhausted: open,
         compiled: best,
         probes,
     })
+}
+
+/// The next value to try above `lo` (which fit, with `lo_total` bytes): at least
+/// `2 * lo`, or where the line through the last two totals meets the budget if that is
+/// further, never past `max`. Saturates instead of overflowing.
+fn grow(lo: usize, lo_total: u64, prev: Option<(usize, u64)>, budget: u64, max: usize) -> usize {
+    let double = lo.saturating_mul(2);
+    let line = prev.and_then(|(v, t)| {
+        let (dv, dt) = (u128::try_from(lo - v).ok()?, u128::from(lo_total.checked_sub(t)?));
+        if dt == 0 {
+            return None;
+        }
+        let room = u128::from(budget.saturating_sub(lo_total));
+        let ahead = room.saturating_mul(dv) / dt;
+        usize::try_from(ahead).ok().map(|a| lo.saturating_add(a))
+    });
+    line.map_or(double, |l| l.max(double)).min(max)
+}
+
+/// The value strictly between `lo` and `hi` where the line through their totals meets
+/// the budget (`lo_total <= budget < hi_total`), rounded down.
+fn interpolate((lo, lo_total): (usize, u64), (hi, hi_total): (usize, u64), budget: u64) -> usize {
+    let (room, rise) = (
+        budget.saturating_sub(lo_total),
+        hi_total.saturating_sub(lo_total).max(1),
+    );
+    let step = u128::from(room) * (hi - lo) as u128 / u128::from(rise);
+    let at = lo.saturating_add(usize::try_from(step).unwrap_or(usize::MAX));
+    at.clamp(lo + 1, hi - 1)
 }
 
 /// [`fit`] for a model file: the symbolic dimension `dim` of an ONNX model, the other

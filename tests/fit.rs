@@ -37,8 +37,78 @@ fn fit_finds_the_largest_batch_of_an_onnx_model() {
     assert!(total_at(fit.value, 16) <= budget);
     assert!(total_at(fit.value + 1, 16) > budget);
     assert_eq!(fit.first_over().map(|p| p.value), Some(fit.value + 1));
-    // Doubling then bisection: a logarithmic number of probes.
+    // Growing then closing in: a logarithmic number of probes at most.
     assert!(fit.probes.len() < 2 * 22, "{} probes", fit.probes.len());
+    assert!(!fit.exhausted);
+}
+
+/// `--max 2^62` (it printed nothing in 240 s): at most 64 probes, each cheap even where
+/// shapes are too large to index (those cannot be planned, so they do not fit), and the
+/// answer is the one a small `--max` gives, checked on both sides.
+#[test]
+fn fit_with_a_huge_max_takes_at_most_64_cheap_probes() {
+    let opts = with_budget(1 << 30);
+    let seq = [("seq".to_string(), 64)];
+    let t = std::time::Instant::now();
+    let fit = graphc::fit::fit_model(&repo_path(DYNAMIC), &seq, "batch", &opts, 1 << 62).unwrap();
+    let took = t.elapsed();
+    eprintln!("{} probes in {took:?}: batch {}", fit.probes.len(), fit.value);
+    assert!(
+        fit.probes.len() <= graphc::fit::MAX_PROBES,
+        "{} probes",
+        fit.probes.len()
+    );
+    assert!(took < std::time::Duration::from_secs(60), "{took:?}");
+    assert!(!fit.capped && !fit.exhausted);
+    assert!(total_at(fit.value, 64) <= 1 << 30 && total_at(fit.value + 1, 64) > 1 << 30);
+    assert_eq!(fit.first_over().map(|p| p.value), Some(fit.value + 1));
+    let small = graphc::fit::fit_model(&repo_path(DYNAMIC), &seq, "batch", &opts, 1 << 20).unwrap();
+    assert_eq!(small.value, fit.value);
+
+    // A budget nothing reaches: the search ends where shapes stop being plannable
+    // (2^56 elements), still within 64 probes, and says why the next value fails.
+    let fit = graphc::fit::fit_model(&repo_path(DYNAMIC), &seq, "batch", &with_budget(u64::MAX), usize::MAX).unwrap();
+    assert!(
+        fit.probes.len() <= graphc::fit::MAX_PROBES,
+        "{} probes",
+        fit.probes.len()
+    );
+    assert!(fit.value > 1 << 30, "{}", fit.value);
+    let next = fit.first_over().unwrap();
+    assert!(
+        next.error.is_some() || next.total_bytes > Some(u64::MAX - 1),
+        "{next:?}"
+    );
+    assert!(fit.exhausted || next.value == fit.value + 1);
+}
+
+/// The probe budget holds for any monotone build, even one that always fits: the
+/// values saturate at `max` instead of overflowing, and a search cut short says so.
+#[test]
+fn fit_never_overflows_and_never_exceeds_the_probe_budget() {
+    let build = |batch: usize| -> Result<graphc::ir::Graph, Error> {
+        Ok(mlp(&MlpConfig {
+            batch,
+            widths: vec![4, 4],
+            ..Default::default()
+        })?)
+    };
+    for max in [usize::MAX, 1 << 62, (1 << 40) + 12345, 3] {
+        let fit = graphc::fit::fit(build, &with_budget(u64::MAX), max).unwrap();
+        assert!(
+            fit.probes.len() <= graphc::fit::MAX_PROBES,
+            "max {max}: {} probes",
+            fit.probes.len()
+        );
+        assert!(fit.value <= max && fit.compiled.plan.fits());
+        // Whatever stopped it is stated: the cap, an exact bracket, or the budget.
+        let exact = fit.first_over().is_some_and(|p| p.value == fit.value + 1);
+        assert!(
+            fit.capped || exact || fit.exhausted,
+            "max {max}: {:?}",
+            fit.probes.last()
+        );
+    }
 }
 
 #[test]

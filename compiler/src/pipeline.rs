@@ -194,13 +194,14 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     precision.weights_bytes_after = report.weight_bytes_after as u64;
     for b in &plan.buffers {
         let ty = &program.buffers[b.buffer as usize].ty;
-        let bytes = (ty.numel() * ty.dtype.size_bytes()) as u64;
-        precision.intermediates_bytes += bytes;
-        precision.intermediates_f32_bytes += if Some(ty.dtype) == low {
-            (ty.numel() * 4) as u64
+        let bytes = ty.size_bytes() as u64;
+        precision.intermediates_bytes = precision.intermediates_bytes.saturating_add(bytes);
+        let f32_bytes = if Some(ty.dtype) == low {
+            (ty.numel() as u64).saturating_mul(4)
         } else {
             bytes
         };
+        precision.intermediates_f32_bytes = precision.intermediates_f32_bytes.saturating_add(f32_bytes);
     }
     Ok(Compiled {
         graph,

@@ -130,8 +130,8 @@ impl GraphBuilder {
     /// A weight with its data.
     pub fn param(&self, name: &str, value: Tensor) -> Value<'_> {
         let mut st = self.state.borrow_mut();
-        let exists = st.graph.parameters().any(|(_, n, _)| n == name);
-        if exists {
+        // Every parameter of a builder has its data: a lookup, not a scan of them all.
+        if st.graph.weight(name).is_some() {
             let e = GraphError::Graph(format!("parameter name \"{name}\" is used twice"));
             st.error.get_or_insert(e);
         }

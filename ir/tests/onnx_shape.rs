@@ -138,6 +138,33 @@ fn range_of_input_data_is_not_supported() {
     );
 }
 
+/// A long integer `Range` (a batch-sized arange) is `start + iota * delta`, not a
+/// constant of that many elements; a short one stays a constant. Same values.
+#[test]
+fn long_integer_ranges_are_iotas_not_constants() {
+    for (limit, constant) in [(40i64, true), (30_000, false)] {
+        let m = model(
+            11,
+            vec![node("Range", "rng", &["a", "b", "c"], &["y"], vec![])],
+            vec![],
+            vec![
+                i64_init("a", &[], &[5]),
+                i64_init("b", &[], &[limit]),
+                i64_init("c", &[], &[3]),
+            ],
+            &["y"],
+        );
+        let g = import(&m).unwrap();
+        let big_constant = g
+            .nodes()
+            .iter()
+            .any(|n| matches!(&n.op, Op::Constant { value } if value.numel() > 1));
+        assert_eq!(big_constant, constant, "limit {limit}");
+        let want: Vec<i64> = (5..limit).step_by(3).collect();
+        assert_eq!(run(&g, &[])[0].data(), &TensorData::I64(want), "limit {limit}");
+    }
+}
+
 /// One op on `x: f32[2,3]` with the given attributes and extra initializers.
 fn one_op(opset: i64, op: &str, extra: &[&str], attrs: Vec<AttributeProto>, inits: Vec<TensorProto>) -> ModelProto {
     let mut inputs = vec!["x"];

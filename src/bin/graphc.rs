@@ -570,6 +570,17 @@ fn cmd_fit(args: FitArgs) -> Result<()> {
         None if fit.capped => format!("; stopped at --max {max}"),
         None => String::new(),
     };
+    let over = if fit.exhausted {
+        format!(
+            "{over}; the search stopped after {} probes, so the largest is at least that{}",
+            fit.probes.len(),
+            fit.first_over()
+                .map(|p| format!(" and below {}", p.value))
+                .unwrap_or_default()
+        )
+    } else {
+        over
+    };
     println!(
         "fit          {dim} = {} is the largest that fits {}{over}",
         fit.value,

@@ -197,7 +197,7 @@ impl Emitter<'_> {
         }
 
         let mut body = Body::default();
-        let mut inputs: Vec<Access> = Vec::new();
+        let mut inputs = Loads::default();
         let mut expr_of: HashMap<usize, ExprId> = HashMap::new();
         let mut stages = Vec::new();
         let mut stage_ops = Vec::new();
@@ -217,14 +217,7 @@ impl Emitter<'_> {
                     return body.push(Expr::Const(t.clone()), t.dtype());
                 }
                 let acc = this.access(o, frame.strides(o, level));
-                let k = match inputs.iter().position(|a| *a == acc) {
-                    Some(k) => k,
-                    None => {
-                        inputs.push(acc);
-                        inputs.len() - 1
-                    }
-                };
-                body.push(Expr::Load(k as u32), this.nodes[o.root].ty.dtype)
+                body.push(Expr::Load(inputs.intern(acc)), this.nodes[o.root].ty.dtype)
             };
             let dt = node.ty.dtype;
             let e = match &node.kind {
@@ -260,16 +253,9 @@ impl Emitter<'_> {
                         &over_out(data.root, data.layout.offset, ds.clone()),
                         frame.strides(&over_out(data.root, data.layout.offset, ds), level),
                     );
-                    let k = match inputs.iter().position(|a| *a == acc) {
-                        Some(k) => k,
-                        None => {
-                            inputs.push(acc);
-                            inputs.len() - 1
-                        }
-                    };
                     body.push(
                         Expr::Gather {
-                            input: k as u32,
+                            input: inputs.intern(acc),
                             index,
                             stride: data.layout.strides[axis],
                             extent: data.dims[axis] as u64,
@@ -298,6 +284,36 @@ impl Emitter<'_> {
             expr_of.insert(m, e);
         }
 
+        let inputs = inputs.list;
+        let (stores, row_stores) = self.stores(groups, stored, members, &frame, &expr_of);
+
+        let parts = Parts {
+            inputs,
+            body,
+            stages,
+            stage_ops,
+            stores,
+            row_stores,
+            mm,
+        };
+        let (name, kind) = self.kind(&frame, parts);
+        Kernel {
+            name: format!("k{idx}_{name}"),
+            kind,
+            nodes: canon,
+        }
+    }
+
+    /// The stores of a group's members read outside it: per row (row kernels' row
+    /// values) and per element.
+    fn stores(
+        &mut self,
+        groups: &Groups,
+        stored: &[bool],
+        members: &[usize],
+        frame: &Frame,
+        expr_of: &HashMap<usize, ExprId>,
+    ) -> (Vec<Store>, Vec<Store>) {
         let mut stores = Vec::new();
         let mut row_stores = Vec::new();
         for &m in members {
@@ -335,8 +351,21 @@ impl Emitter<'_> {
                 }),
             }
         }
+        (stores, row_stores)
+    }
 
-        let (name, kind) = match &frame.space {
+    /// The kernel's name suffix and kind for its iteration space.
+    fn kind(&mut self, frame: &Frame, parts: Parts) -> (String, KernelKind) {
+        let Parts {
+            inputs,
+            body,
+            stages,
+            stage_ops,
+            stores,
+            row_stores,
+            mm,
+        } = parts;
+        match &frame.space {
             Space::Elementwise(space) => (
                 "ew".to_string(),
                 KernelKind::Elementwise {
@@ -395,11 +424,6 @@ impl Emitter<'_> {
                 )
             }
             Space::Single => unreachable!("single-op groups are handled above"),
-        };
-        Kernel {
-            name: format!("k{idx}_{name}"),
-            kind,
-            nodes: canon,
         }
     }
 
@@ -409,6 +433,38 @@ impl Emitter<'_> {
             offset: o.layout.offset,
             strides,
         }
+    }
+}
+
+/// What a group's members compiled to, for [`Emitter::kind`].
+struct Parts {
+    inputs: Vec<Access>,
+    body: Body,
+    stages: Vec<Stage>,
+    stage_ops: Vec<&'static str>,
+    stores: Vec<Store>,
+    row_stores: Vec<Store>,
+    mm: Option<usize>,
+}
+
+/// A kernel's input accesses, each listed once (a hash index: a kernel may read
+/// 100k distinct inputs).
+#[derive(Default)]
+struct Loads {
+    list: Vec<Access>,
+    index: HashMap<Access, u32>,
+}
+
+impl Loads {
+    /// The position of `acc` in the list, added if new.
+    fn intern(&mut self, acc: Access) -> u32 {
+        if let Some(&k) = self.index.get(&acc) {
+            return k;
+        }
+        let k = self.list.len() as u32;
+        self.list.push(acc.clone());
+        self.index.insert(acc, k);
+        k
     }
 }
 

@@ -62,12 +62,12 @@ pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), GraphErr
     for (k, kernel) in program.kernels.iter().enumerate() {
         if let crate::kernel::KernelKind::MatMul { batch, m, n, .. } = &kernel.kind {
             if crate::codegen::generate(&program, k).is_ok_and(|c| c.has_source()) {
-                let elems = batch.iter().product::<usize>() * m * n;
+                let elems = batch.iter().fold(m.saturating_mul(*n), |e, &d| e.saturating_mul(d));
                 let dtype = kernel
                     .writes()
                     .first()
                     .map_or(4, |b| program.buffer(*b).ty.dtype.size_bytes());
-                extra_bytes += 2 * elems * dtype;
+                extra_bytes = elems.saturating_mul(2 * dtype).saturating_add(extra_bytes);
                 extra_launches += 1;
             }
         }

@@ -285,7 +285,8 @@ impl Nodes {
         let mut bytes = 0;
         for n in self.nodes.iter().filter(|n| n.is_compute() && n.ir.is_some()) {
             kernels += 1;
-            bytes += n.ty.size_bytes();
+            // Saturating: a model at a huge dim can pass 2^64 bytes in all.
+            bytes = n.ty.size_bytes().saturating_add(bytes);
             for o in &n.operands {
                 let root = &self.nodes[o.root];
                 if matches!(root.kind, FKind::Scalar(_)) {
@@ -297,8 +298,8 @@ impl Nodes {
                     .zip(&o.layout.strides)
                     .filter(|(_, s)| **s != 0)
                     .map(|(d, _)| *d)
-                    .product();
-                bytes += touched.min(root.ty.numel()) * root.ty.dtype.size_bytes();
+                    .fold(1usize, usize::saturating_mul);
+                bytes = bytes.saturating_add(touched.min(root.ty.numel()).saturating_mul(root.ty.dtype.size_bytes()));
             }
         }
         (kernels, bytes)

@@ -448,8 +448,15 @@ impl Program {
             }
             KernelKind::Op { inputs, .. } => reads.extend(inputs.iter().map(|(a, t)| (a, t.shape.dims().to_vec()))),
         }
-        let read = reads.iter().map(|(a, d)| touched(a, d, numel(a)) * size(a)).sum();
-        let written = kernel.writes().iter().map(|b| self.buffer(*b).ty.size_bytes()).sum();
+        let read = reads
+            .iter()
+            .map(|(a, d)| touched(a, d, numel(a)).saturating_mul(size(a)))
+            .fold(0, usize::saturating_add);
+        let written = kernel
+            .writes()
+            .iter()
+            .map(|b| self.buffer(*b).ty.size_bytes())
+            .fold(0, usize::saturating_add);
         (read, written)
     }
 
@@ -458,9 +465,9 @@ impl Program {
         (0..self.kernels.len())
             .map(|k| {
                 let (r, w) = self.kernel_traffic(k);
-                r + w
+                r.saturating_add(w)
             })
-            .sum()
+            .fold(0, usize::saturating_add)
     }
 
     pub fn add_buffer(&mut self, ty: TensorType, kind: BufferKind, name: Option<String>) -> BufferId {

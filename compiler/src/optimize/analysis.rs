@@ -12,6 +12,9 @@
 //! depend on weights only up to the size of their largest operand (folding never makes
 //! the weights grow: a bias broadcast to the activations' shape stays a broadcast).
 //! Transposes, reshapes and slices of weights over [`MAX_FOLDED_VIEW_BYTES`] stay views.
+//! The work is bounded before it is done, whatever the dimensions: a fold whose splat
+//! operands would materialize past [`MAX_FOLDED_BYTES`], or a matmul past
+//! [`MAX_FOLDED_MATMUL_WORK`] multiply-adds, is not done.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -29,6 +32,9 @@ pub const MAX_FOLDED_BYTES: usize = 64 << 10;
 /// it through strides (a GEMM through its transpose flag, as PyTorch's `x @ W^T` runs),
 /// and folding would copy it at every compile.
 pub const MAX_FOLDED_VIEW_BYTES: usize = 1 << 20;
+
+/// A matmul of known operands folds only if it takes at most this many multiply-adds.
+pub const MAX_FOLDED_MATMUL_WORK: usize = 1 << 26;
 
 pub type TEGraph = EGraph<TNode, TensorAnalysis>;
 
@@ -104,7 +110,18 @@ pub struct TensorAnalysis {
     pub folded_weights: BTreeMap<String, Arc<Tensor>>,
     /// Number of values folded to constants or weights (classes that gained a known value).
     pub folded: usize,
+    /// The next number to try for each derived weight name (`x0:add` -> 2 once
+    /// `x0:add` is taken), so naming the n-th fold of a chain is not a scan of n names.
+    next_suffix: HashMap<String, usize>,
+    /// Per folded weight, the weight its name starts from and how many ops its name
+    /// chains after it (`fc0.weight:transpose:cast`: 2).
+    derived: HashMap<String, (String, usize)>,
 }
+
+/// A folded weight's name chains at most this many ops after the weight it starts
+/// from; a longer chain (a sum of 100k weights) starts over from that weight, so names
+/// stay short instead of growing with the chain (quadratic bytes in all).
+const MAX_NAME_OPS: usize = 4;
 
 impl Analysis<TNode> for TensorAnalysis {
     type Data = Data;
@@ -196,8 +213,9 @@ impl Analysis<TNode> for TensorAnalysis {
 }
 
 /// A name for a weight folded into class `id`: the first weight it derives from, the
-/// op that made it, and a number that keeps names unique.
-fn derived_weight_name(egraph: &TEGraph, id: Id) -> String {
+/// op that made it, and a number that keeps names unique (at most [`MAX_NAME_OPS`] ops
+/// chained).
+fn derived_weight_name(egraph: &mut TEGraph, id: Id) -> String {
     let node = egraph[id].nodes.iter().find(|n| !n.children.is_empty());
     let (op, base) = match node {
         Some(n) => {
@@ -215,12 +233,25 @@ fn derived_weight_name(egraph: &TEGraph, id: Id) -> String {
         }
         None => ("folded", "weight".to_string()),
     };
-    let mut name = format!("{base}:{op}");
-    let mut k = 1;
-    while egraph.analysis.folded_weights.contains_key(&name) || egraph.analysis.weights.contains_key(&name) {
+    let analysis = &mut egraph.analysis;
+    let (root, depth) = analysis
+        .derived
+        .get(&base)
+        .cloned()
+        .unwrap_or_else(|| (base.clone(), 0));
+    let (stem, depth) = if depth >= MAX_NAME_OPS {
+        (format!("{root}:{op}"), 1)
+    } else {
+        (format!("{base}:{op}"), depth + 1)
+    };
+    let mut k = analysis.next_suffix.get(&stem).copied().unwrap_or(1);
+    let mut name = if k == 1 { stem.clone() } else { format!("{stem}{k}") };
+    while analysis.folded_weights.contains_key(&name) || analysis.weights.contains_key(&name) {
         k += 1;
-        name = format!("{base}:{op}{k}");
+        name = format!("{stem}{k}");
     }
+    analysis.next_suffix.insert(stem, k + 1);
+    analysis.derived.insert(name.clone(), (root, depth));
     name
 }
 
@@ -267,6 +298,24 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
     let allowance = if from_weights { 0 } else { MAX_FOLDED_BYTES };
     if ty.size_bytes() > allowance.max(largest_arg) {
         return None;
+    }
+    // Work is bounded before any is done: a splat operand is materialized to its full
+    // type (a broadcast of one value to a batch-sized shape must not be allocated to
+    // be reduced), and a matmul costs `m * n * k`.
+    let splat_bytes: usize = args
+        .iter()
+        .zip(arg_tys)
+        .filter(|(k, _)| matches!(k, Known::Splat(_)))
+        .map(|(_, t)| t.size_bytes())
+        .fold(0, usize::saturating_add);
+    if splat_bytes > MAX_FOLDED_BYTES {
+        return None;
+    }
+    if let (Op::MatMul, Some(a)) = (op, arg_tys.first()) {
+        let k = a.shape.dims().last().copied().unwrap_or(1);
+        if ty.numel().saturating_mul(k) > MAX_FOLDED_MATMUL_WORK {
+            return None;
+        }
     }
     let dense: Vec<Tensor> = args.iter().zip(arg_tys).map(|(k, t)| k.materialize(t)).collect();
     let refs: Vec<&Tensor> = dense.iter().collect();

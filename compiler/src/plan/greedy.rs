@@ -1,6 +1,9 @@
 //! Greedy best-fit: place buffers one at a time, each in the tightest free gap of its
 //! lifetime.
 
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
 use super::offsets::Problem;
 
 /// The orders greedy best-fit is run in. Ties go by index.
@@ -76,6 +79,63 @@ pub(crate) fn best_fit(p: &Problem, order: &[usize]) -> Vec<u64> {
     off
 }
 
+/// [`best_fit`] in [`Order::Start`], as a sweep over time in `O(n log n)`: the
+/// buffers overlapping one in time that are already placed are exactly those still live
+/// when it starts, whose address ranges are disjoint, so a map of them by offset and a
+/// set of the gaps between them (by length, then offset) give the tightest gap at once.
+/// Gives the very offsets of `best_fit(p, &Order::Start.sequence(p))`.
+pub(crate) fn best_fit_by_start(p: &Problem) -> Vec<u64> {
+    let order = Order::Start.sequence(p);
+    let mut off = vec![0u64; p.len()];
+    // Live placed buffers: offset -> end (disjoint); gaps between them: (len, offset).
+    let mut live: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut gaps: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let mut expiry: BinaryHeap<Reverse<(u32, u64)>> = BinaryHeap::new();
+    for b in order {
+        while let Some(&Reverse((end, o))) = expiry.peek() {
+            if end > p.first[b] {
+                break;
+            }
+            expiry.pop();
+            free(&mut live, &mut gaps, o);
+        }
+        let need = p.size[b];
+        let o = match gaps.range((need, 0)..).next().copied() {
+            Some((len, start)) => {
+                gaps.remove(&(len, start));
+                if len > need {
+                    gaps.insert((len - need, start + need));
+                }
+                start
+            }
+            None => live.last_key_value().map_or(0, |(_, &e)| e),
+        };
+        live.insert(o, o + need);
+        expiry.push(Reverse((p.last[b], o)));
+        off[b] = o;
+    }
+    off
+}
+
+/// Removes the live buffer at offset `o`, merging the space it frees with the gaps
+/// beside it (space above the highest live buffer is no gap).
+fn free(live: &mut BTreeMap<u64, u64>, gaps: &mut BTreeSet<(u64, u64)>, o: u64) {
+    let Some(end) = live.remove(&o) else {
+        return;
+    };
+    let below = live.range(..o).next_back().map_or(0, |(_, &e)| e);
+    let above = live.range(o..).next().map(|(&s, _)| s);
+    if o > below {
+        gaps.remove(&(o - below, below));
+    }
+    if let Some(a) = above {
+        if a > end {
+            gaps.remove(&(a - end, end));
+        }
+        gaps.insert((a - below, below));
+    }
+}
+
 /// Local search over best-fit orders: from `order` (whose placement has arena `arena`),
 /// repeatedly perturb the order (move a buffer that reaches the arena's top to an
 /// earlier position, or swap two buffers), re-run best-fit, and keep the new order when
@@ -125,4 +185,37 @@ pub(crate) fn local_search(
         }
     }
     (best, used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::offsets::{Interval, Problem};
+
+    /// The sweep places every buffer where the quadratic loop does, on random problems
+    /// (short and long lifetimes, repeated sizes, ties at equal starts).
+    #[test]
+    fn sweep_equals_best_fit_in_start_order() {
+        let mut rng = graphc_ir::Rng::new(7);
+        for case in 0..300 {
+            let n = 1 + rng.below(120) as usize;
+            let steps = 1 + rng.below(60) as u32;
+            let bufs: Vec<Interval> = (0..n)
+                .map(|_| {
+                    let start = rng.below(u64::from(steps)) as u32;
+                    let long = rng.bool();
+                    let len = 1 + rng.below(if long { 40 } else { 3 }) as u32;
+                    let size = if rng.bool() {
+                        256 * (1 + rng.below(4))
+                    } else {
+                        rng.below(5000)
+                    };
+                    Interval::new(start, start + len, size)
+                })
+                .collect();
+            let p = Problem::new(&bufs, 256).unwrap();
+            let quadratic = best_fit(&p, &Order::Start.sequence(&p));
+            assert_eq!(best_fit_by_start(&p), quadratic, "case {case}: {bufs:?}");
+        }
+    }
 }

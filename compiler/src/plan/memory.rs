@@ -261,45 +261,11 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     };
 
     // In-place reuse: union buffers into slots.
-    let mut parent: Vec<usize> = (0..n).collect();
-    let mut reuses: Vec<Option<u32>> = vec![None; n];
-    let mut taken = vec![false; n];
-    if opts.in_place {
-        for (k, kernel) in program.kernels.iter().enumerate() {
-            let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match kernel.kind.view() {
-                KindRef::Elementwise {
-                    space, inputs, stores, ..
-                } => (space.to_vec(), inputs, stores),
-                KindRef::Row(r) => (r.outer.iter().chain(r.inner).copied().collect(), r.inputs, r.stores),
-                _ => continue,
-            };
-            for store in stores {
-                let out = store.access.buffer.index();
-                if out >= n || !in_arena(out) || first[out] != Some(k as u32) || reuses[out].is_some() {
-                    continue;
-                }
-                let ob = &program.buffers[out];
-                let candidate = inputs.iter().map(|a| a.buffer.index()).find(|&a| {
-                    a < n
-                        && a != out
-                        && !taken[a]
-                        && in_arena(a)
-                        && last[a] == Some(k as u32)
-                        && program.buffers[a].ty.dtype.size_bytes() == ob.ty.dtype.size_bytes()
-                        && program.buffers[a].ty.numel() == ob.ty.numel()
-                        && inputs.iter().filter(|x| x.buffer.index() == a).all(|x| {
-                            x.offset == store.access.offset && strides_equal(&x.strides, &store.access.strides, &space)
-                        })
-                });
-                if let Some(a) = candidate {
-                    taken[a] = true;
-                    reuses[out] = Some(a as u32);
-                    let (ra, ro) = (root(&mut parent, a), root(&mut parent, out));
-                    parent[ro] = ra;
-                }
-            }
-        }
-    }
+    let (mut parent, reuses) = if opts.in_place {
+        in_place(program, &first, &last, &in_arena)
+    } else {
+        ((0..n).collect(), vec![None; n])
+    };
 
     let (mut weights, mut inputs, mut outputs) = (0u64, 0u64, 0u64);
     // Slots: one interval per union-find root.
@@ -309,9 +275,9 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     for (i, b) in program.buffers.iter().enumerate() {
         let bytes = b.ty.size_bytes() as u64;
         match (&b.kind, output_name[i].is_some()) {
-            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights += bytes,
-            (BufferKind::Input { .. }, _) => inputs += bytes,
-            (BufferKind::Temp, true) => outputs += bytes,
+            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights = weights.saturating_add(bytes),
+            (BufferKind::Input { .. }, _) => inputs = inputs.saturating_add(bytes),
+            (BufferKind::Temp, true) => outputs = outputs.saturating_add(bytes),
             (BufferKind::Temp, false) => {}
         }
     }
@@ -336,20 +302,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         slot_of[i] = slot;
     }
     // GEMM scratch: a slot live for its one step.
-    let mut scratch_slots: Vec<(u32, usize)> = Vec::new();
-    for (k, kernel) in program.kernels.iter().enumerate() {
-        if !matches!(kernel.kind.view(), KindRef::MatMul(_)) {
-            continue;
-        }
-        let bytes = crate::codegen::generate(program, k)
-            .ok()
-            .and_then(|ck| ck.gemm)
-            .map_or(0, |g| g.scratch_bytes);
-        if bytes > 0 {
-            scratch_slots.push((k as u32, slots.len()));
-            slots.push(Interval::new(k as u32, k as u32 + 1, bytes));
-        }
-    }
+    let scratch_slots = gemm_scratch_slots(program, &mut slots);
     let placement = assign_offsets(
         &slots,
         &PlanOptions {
@@ -379,21 +332,6 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         });
     }
 
-    // The peak step: where the slots' live bytes (aligned) are highest.
-    let align = opts.align.max(1);
-    let mut delta = vec![0i128; nk + 1];
-    for iv in &slots {
-        let a = iv.size.div_ceil(align).saturating_mul(align);
-        delta[iv.start as usize] += i128::from(a);
-        delta[(iv.end as usize).min(nk)] -= i128::from(a);
-    }
-    let (mut live, mut peak, mut peak_step) = (0i128, 0i128, 0u32);
-    for (t, d) in delta.iter().enumerate().take(nk) {
-        live += d;
-        if live > peak {
-            (peak, peak_step) = (live, t as u32);
-        }
-    }
     let scratch: Vec<PlannedScratch> = scratch_slots
         .iter()
         .map(|&(step, slot)| PlannedScratch {
@@ -402,73 +340,10 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
             bytes: slots[slot].size,
         })
         .collect();
-    let peak_scratch_bytes = scratch.iter().filter(|s| s.step == peak_step).map(|s| s.bytes).sum();
-    let mut seen_slot = vec![false; slots.len()];
-    let mut at_peak: Vec<&PlannedBuffer> = buffers
-        .iter()
-        .filter(|b| b.start <= peak_step && peak_step < b.end)
-        .collect();
-    // Of two buffers sharing a slot at the peak (the step that writes in place), the
-    // newer one stands for the slot.
-    at_peak.sort_by_key(|b| std::cmp::Reverse(b.start));
-    at_peak.retain(|b| !std::mem::replace(&mut seen_slot[slot_of[b.buffer as usize]], true));
-    let mut peak_live: Vec<LiveTensor> = at_peak
-        .iter()
-        .map(|b| {
-            let kernel = &program.kernels[b.start as usize];
-            LiveTensor {
-                buffer: b.buffer,
-                name: b.name.clone(),
-                kernel: kernel.name.clone(),
-                op: kernel.kind_name().to_string(),
-                bytes: b.bytes,
-            }
-        })
-        .collect();
-    peak_live.sort_by_key(|t| (std::cmp::Reverse(t.bytes), t.buffer));
+    let (peak_step, peak_live, peak_scratch_bytes) = peak(program, &slots, &buffers, &slot_of, &scratch, opts.align);
+    let scratch_at: std::collections::HashMap<u32, u64> = scratch.iter().map(|s| (s.step, s.offset)).collect();
 
-    let place = |b: BufferId| -> Place {
-        let i = b.index();
-        match program.buffers.get(i).map(|x| &x.kind) {
-            Some(BufferKind::Input { name }) => Place::Input { name: name.clone() },
-            Some(BufferKind::Weight { name }) => Place::Weight { name: name.clone() },
-            Some(BufferKind::Constant { .. }) => Place::Constant,
-            _ => match output_name.get(i).copied().flatten() {
-                Some(name) => Place::Output { name: name.to_string() },
-                None => Place::Arena {
-                    offset: slot_of
-                        .get(i)
-                        .and_then(|&s| placement.offsets.get(s))
-                        .copied()
-                        .unwrap_or(0),
-                },
-            },
-        }
-    };
-    let mut aliases = 0usize;
-    let steps = program
-        .kernels
-        .iter()
-        .enumerate()
-        .map(|(k, kernel)| {
-            aliases += view_reads(program, kernel);
-            let reads = kernel.reads().into_iter().map(|b| (b, ArgAccess::Read));
-            let writes = kernel.writes().into_iter().map(|b| (b, ArgAccess::Write));
-            PlanStep {
-                kernel: kernel.name.clone(),
-                kind: kernel.kind_name().to_string(),
-                args: reads
-                    .chain(writes)
-                    .map(|(b, access)| PlanArg {
-                        buffer: b.0,
-                        access,
-                        place: place(b),
-                    })
-                    .collect(),
-                scratch: scratch.iter().find(|s| s.step as usize == k).map(|s| s.offset),
-            }
-        })
-        .collect();
+    let (steps, aliases) = plan_steps(program, &output_name, &slot_of, &placement.offsets, &scratch_at);
 
     let has_gemm = program
         .kernels
@@ -505,6 +380,188 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         scratch,
         time: t0.elapsed(),
     })
+}
+
+/// In-place reuse (see the module doc): per buffer, the buffer whose storage it takes
+/// over, and the union-find parents that join each such pair into one slot.
+fn in_place(
+    program: &Program,
+    first: &[Option<u32>],
+    last: &[Option<u32>],
+    in_arena: &dyn Fn(usize) -> bool,
+) -> (Vec<usize>, Vec<Option<u32>>) {
+    let n = program.buffers.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    let mut reuses: Vec<Option<u32>> = vec![None; n];
+    let mut taken = vec![false; n];
+    for (k, kernel) in program.kernels.iter().enumerate() {
+        let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match kernel.kind.view() {
+            KindRef::Elementwise {
+                space, inputs, stores, ..
+            } => (space.to_vec(), inputs, stores),
+            KindRef::Row(r) => (r.outer.iter().chain(r.inner).copied().collect(), r.inputs, r.stores),
+            _ => continue,
+        };
+        // The accesses of each input buffer, grouped once per kernel (a kernel may
+        // read 100k buffers: no scan of all inputs per candidate).
+        let mut reads_of: std::collections::HashMap<usize, Vec<&Access>> = std::collections::HashMap::new();
+        for a in inputs {
+            reads_of.entry(a.buffer.index()).or_default().push(a);
+        }
+        for store in stores {
+            let out = store.access.buffer.index();
+            if out >= n || !in_arena(out) || first[out] != Some(k as u32) || reuses[out].is_some() {
+                continue;
+            }
+            let ob = &program.buffers[out];
+            let candidate = inputs.iter().map(|a| a.buffer.index()).find(|&a| {
+                a < n
+                    && a != out
+                    && !taken[a]
+                    && in_arena(a)
+                    && last[a] == Some(k as u32)
+                    && program.buffers[a].ty.dtype.size_bytes() == ob.ty.dtype.size_bytes()
+                    && program.buffers[a].ty.numel() == ob.ty.numel()
+                    && reads_of.get(&a).into_iter().flatten().all(|x| {
+                        x.offset == store.access.offset && strides_equal(&x.strides, &store.access.strides, &space)
+                    })
+            });
+            if let Some(a) = candidate {
+                taken[a] = true;
+                reuses[out] = Some(a as u32);
+                let (ra, ro) = (root(&mut parent, a), root(&mut parent, out));
+                parent[ro] = ra;
+            }
+        }
+    }
+    (parent, reuses)
+}
+
+/// The step where the slots' aligned live bytes are highest, the tensors live there
+/// (largest first) and the GEMM scratch live there.
+fn peak(
+    program: &Program,
+    slots: &[Interval],
+    buffers: &[PlannedBuffer],
+    slot_of: &[usize],
+    scratch: &[PlannedScratch],
+    align: u64,
+) -> (u32, Vec<LiveTensor>, u64) {
+    let nk = program.kernels.len();
+    // The peak step: where the slots' live bytes (aligned) are highest.
+    let align = align.max(1);
+    let mut delta = vec![0i128; nk + 1];
+    for iv in slots {
+        let a = iv.size.div_ceil(align).saturating_mul(align);
+        delta[iv.start as usize] += i128::from(a);
+        delta[(iv.end as usize).min(nk)] -= i128::from(a);
+    }
+    let (mut live, mut peak, mut peak_step) = (0i128, 0i128, 0u32);
+    for (t, d) in delta.iter().enumerate().take(nk) {
+        live += d;
+        if live > peak {
+            (peak, peak_step) = (live, t as u32);
+        }
+    }
+    let peak_scratch_bytes = scratch
+        .iter()
+        .filter(|s| s.step == peak_step)
+        .map(|s| s.bytes)
+        .fold(0, u64::saturating_add);
+    let mut seen_slot = vec![false; slots.len()];
+    let mut at_peak: Vec<&PlannedBuffer> = buffers
+        .iter()
+        .filter(|b| b.start <= peak_step && peak_step < b.end)
+        .collect();
+    // Of two buffers sharing a slot at the peak (the step that writes in place), the
+    // newer one stands for the slot.
+    at_peak.sort_by_key(|b| std::cmp::Reverse(b.start));
+    at_peak.retain(|b| !std::mem::replace(&mut seen_slot[slot_of[b.buffer as usize]], true));
+    let mut peak_live: Vec<LiveTensor> = at_peak
+        .iter()
+        .map(|b| {
+            let kernel = &program.kernels[b.start as usize];
+            LiveTensor {
+                buffer: b.buffer,
+                name: b.name.clone(),
+                kernel: kernel.name.clone(),
+                op: kernel.kind_name().to_string(),
+                bytes: b.bytes,
+            }
+        })
+        .collect();
+    peak_live.sort_by_key(|t| (std::cmp::Reverse(t.bytes), t.buffer));
+
+    (peak_step, peak_live, peak_scratch_bytes)
+}
+
+/// Every kernel in order with the place of each argument, and the reads through views.
+fn plan_steps(
+    program: &Program,
+    output_name: &[Option<&str>],
+    slot_of: &[usize],
+    offsets: &[u64],
+    scratch_at: &std::collections::HashMap<u32, u64>,
+) -> (Vec<PlanStep>, usize) {
+    let place = |b: BufferId| -> Place {
+        let i = b.index();
+        match program.buffers.get(i).map(|x| &x.kind) {
+            Some(BufferKind::Input { name }) => Place::Input { name: name.clone() },
+            Some(BufferKind::Weight { name }) => Place::Weight { name: name.clone() },
+            Some(BufferKind::Constant { .. }) => Place::Constant,
+            _ => match output_name.get(i).copied().flatten() {
+                Some(name) => Place::Output { name: name.to_string() },
+                None => Place::Arena {
+                    offset: slot_of.get(i).and_then(|&s| offsets.get(s)).copied().unwrap_or(0),
+                },
+            },
+        }
+    };
+    let mut aliases = 0usize;
+    let steps: Vec<PlanStep> = program
+        .kernels
+        .iter()
+        .enumerate()
+        .map(|(k, kernel)| {
+            aliases += view_reads(program, kernel);
+            let reads = kernel.reads().into_iter().map(|b| (b, ArgAccess::Read));
+            let writes = kernel.writes().into_iter().map(|b| (b, ArgAccess::Write));
+            PlanStep {
+                kernel: kernel.name.clone(),
+                kind: kernel.kind_name().to_string(),
+                args: reads
+                    .chain(writes)
+                    .map(|(b, access)| PlanArg {
+                        buffer: b.0,
+                        access,
+                        place: place(b),
+                    })
+                    .collect(),
+                scratch: scratch_at.get(&(k as u32)).copied(),
+            }
+        })
+        .collect();
+    (steps, aliases)
+}
+
+/// A slot live for its one step for each matmul whose generated epilogue reads the
+/// GEMM's product from scratch: (step, slot index) pairs, the slots appended.
+fn gemm_scratch_slots(program: &Program, slots: &mut Vec<Interval>) -> Vec<(u32, usize)> {
+    let mut scratch_slots: Vec<(u32, usize)> = Vec::new();
+    for (k, kernel) in program.kernels.iter().enumerate() {
+        if !matches!(kernel.kind.view(), KindRef::MatMul(_)) {
+            continue;
+        }
+        let bytes = crate::codegen::generate(program, k)
+            .ok()
+            .and_then(|ck| ck.gemm)
+            .map_or(0, |g| g.scratch_bytes);
+        if bytes > 0 {
+            scratch_slots.push((k as u32, slots.len()));
+            slots.push(Interval::new(k as u32, k as u32 + 1, bytes));
+        }
+    }
+    scratch_slots
 }
 
 /// Reads of a kernel that go through a view: an access that is not the plain row-major

@@ -42,7 +42,9 @@ pub use memory::{
     plan_memory, ArgAccess, LiveTensor, MemoryOptions, MemoryPlan, Place, PlanArg, PlanStep, PlannedBuffer,
     PlannedScratch, DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
 };
-pub use offsets::{assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions};
+pub use offsets::{
+    assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions, EXACT_MAX_BUFFERS,
+};
 pub use report::{check_budget, over_budget_diagnosis, OverBudget};
 pub use schedule::{apply_schedule, candidate_orders, schedule, Schedule};
 pub use verify::{verify, verify_plan};

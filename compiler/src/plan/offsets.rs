@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::greedy::{best_fit, local_search, Order};
+use super::greedy::{best_fit, best_fit_by_start, local_search, Order};
 use super::search::{Outcome, Solver};
 
 /// A buffer live over `[start, end)` of a schedule (`end > start`), taking `size` bytes.
@@ -133,6 +133,15 @@ pub fn lower_bound(bufs: &[Interval], align: u64) -> u64 {
     peak
 }
 
+/// Problems of at most this many buffers get every greedy order and the search; larger
+/// ones the one greedy order that runs as a sweep in `O(n log n)` (greedy best-fit in
+/// other orders costs `O(n^2)`, the search's tables up to `O(n^2)` memory).
+pub const EXACT_MAX_BUFFERS: usize = 4096;
+
+/// Nor is a problem searched when its buffers span more than this many (buffer,
+/// section) pairs in all (the search's per-section tables).
+const EXACT_MAX_COVER: u64 = 1 << 22;
+
 /// The buffers that occupy memory, with time compressed to sections and sizes in units
 /// of the alignment. Section `k` is the time between the `k`-th and `k+1`-th distinct
 /// endpoint; a buffer spans sections `first..last`.
@@ -143,8 +152,12 @@ pub(crate) struct Problem {
     pub last: Vec<u32>,
     /// Size in units of the alignment (> 0).
     pub size: Vec<u64>,
-    /// Per section, the buffers covering it (ascending).
+    /// Per section, the buffers covering it (ascending). Built only for problems small
+    /// enough to search (`exact`); empty otherwise.
     pub cover: Vec<Vec<u32>>,
+    /// Whether the problem is small enough for every greedy order and the search
+    /// ([`EXACT_MAX_BUFFERS`], [`EXACT_MAX_COVER`]).
+    pub exact: bool,
     /// The distinct endpoints: section `k` is `time[k]..time[k + 1]` of the schedule.
     pub time: Vec<u32>,
     /// Live-units lower bound.
@@ -180,31 +193,43 @@ impl Problem {
             first: Vec::new(),
             last: Vec::new(),
             size: Vec::new(),
-            cover: vec![Vec::new(); sections],
+            cover: Vec::new(),
+            exact: false,
             time: Vec::new(),
             lower: 0,
         };
+        // Live units per section, as differences (the lower bound without the cover).
+        let mut delta = vec![0i128; sections + 1];
+        let mut spans = 0u64;
         for (i, b) in bufs.iter().enumerate() {
             let u = units(b.size, align);
             if u == 0 {
                 continue;
             }
-            let id = p.orig.len() as u32;
             let (f, l) = (index(b.start), index(b.end));
-            for c in &mut p.cover[f as usize..l as usize] {
-                c.push(id);
-            }
+            delta[f as usize] += i128::from(u);
+            delta[l as usize] -= i128::from(u);
+            spans += u64::from(l - f);
             p.orig.push(i);
             p.first.push(f);
             p.last.push(l);
             p.size.push(u);
         }
-        p.lower = p
-            .cover
-            .iter()
-            .map(|c| c.iter().map(|&b| p.size[b as usize]).sum::<u64>())
-            .max()
-            .unwrap_or(0);
+        // The running sum stays within 0..=total, which fits u64 (checked above).
+        let mut live = 0i128;
+        for d in &delta[..sections] {
+            live += d;
+            p.lower = p.lower.max(u64::try_from(live).unwrap_or(u64::MAX));
+        }
+        p.exact = p.len() <= EXACT_MAX_BUFFERS && spans <= EXACT_MAX_COVER;
+        if p.exact {
+            p.cover = vec![Vec::new(); sections];
+            for id in 0..p.len() {
+                for c in &mut p.cover[p.first[id] as usize..p.last[id] as usize] {
+                    c.push(id as u32);
+                }
+            }
+        }
         p.time = points;
         Ok(p)
     }
@@ -239,6 +264,12 @@ impl Problem {
 ///
 /// The result is never worse than the best greedy order. Deterministic for equal inputs
 /// and options as long as `time_budget` does not run out before `node_limit`.
+///
+/// A problem of more than [`EXACT_MAX_BUFFERS`] buffers (or whose lifetimes span more
+/// than 2^22 buffer-sections) gets only best-fit in start order, run as a sweep in
+/// `O(n log n)` (the same placement as the quadratic loop): the other orders, the search
+/// and its tables cost up to `O(n^2)` time or memory, so a 100k-buffer program would
+/// take minutes to plan.
 pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement, PlanError> {
     let t0 = Instant::now();
     let align = opts.align;
@@ -266,6 +297,22 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
         });
     }
 
+    if !p.exact {
+        // Too large for the orders that cost O(n^2) and for the search: the sweep.
+        let off = best_fit_by_start(&p);
+        let arena = p.arena(&off) * align;
+        let name = Order::Start.name();
+        return Ok(Placement {
+            offsets: to_bytes(&off),
+            arena,
+            lower_bound: p.lower * align,
+            strategy: name.into(),
+            greedy_arena: arena,
+            greedy_strategy: name.into(),
+            search_nodes: 0,
+            time: t0.elapsed(),
+        });
+    }
     let (mut greedy_arena, mut off, mut greedy_name, mut greedy_order) = (u64::MAX, Vec::new(), "", Vec::new());
     for order in Order::ALL {
         let seq = order.sequence(&p);

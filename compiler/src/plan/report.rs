@@ -134,7 +134,10 @@ fn size_row(label: &str, bytes: u64, note: String) -> Vec<String> {
 /// Bytes of the tensors live at the peak step (aligned slots are what the lower bound
 /// counts; this is the tensors' own bytes).
 fn peak_bytes(plan: &MemoryPlan) -> u64 {
-    plan.peak_live.iter().map(|t| t.bytes).sum::<u64>() + plan.peak_scratch_bytes
+    plan.peak_live
+        .iter()
+        .map(|t| t.bytes)
+        .fold(plan.peak_scratch_bytes, u64::saturating_add)
 }
 
 /// The memory summary: where the bytes go, how good the placement is, the schedule, the
@@ -311,7 +314,7 @@ pub fn summary(program: &Program, plan: &MemoryPlan) -> String {
                 out,
                 "  and {} more totalling {}",
                 rest.len(),
-                human_bytes(rest.iter().map(|t| t.bytes).sum())
+                human_bytes(rest.iter().map(|t| t.bytes).fold(0, u64::saturating_add))
             );
         }
     }
@@ -525,7 +528,7 @@ pub fn picture(plan: &MemoryPlan, width: usize, height: usize) -> String {
             out,
             "  and {} more totalling {}",
             rest.len(),
-            human_bytes(rest.iter().map(|&i| plan.buffers[i].bytes).sum())
+            human_bytes(rest.iter().map(|&i| plan.buffers[i].bytes).fold(0, u64::saturating_add))
         );
     }
     out
@@ -836,10 +839,13 @@ fn remat_candidates(plan: &MemoryPlan) -> Vec<Remat> {
             accesses.entry(a.buffer).or_default().push(k as u32);
         }
     }
-    let live_at_peak = |id: u32| plan.buffer(id).is_some_and(|b| b.start <= peak && peak < b.end);
+    // By id, once: a lookup per argument of a scan of all buffers would be quadratic.
+    let by_id: HashMap<u32, &PlannedBuffer> = plan.buffers.iter().map(|b| (b.buffer, b)).collect();
+    let buffer = |id: u32| by_id.get(&id).copied();
+    let live_at_peak = |id: u32| buffer(id).is_some_and(|b| b.start <= peak && peak < b.end);
     let mut out = Vec::new();
     for t in &plan.peak_live {
-        let Some(b) = plan.buffer(t.buffer) else { continue };
+        let Some(b) = buffer(t.buffer) else { continue };
         if !matches!(t.op.as_str(), "elementwise" | "row") || b.start + 2 > peak {
             continue;
         }
@@ -856,10 +862,10 @@ fn remat_candidates(plan: &MemoryPlan) -> Vec<Remat> {
             .args
             .iter()
             .filter(|a| a.access == ArgAccess::Read && a.buffer != t.buffer)
-            .filter_map(|a| plan.buffer(a.buffer))
+            .filter_map(|a| buffer(a.buffer))
             .filter(|ob| !live_at_peak(ob.buffer))
             .map(|ob| ob.bytes)
-            .sum();
+            .fold(0, u64::saturating_add);
         let freed = t.bytes.saturating_sub(keep);
         if freed == 0 {
             continue;
@@ -969,7 +975,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
                     s,
                     "  and {} more totalling {}",
                     rest.len(),
-                    human_bytes(rest.iter().map(|t| t.bytes).sum())
+                    human_bytes(rest.iter().map(|t| t.bytes).fold(0, u64::saturating_add))
                 );
             }
         }
@@ -1063,7 +1069,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
             .enumerate()
             .filter(|(i, b)| b.ty.dtype == DType::F32 && pred(&b.kind, *i))
             .map(|(_, b)| b.ty.size_bytes() as u64)
-            .sum()
+            .fold(0, u64::saturating_add)
     };
     let is_output: Vec<bool> = {
         let mut v = vec![false; program.buffers.len()];
@@ -1087,7 +1093,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
                 .is_some_and(|b| b.ty.dtype == DType::F32)
         })
         .map(|t| t.bytes)
-        .sum();
+        .fold(0, u64::saturating_add);
     let arena_f32 = if peak_total == 0 {
         0
     } else {
@@ -1114,7 +1120,7 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
     if !weights_over && !fixed_over {
         let remat = remat_candidates(plan);
         if !remat.is_empty() {
-            let freed: u64 = remat.iter().map(|r| r.freed).sum();
+            let freed: u64 = remat.iter().map(|r| r.freed).fold(0, u64::saturating_add);
             let named: Vec<String> = remat
                 .iter()
                 .take(5)

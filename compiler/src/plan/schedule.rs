@@ -165,7 +165,7 @@ impl Deps {
         let out_bytes: Vec<u64> = self
             .writes
             .iter()
-            .map(|w| w.iter().map(|&b| self.bytes[b]).sum())
+            .map(|w| w.iter().map(|&b| self.bytes[b]).fold(0, u64::saturating_add))
             .collect();
         let need = if visit == Visit::HeaviestFirst {
             self.need(&out_bytes)
@@ -263,47 +263,63 @@ impl Deps {
     }
 
     /// The list scheduler: among ready kernels, the one with the largest
-    /// `freed - allocated` bytes (ties: lowest index).
+    /// `freed - allocated` bytes (ties: lowest index). Scores change only when a buffer
+    /// drops to its last reader, so they are kept up to date in a heap (stale entries
+    /// skipped): `O((k + reads) log k)`, not a scan of every ready kernel per step.
     fn list(&self) -> Vec<usize> {
         let k = self.preds.len();
         let n = self.bytes.len();
-        let mut readers_left = vec![0usize; n];
-        for r in &self.reads {
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, r) in self.reads.iter().enumerate() {
             for &b in r {
-                readers_left[b] += 1;
+                readers[b].push(i);
             }
         }
-        let mut indeg: Vec<usize> = self.preds.iter().map(Vec::len).collect();
-        let mut ready: std::collections::BTreeSet<usize> = (0..k).filter(|&i| indeg[i] == 0).collect();
-        let mut order = Vec::with_capacity(k);
-        while !ready.is_empty() {
-            let score = |i: usize| -> i128 {
+        let mut readers_left: Vec<usize> = readers.iter().map(Vec::len).collect();
+        // A temp nobody reads dies at once; it still takes memory at its step.
+        let mut score: Vec<i128> = (0..k)
+            .map(|i| {
                 let freed: u64 = self.reads[i]
                     .iter()
                     .filter(|&&b| readers_left[b] == 1)
                     .map(|&b| self.bytes[b])
-                    .sum();
-                // A temp nobody reads dies at once; it still takes memory at this step.
-                let alloc: u64 = self.writes[i].iter().map(|&b| self.bytes[b]).sum();
+                    .fold(0, u64::saturating_add);
+                let alloc: u64 = self.writes[i]
+                    .iter()
+                    .map(|&b| self.bytes[b])
+                    .fold(0, u64::saturating_add);
                 i128::from(freed) - i128::from(alloc)
-            };
-            let mut best = usize::MAX;
-            let mut best_score = i128::MIN;
-            for &i in &ready {
-                let s = score(i);
-                if s > best_score {
-                    (best, best_score) = (i, s);
-                }
+            })
+            .collect();
+        let mut indeg: Vec<usize> = self.preds.iter().map(Vec::len).collect();
+        let mut done = vec![false; k];
+        let mut heap: std::collections::BinaryHeap<(i128, std::cmp::Reverse<usize>)> = (0..k)
+            .filter(|&i| indeg[i] == 0)
+            .map(|i| (score[i], std::cmp::Reverse(i)))
+            .collect();
+        let mut order = Vec::with_capacity(k);
+        while let Some((s, std::cmp::Reverse(best))) = heap.pop() {
+            if done[best] || s != score[best] {
+                continue; // stale
             }
-            ready.remove(&best);
+            done[best] = true;
             order.push(best);
             for &b in &self.reads[best] {
                 readers_left[b] -= 1;
+                if readers_left[b] == 1 && self.bytes[b] > 0 {
+                    // Its one reader left now frees it.
+                    if let Some(&r) = readers[b].iter().find(|&&r| !done[r]) {
+                        score[r] += i128::from(self.bytes[b]);
+                        if indeg[r] == 0 {
+                            heap.push((score[r], std::cmp::Reverse(r)));
+                        }
+                    }
+                }
             }
             for &s in &self.succs[best] {
                 indeg[s] -= 1;
                 if indeg[s] == 0 {
-                    ready.insert(s);
+                    heap.push((score[s], std::cmp::Reverse(s)));
                 }
             }
         }
@@ -395,7 +411,92 @@ fn rename(name: &str, pos: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::rename;
+    use super::{rename, Deps};
+
+    /// The list scheduler as first written: a scan of every ready kernel per step.
+    fn list_by_scan(d: &Deps) -> Vec<usize> {
+        let k = d.preds.len();
+        let mut readers_left = vec![0usize; d.bytes.len()];
+        for r in &d.reads {
+            for &b in r {
+                readers_left[b] += 1;
+            }
+        }
+        let mut indeg: Vec<usize> = d.preds.iter().map(Vec::len).collect();
+        let mut ready: std::collections::BTreeSet<usize> = (0..k).filter(|&i| indeg[i] == 0).collect();
+        let mut order = Vec::new();
+        while !ready.is_empty() {
+            let score = |i: usize| -> i128 {
+                let freed: u64 = d.reads[i]
+                    .iter()
+                    .filter(|&&b| readers_left[b] == 1)
+                    .map(|&b| d.bytes[b])
+                    .sum();
+                let alloc: u64 = d.writes[i].iter().map(|&b| d.bytes[b]).sum();
+                i128::from(freed) - i128::from(alloc)
+            };
+            let (mut best, mut best_score) = (usize::MAX, i128::MIN);
+            for &i in &ready {
+                if score(i) > best_score {
+                    (best, best_score) = (i, score(i));
+                }
+            }
+            ready.remove(&best);
+            order.push(best);
+            for &b in &d.reads[best] {
+                readers_left[b] -= 1;
+            }
+            for &s in &d.succs[best] {
+                indeg[s] -= 1;
+                if indeg[s] == 0 {
+                    ready.insert(s);
+                }
+            }
+        }
+        order
+    }
+
+    /// Random DAGs of kernels, each writing one buffer and reading earlier ones: the
+    /// heap scheduler picks what the scan picks.
+    #[test]
+    fn list_scheduler_equals_the_scan() {
+        let mut rng = graphc_ir::Rng::new(11);
+        for case in 0..300 {
+            let k = 1 + rng.below(60) as usize;
+            let mut reads = Vec::new();
+            for i in 0..k {
+                let mut r: Vec<usize> = (0..rng.below(4))
+                    .filter(|_| i > 0)
+                    .map(|_| rng.below(i as u64) as usize)
+                    .collect();
+                r.sort_unstable();
+                r.dedup();
+                reads.push(r);
+            }
+            let bytes: Vec<u64> = (0..k)
+                .map(|_| if rng.below(4) == 0 { 0 } else { rng.below(5) * 100 })
+                .collect();
+            let mut preds = reads.clone();
+            let mut succs = vec![Vec::new(); k];
+            for (i, r) in reads.iter().enumerate() {
+                for &p in r {
+                    succs[p].push(i);
+                }
+            }
+            for v in preds.iter_mut().chain(succs.iter_mut()) {
+                v.sort_unstable();
+                v.dedup();
+            }
+            let d = Deps {
+                preds,
+                succs,
+                reads,
+                writes: (0..k).map(|i| vec![i]).collect(),
+                bytes,
+            };
+            assert_eq!(d.list(), list_by_scan(&d), "case {case}");
+        }
+    }
 
     #[test]
     fn renames_keep_the_suffix() {

@@ -44,25 +44,26 @@ pub fn verify(bufs: &[Interval], p: &Placement, align: u64) -> Result<(), String
             spans.push((b.start, b.end, o, top, i));
         }
     }
-    // Sweep over time: a buffer is checked against those still live when it starts.
+    // Sweep over time: a buffer is checked against those still live when it starts,
+    // which (if all is well so far) are disjoint in address: only the neighbours by
+    // address can overlap it.
     spans.sort_unstable();
-    let mut live: Vec<(u32, u64, u64, usize)> = Vec::new(); // (end, lo, hi, index)
+    let mut live = LiveSet::default();
     for &(start, end, lo, hi, i) in &spans {
-        live.retain(|&(e, ..)| e > start);
-        for &(_, olo, ohi, j) in &live {
-            if lo < ohi && olo < hi {
-                let (a, b) = (i.min(j), i.max(j));
-                let (ba, bb) = (&bufs[a], &bufs[b]);
-                return Err(format!(
-                    "buffers {a} and {b} overlap: both live over [{}, {}) and at addresses [{}, {})",
-                    ba.start.max(bb.start),
-                    ba.end.min(bb.end),
-                    lo.max(olo),
-                    hi.min(ohi)
-                ));
-            }
+        live.expire(start);
+        if let Some(j) = live.overlapping(lo, hi).next() {
+            let (olo, ohi) = live.range_of(j);
+            let (a, b) = (i.min(j), i.max(j));
+            let (ba, bb) = (&bufs[a], &bufs[b]);
+            return Err(format!(
+                "buffers {a} and {b} overlap: both live over [{}, {}) and at addresses [{}, {})",
+                ba.start.max(bb.start),
+                ba.end.min(bb.end),
+                lo.max(olo),
+                hi.min(ohi)
+            ));
         }
-        live.push((end, lo, hi, i));
+        live.insert(end, lo, hi, i);
     }
     let lb = lower_bound(bufs, align);
     if p.lower_bound != lb {
@@ -112,6 +113,45 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             is_output[b.index()] = true;
         }
     }
+    let planned = planned_buffers(program, plan, &is_output)?;
+    check_steps(program, plan, &planned, &is_output)?;
+    let scratch_spans = scratch_spans(plan)?;
+    let steps_live = check_overlaps(plan, &scratch_spans)?;
+    let lb = steps_live.iter().copied().max().unwrap_or(0);
+    if plan.lower_bound_bytes != lb {
+        return Err(format!(
+            "lower bound is {lb} bytes, the plan says {}",
+            plan.lower_bound_bytes
+        ));
+    }
+    if plan.arena_bytes < lb {
+        return Err(format!("arena {} is below the lower bound {lb}", plan.arena_bytes));
+    }
+    // Saturating, as the planner adds them.
+    let sum = plan
+        .weights_bytes
+        .saturating_add(plan.inputs_bytes)
+        .saturating_add(plan.outputs_bytes)
+        .saturating_add(plan.workspace_bytes)
+        .saturating_add(plan.arena_bytes);
+    if plan.total_bytes != sum {
+        return Err(format!(
+            "total {} is not the sum of its parts ({sum})",
+            plan.total_bytes
+        ));
+    }
+    Ok(())
+}
+
+/// Each arena buffer of `plan` checked against the program (a temp that is not an
+/// output, its type's size, aligned, inside the arena, a lifetime within the kernels),
+/// by buffer id.
+fn planned_buffers<'p>(
+    program: &Program,
+    plan: &'p MemoryPlan,
+    is_output: &[bool],
+) -> Result<Vec<Option<&'p PlannedBuffer>>, String> {
+    let (align, nk, n) = (plan.align, program.kernels.len(), program.buffers.len());
     let mut planned: Vec<Option<&PlannedBuffer>> = vec![None; n];
     for pb in &plan.buffers {
         let i = pb.buffer as usize;
@@ -153,6 +193,18 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             ));
         }
     }
+    Ok(planned)
+}
+
+/// Each step against its kernel: the name, lifetimes covering every write and read,
+/// every arena argument at its buffer's offset.
+fn check_steps(
+    program: &Program,
+    plan: &MemoryPlan,
+    planned: &[Option<&PlannedBuffer>],
+    is_output: &[bool],
+) -> Result<(), String> {
+    let n = program.buffers.len();
     for (k, (kernel, step)) in program.kernels.iter().zip(&plan.steps).enumerate() {
         if step.kernel != kernel.name {
             return Err(format!(
@@ -206,14 +258,24 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+/// The GEMM scratch areas, checked, as spans for the overlap sweep.
+fn scratch_spans(plan: &MemoryPlan) -> Result<Vec<PlannedBuffer>, String> {
+    let (align, nk) = (plan.align, plan.steps.len());
     // GEMM scratch: aligned, inside the arena, one per step that names it, live for that
     // step only. For the sweep it is a buffer with no program id.
     let mut scratch_spans = Vec::with_capacity(plan.scratch.len());
+    let mut scratch_of: std::collections::HashMap<usize, Vec<u64>> = std::collections::HashMap::new();
+    for s in &plan.scratch {
+        scratch_of.entry(s.step as usize).or_default().push(s.offset);
+    }
     for (k, step) in plan.steps.iter().enumerate() {
-        let planned: Vec<_> = plan.scratch.iter().filter(|s| s.step as usize == k).collect();
-        match (step.scratch, planned.as_slice()) {
+        let planned = scratch_of.get(&k).map(Vec::as_slice).unwrap_or_default();
+        match (step.scratch, planned) {
             (None, []) => {}
-            (Some(offset), [s]) if s.offset == offset => {}
+            (Some(offset), [s]) if *s == offset => {}
             _ => {
                 return Err(format!(
                     "step {k}: its scratch offset and the plan's scratch areas disagree"
@@ -239,29 +301,39 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
             reuses: None,
         });
     }
+    Ok(scratch_spans)
+}
+
+/// No two arena buffers (or scratch areas) live at one step overlap in address, but
+/// for in-place pairs; returns the aligned bytes live at each step.
+fn check_overlaps(plan: &MemoryPlan, scratch_spans: &[PlannedBuffer]) -> Result<Vec<u64>, String> {
+    let (align, nk) = (plan.align, plan.steps.len());
     let label = |b: &PlannedBuffer| match (&b.name, b.buffer) {
         (Some(n), u32::MAX) => n.clone(),
         _ => format!("b{}", b.buffer),
     };
 
-    // Overlaps: sweep over time.
+    // Overlaps: sweep over time (see [`verify`]). An in-place pair shares its range at
+    // one step, so a buffer may meet one live buffer at its very address.
     let rounded = |b: &PlannedBuffer| b.bytes.div_ceil(align).saturating_mul(align);
     let mut spans: Vec<&PlannedBuffer> = plan
         .buffers
         .iter()
-        .chain(&scratch_spans)
+        .chain(scratch_spans)
         .filter(|b| b.bytes > 0)
         .collect();
     spans.sort_by_key(|b| (b.start, b.buffer));
-    let mut live: Vec<&PlannedBuffer> = Vec::new();
-    let mut steps_live = vec![0u64; nk + 1];
-    for b in &spans {
-        live.retain(|o| o.end > b.start);
-        for o in &live {
-            let disjoint = b.offset >= o.offset + rounded(o) || o.offset >= b.offset + rounded(b);
+    let mut live = LiveSet::default();
+    // Aligned bytes live per step, as differences.
+    let mut delta = vec![0i128; nk + 1];
+    for (k, b) in spans.iter().enumerate() {
+        live.expire(b.start);
+        let (lo, hi) = (b.offset, b.offset.saturating_add(rounded(b)));
+        for j in live.overlapping(lo, hi) {
+            let o = spans[j];
             let in_place = (b.reuses == Some(o.buffer) && b.offset == o.offset && o.end == b.start + 1)
                 || (o.reuses == Some(b.buffer) && b.offset == o.offset && b.end == o.start + 1);
-            if !disjoint && !in_place {
+            if !in_place {
                 return Err(format!(
                     "{} and {} overlap: both live at step {} and at addresses [{}, {})",
                     label(o),
@@ -272,36 +344,70 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
                 ));
             }
         }
-        live.push(b);
-        let taken_over = b.reuses.is_some();
-        for (t, s) in steps_live
-            .iter_mut()
-            .enumerate()
-            .take(b.end as usize)
-            .skip(b.start as usize)
-        {
-            // The step that writes in place holds one slot for the two buffers.
-            if !(taken_over && t == b.start as usize) {
-                *s += rounded(b);
-            }
+        live.insert(b.end, lo, hi, k);
+        // The step that writes in place holds one slot for the two buffers.
+        let from = b.start as usize + usize::from(b.reuses.is_some());
+        let to = (b.end as usize).min(nk);
+        if from < to {
+            delta[from] += i128::from(rounded(b));
+            delta[to] -= i128::from(rounded(b));
         }
     }
-    let lb = steps_live.iter().copied().max().unwrap_or(0);
-    if plan.lower_bound_bytes != lb {
-        return Err(format!(
-            "lower bound is {lb} bytes, the plan says {}",
-            plan.lower_bound_bytes
-        ));
+    let mut steps_live = Vec::with_capacity(nk);
+    let mut running = 0i128;
+    for d in &delta[..nk] {
+        running += d;
+        steps_live.push(u64::try_from(running).unwrap_or(u64::MAX));
     }
-    if plan.arena_bytes < lb {
-        return Err(format!("arena {} is below the lower bound {lb}", plan.arena_bytes));
+    Ok(steps_live)
+}
+
+/// The buffers live at a point of a sweep over time: address ranges by offset, and
+/// their ends in a heap to drop them when time passes them.
+#[derive(Default)]
+struct LiveSet {
+    /// (lo, id) -> hi.
+    by_addr: std::collections::BTreeMap<(u64, usize), u64>,
+    /// (end, lo, id), earliest end first.
+    ends: std::collections::BinaryHeap<std::cmp::Reverse<(u32, u64, usize)>>,
+}
+
+impl LiveSet {
+    /// Drops the buffers whose lifetime ends at or before `t`.
+    fn expire(&mut self, t: u32) {
+        while let Some(&std::cmp::Reverse((end, lo, id))) = self.ends.peek() {
+            if end > t {
+                break;
+            }
+            self.ends.pop();
+            self.by_addr.remove(&(lo, id));
+        }
     }
-    let sum = plan.weights_bytes + plan.inputs_bytes + plan.outputs_bytes + plan.workspace_bytes + plan.arena_bytes;
-    if plan.total_bytes != sum {
-        return Err(format!(
-            "total {} is not the sum of its parts ({sum})",
-            plan.total_bytes
-        ));
+
+    fn insert(&mut self, end: u32, lo: u64, hi: u64, id: usize) {
+        self.by_addr.insert((lo, id), hi);
+        self.ends.push(std::cmp::Reverse((end, lo, id)));
     }
-    Ok(())
+
+    fn range_of(&self, id: usize) -> (u64, u64) {
+        self.by_addr
+            .iter()
+            .find(|(&(_, j), _)| j == id)
+            .map_or((0, 0), |(&(lo, _), &hi)| (lo, hi))
+    }
+
+    /// The live buffers whose range meets `[lo, hi)`, given that live buffers at
+    /// different addresses are disjoint (buffers at one same address may overlap: an
+    /// in-place pair). Then of those starting below `lo` only the ones at the highest
+    /// such address can reach past `lo`; the others meeting it start in `[lo, hi)`.
+    fn overlapping(&self, lo: u64, hi: u64) -> impl Iterator<Item = usize> + '_ {
+        let next_below = self.by_addr.range(..(lo, 0)).next_back().map(|(&(s, _), _)| s);
+        let below = next_below
+            .into_iter()
+            .flat_map(move |s| self.by_addr.range((s, 0)..=(s, usize::MAX)))
+            .filter(move |(_, &h)| h > lo)
+            .map(|(&(_, id), _)| id);
+        let inside = self.by_addr.range((lo, 0)..(hi, 0)).map(|(&(_, id), _)| id);
+        below.chain(inside)
+    }
 }

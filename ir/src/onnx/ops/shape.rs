@@ -655,6 +655,9 @@ fn pad_wrap<'b>(x: Value<'b>, pairs: &[(i64, i64)]) -> Result<Value<'b>, String>
 }
 
 /// `Range`: start, limit and delta must be known at import; the output is a constant.
+/// Integer ranges up to this many elements are constants; longer ones an iota.
+const RANGE_CONSTANT_MAX: usize = 1 << 12;
+
 fn range<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let (s, l, d) = (n.input(0)?, n.input(1)?, n.input(2)?);
     let dtype = s.dtype();
@@ -671,6 +674,12 @@ fn range<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         return Err(format!("invalid range start {start}, limit {limit}, delta {delta}"));
     }
     let count = ((limit - start) / delta).ceil().max(0.0);
+    if dtype.is_int() && count > RANGE_CONSTANT_MAX as f64 && count <= MAX_ELEMENTS as f64 {
+        // `start + iota * delta`: a long integer range (a batch-sized `arange`) is
+        // computed by a kernel, not stored as a constant of that many elements.
+        let iota = s.builder().iota(dtype, [count as usize], 0);
+        return Ok(vec![iota * delta + start]);
+    }
     if count > (1u64 << 24) as f64 {
         return Err(format!("range of {count} elements is too large"));
     }
