@@ -20,6 +20,10 @@ use crate::{DType, Graph, GraphBuilder, NodeId, Op, Tensor, TensorType, Value};
 
 /// Known values larger than this many elements are not kept (they are never shapes).
 const MAX_KNOWN_ELEMENTS: usize = 1 << 20;
+/// Known values over [`MAX_FOLDED_ELEMENTS`] are kept only while all of them together
+/// stay under this many bytes, so the importer's memory does not grow with a dimension's
+/// value (small values, which shapes are, are always kept).
+const MAX_KNOWN_BYTES: usize = 64 << 20;
 /// Known values up to this many elements replace the nodes computing them.
 const MAX_FOLDED_ELEMENTS: usize = 1 << 12;
 
@@ -102,6 +106,7 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
         values: HashMap::new(),
         known: HashMap::new(),
         examined: 0,
+        known_large_bytes: 0,
         opsets,
         base_dir: base_dir.map(Path::to_path_buf),
         functions,
@@ -206,6 +211,8 @@ pub struct Importer<'b> {
     known: HashMap<NodeId, Tensor>,
     /// IR nodes below this index have been examined for known values.
     examined: usize,
+    /// Bytes of the known values over [`MAX_FOLDED_ELEMENTS`] elements kept so far.
+    known_large_bytes: usize,
     opsets: Opsets,
     base_dir: Option<PathBuf>,
     functions: Functions,
@@ -474,7 +481,11 @@ impl<'b> Importer<'b> {
             let id = NodeId(index as u32);
             let value = self.b.with_graph(|g| {
                 let node = g.node(id);
-                if node.ty.numel() > MAX_KNOWN_ELEMENTS {
+                let numel = node.ty.numel();
+                let large = numel > MAX_FOLDED_ELEMENTS;
+                if numel > MAX_KNOWN_ELEMENTS
+                    || (large && self.known_large_bytes.saturating_add(node.ty.size_bytes()) > MAX_KNOWN_BYTES)
+                {
                     return None;
                 }
                 match &node.op {
@@ -487,6 +498,9 @@ impl<'b> Importer<'b> {
                 }
             });
             if let Some(v) = value {
+                if v.numel() > MAX_FOLDED_ELEMENTS {
+                    self.known_large_bytes = self.known_large_bytes.saturating_add(v.ty().size_bytes());
+                }
                 self.known.insert(id, v);
             }
         }
