@@ -27,7 +27,7 @@ use std::path::Path;
 pub use graphc_compiler::plan::MemoryOptions;
 pub use graphc_compiler::{CompileOptions, Compiled};
 pub use graphc_ir as ir;
-use graphc_ir::{Graph, Tensor};
+use graphc_ir::{Graph, Tensor, TensorType};
 pub use graphc_runtime::cuda;
 use graphc_runtime::{cpu::CpuExecutor, Executor};
 
@@ -226,31 +226,30 @@ pub fn run_cuda(
     Ok(session.run(&inputs)?)
 }
 
+/// Every input of `graph` in input order: its name, type and the seed of its random
+/// values (`seed + i` for input `i`).
+fn input_seeds(graph: &Graph, seed: u64) -> impl Iterator<Item = (String, &TensorType, u64)> {
+    graph.inputs().iter().enumerate().map(move |(i, &id)| {
+        let name = graph.input_name(id).unwrap_or_default().to_string();
+        (name, &graph.node(id).ty, seed.wrapping_add(i as u64))
+    })
+}
+
 /// Random inputs for every input of `graph`, in input order (`Tensor::random`, seed
 /// `seed + i` for input `i`).
 pub fn random_input_list(graph: &Graph, seed: u64) -> Vec<(String, Tensor)> {
-    graph
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let name = graph.input_name(id).unwrap_or_default().to_string();
-            (name, Tensor::random(&graph.node(id).ty, seed.wrapping_add(i as u64)))
-        })
+    input_seeds(graph, seed)
+        .map(|(name, ty, s)| (name, Tensor::random(ty, s)))
         .collect()
 }
 
 /// [`random_input_list`] with every tensor allocated fallibly: [`Error::HostMemory`]
 /// names the input the host cannot hold, instead of an abort.
 pub fn try_random_input_list(graph: &Graph, seed: u64) -> Result<Vec<(String, Tensor)>, Error> {
-    graph
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let name = graph.input_name(id).unwrap_or_default().to_string();
-            let t = Tensor::try_random(&graph.node(id).ty, seed.wrapping_add(i as u64))
-                .map_err(|e| Error::HostMemory(format!("random input \"{name}\": {e}")))?;
+    input_seeds(graph, seed)
+        .map(|(name, ty, s)| {
+            let t =
+                Tensor::try_random(ty, s).map_err(|e| Error::HostMemory(format!("random input \"{name}\": {e}")))?;
             Ok((name, t))
         })
         .collect()

@@ -485,3 +485,36 @@ impl<'de> Deserialize<'de> for Tensor {
         Ok(Tensor { shape: r.shape, data })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn try_random_gives_the_values_of_random() {
+        for dtype in [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::F64,
+            DType::I64,
+            DType::I32,
+            DType::I8,
+            DType::U8,
+            DType::Bool,
+        ] {
+            let ty = TensorType::new(dtype, [3, 7]);
+            assert_eq!(Tensor::try_random(&ty, 11).unwrap(), Tensor::random(&ty, 11), "{dtype}");
+        }
+    }
+
+    #[test]
+    fn decode_le_checks_the_byte_count() {
+        assert!(TensorData::decode_le(DType::F32, &[0; 7], 2).is_err());
+        assert!(TensorData::decode_le(DType::F32, &[0; 8], usize::MAX).is_err());
+        assert_eq!(
+            TensorData::decode_le(DType::I32, &[1, 0, 0, 0, 2, 0, 0, 0], 2).unwrap(),
+            TensorData::I32(vec![1, 2])
+        );
+    }
+}

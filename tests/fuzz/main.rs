@@ -557,7 +557,16 @@ fn fuzz_importers() {
                         break;
                     }
                     let seed = base.wrapping_mul(1_000_003).wrapping_add(i);
-                    let case = make_case(&seeds, seed);
+                    let Ok(case) = std::panic::catch_unwind(AssertUnwindSafe(|| make_case(&seeds, seed))) else {
+                        if let Ok(mut fs) = failures.lock() {
+                            fs.push(Failure {
+                                target: "mutator",
+                                what: format!("making case {i} (seed {seed}) panicked"),
+                                saved: PathBuf::new(),
+                            });
+                        }
+                        continue;
+                    };
                     let label = format!("seed-{base}-case-{i}");
                     if let Ok(mut c) = current.lock() {
                         *c = Some((label.clone(), Instant::now()));
@@ -588,8 +597,9 @@ fn fuzz_importers() {
             })
         })
         .collect();
+    let mut dead_workers = 0;
     for w in workers {
-        let _ = w.join();
+        dead_workers += w.join().is_err() as usize;
     }
     std::panic::set_hook(quiet);
     let counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
@@ -605,6 +615,10 @@ fn fuzz_importers() {
             .collect::<Vec<_>>()
     });
     let failures = failures.unwrap_or_default();
+    let mut failures = failures;
+    if dead_workers > 0 {
+        failures.push(format!("{dead_workers} worker thread(s) panicked outside a case"));
+    }
     println!("fuzz: {} failures", failures.len());
     assert!(
         failures.is_empty(),

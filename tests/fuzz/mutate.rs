@@ -145,7 +145,7 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
                     }
                     if rng.below(4) == 0 {
                         a.r#type = attribute_type::INTS;
-                        a.ints = vec![v, -v, 0];
+                        a.ints = vec![v, v.wrapping_neg(), 0];
                     }
                 }
             }
