@@ -932,3 +932,19 @@ fn gather_concat_and_gather_nd_axes_are_checked() {
         "node `g` (GatherND, opset 20): GatherND indices address 5 axes past the batch, data f32[2,3] has fewer"
     );
 }
+
+#[test]
+fn a_conv_kernel_of_too_many_positions_fails_fast() {
+    // A declared 200x200 kernel costs no bytes of model but would be 40000 slices.
+    let start = Instant::now();
+    let e = import_err(&conv(&[1, 2, 200, 200], vec![ints_attr("pads", &[100, 100, 100, 100])]));
+    assert_eq!(
+        e,
+        "node `c` (Conv, opset 20): Conv kernel [200, 200] has 40000 positions; graphc lowers a Conv by im2col, \
+         one slice per kernel position, and takes at most 16384"
+    );
+    assert!(start.elapsed() < Duration::from_secs(2));
+    // A large but real kernel (51x51, as large-kernel convnets use) still imports.
+    let m = conv(&[1, 2, 51, 51], vec![ints_attr("pads", &[25, 25, 25, 25])]);
+    import_model(&m, None, &ImportOptions::default()).unwrap();
+}

@@ -5,6 +5,10 @@
 use super::{Lowering, Node};
 use crate::onnx::import::Importer;
 use crate::shape::MAX_ELEMENTS;
+
+/// The most kernel positions a (non-patchifying) Conv may have: 128 x 128, far above
+/// the largest kernels in use (51 x 51).
+const MAX_KERNEL_POSITIONS: usize = 1 << 14;
 use crate::{DType, Shape, SliceRange, Value};
 
 pub const OPS: &[(&str, Lowering)] = &[("Conv", conv), ("GatherND", gather_nd)];
@@ -209,6 +213,13 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
             .reshape(split)
             .transpose(&perm)
             .reshape([batch, rows, out_total])
+    } else if positions > MAX_KERNEL_POSITIONS {
+        // One slice per kernel position: a declared kernel of millions of positions
+        // would be that many nodes from a few bytes of model.
+        return Err(format!(
+            "Conv kernel {kernel:?} has {positions} positions; graphc lowers a Conv by im2col, one slice per \
+             kernel position, and takes at most {MAX_KERNEL_POSITIONS}"
+        ));
     } else {
         im2col(xp, &axes, [batch, channels, out_total])
     };
