@@ -399,3 +399,24 @@ fn npz_headers_are_checked_before_inflating() {
     let o = run(&bomb);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn the_kernel_cache_reads_and_replaces_only_regular_files() {
+    use graphc_compiler::nvrtc::cache;
+    let dir = temp_dir("hostile-cache");
+    // A FIFO planted where an entry goes: a miss (no hang), and a write leaves it be.
+    mkfifo(&dir.join("k1.cubin"));
+    std::fs::write(dir.join("k1.log"), "log").unwrap();
+    let start = Instant::now();
+    assert!(cache::read(&dir, "k1", "cubin").is_none());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let e = cache::write(&dir, "k1", "cubin", b"image", "log").unwrap_err();
+    assert!(e.to_string().contains("is a FIFO"), "{e}");
+    assert!(is_fifo(&dir.join("k1.cubin")));
+    // A regular entry round-trips.
+    cache::write(&dir, "k2", "cubin", b"image", "log").unwrap();
+    assert_eq!(
+        cache::read(&dir, "k2", "cubin"),
+        Some((b"image".to_vec(), "log".to_string()))
+    );
+}
