@@ -492,17 +492,7 @@ mod tests {
 
     #[test]
     fn try_random_gives_the_values_of_random() {
-        for dtype in [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::F64,
-            DType::I64,
-            DType::I32,
-            DType::I8,
-            DType::U8,
-            DType::Bool,
-        ] {
+        for dtype in DType::ALL {
             let ty = TensorType::new(dtype, [3, 7]);
             assert_eq!(Tensor::try_random(&ty, 11).unwrap(), Tensor::random(&ty, 11), "{dtype}");
         }
