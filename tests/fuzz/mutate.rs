@@ -33,6 +33,13 @@ fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> Option<&'a T> {
     }
 }
 
+/// A random element to change (drawing one number even when there is none, so the
+/// sequence does not depend on emptiness).
+fn pick_mut<'a, T>(rng: &mut Rng, items: &'a mut [T]) -> Option<&'a mut T> {
+    let n = items.len().max(1) as u64;
+    items.get_mut(rng.below(n) as usize)
+}
+
 fn interesting(rng: &mut Rng) -> i64 {
     *pick(rng, &INTERESTING).unwrap_or(&0)
 }
@@ -105,23 +112,19 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
         }
         1 => {
             // A dim of an initializer.
-            let n = g.initializer.len() as u64;
-            if let Some(t) = g.initializer.get_mut(rng.below(n.max(1)) as usize) {
-                let k = t.dims.len() as u64;
-                if let Some(d) = t.dims.get_mut(rng.below(k.max(1)) as usize) {
+            if let Some(t) = pick_mut(rng, &mut g.initializer) {
+                if let Some(d) = pick_mut(rng, &mut t.dims) {
                     *d = interesting(rng);
                 }
             }
         }
         2 => {
             // A dim of an input.
-            let n = g.input.len() as u64;
-            if let Some(i) = g.input.get_mut(rng.below(n.max(1)) as usize) {
+            if let Some(i) = pick_mut(rng, &mut g.input) {
                 if let Some(proto::type_proto::Value::TensorType(t)) = i.r#type.as_mut().and_then(|t| t.value.as_mut())
                 {
                     if let Some(s) = t.shape.as_mut() {
-                        let k = s.dim.len() as u64;
-                        if let Some(d) = s.dim.get_mut(rng.below(k.max(1)) as usize) {
+                        if let Some(d) = pick_mut(rng, &mut s.dim) {
                             d.value = Some(proto::tensor_shape_proto::dimension::Value::DimValue(interesting(rng)));
                         }
                     }
@@ -130,10 +133,8 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
         }
         3 => {
             // An attribute's ints or int.
-            let n = g.node.len() as u64;
-            if let Some(node) = g.node.get_mut(rng.below(n.max(1)) as usize) {
-                let k = node.attribute.len() as u64;
-                if let Some(a) = node.attribute.get_mut(rng.below(k.max(1)) as usize) {
+            if let Some(node) = pick_mut(rng, &mut g.node) {
+                if let Some(a) = pick_mut(rng, &mut node.attribute) {
                     let v = interesting(rng);
                     if let Some(x) = a.ints.first_mut() {
                         *x = v;
@@ -169,19 +170,16 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
         6 => {
             // An operand renamed to another value's name.
             let names: Vec<String> = g.node.iter().flat_map(|n| n.output.clone()).collect();
-            let n = g.node.len() as u64;
             let name = pick(rng, &names).cloned().unwrap_or_default();
-            if let Some(node) = g.node.get_mut(rng.below(n.max(1)) as usize) {
-                let k = node.input.len() as u64;
-                if let Some(i) = node.input.get_mut(rng.below(k.max(1)) as usize) {
+            if let Some(node) = pick_mut(rng, &mut g.node) {
+                if let Some(i) = pick_mut(rng, &mut node.input) {
                     *i = name;
                 }
             }
         }
         7 => {
             // External data pointed somewhere else.
-            let n = g.initializer.len() as u64;
-            if let Some(t) = g.initializer.get_mut(rng.below(n.max(1)) as usize) {
+            if let Some(t) = pick_mut(rng, &mut g.initializer) {
                 let (key, value) = match rng.below(8) {
                     0 => ("location", "../outside/secret.bin".to_string()),
                     1 => ("location", "/etc/passwd".to_string()),
@@ -200,9 +198,8 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
         8 => {
             // A node's op type replaced by another node's.
             let types: Vec<String> = g.node.iter().map(|n| n.op_type.clone()).collect();
-            let n = g.node.len() as u64;
             let t = pick(rng, &types).cloned().unwrap_or_default();
-            if let Some(node) = g.node.get_mut(rng.below(n.max(1)) as usize) {
+            if let Some(node) = pick_mut(rng, &mut g.node) {
                 node.op_type = t;
             }
         }
@@ -215,8 +212,7 @@ pub fn onnx(rng: &mut Rng, m: &mut ModelProto) {
         }
         10 => {
             // An initializer's element type changed.
-            let n = g.initializer.len() as u64;
-            if let Some(t) = g.initializer.get_mut(rng.below(n.max(1)) as usize) {
+            if let Some(t) = pick_mut(rng, &mut g.initializer) {
                 t.data_type = rng.below(24) as i32;
             }
         }
