@@ -298,6 +298,20 @@ impl Deref for Kernels {
 }
 
 impl Kernels {
+    /// The kernels [`build`] compiles, as the launch planner makes modules of them:
+    /// those with source and work (a grid without blocks has none on any device), the
+    /// first of each entry name.
+    pub fn launched(&self) -> Vec<usize> {
+        let mut entries = HashSet::new();
+        let mut launched = Vec::new();
+        for (i, k) in self.kernels.iter().enumerate() {
+            if k.has_source() && k.launch.grid.blocks(1) > 0 && entries.insert(k.entry.as_str()) {
+                launched.push(i);
+            }
+        }
+        launched
+    }
+
     /// The codegen stage's report (counts kernels with CUDA C source).
     pub fn report(&self) -> PassReport {
         PassReport {
@@ -353,17 +367,8 @@ impl Binary {
 /// `opts` say).
 pub fn build(kernels: &Kernels, opts: &NvrtcOptions) -> Result<Binary, NvrtcError> {
     let start = Instant::now();
-    // What the launch planner makes a module of: kernels with source and work, the
-    // first of each entry name (a grid without blocks has none on any device).
-    let mut entries = HashSet::new();
-    let mut launched: Vec<usize> = Vec::new();
-    let mut to_compile: Vec<CudaKernel> = Vec::new();
-    for (i, k) in kernels.iter().enumerate() {
-        if k.has_source() && k.launch.grid.blocks(1) > 0 && entries.insert(k.entry.as_str()) {
-            launched.push(i);
-            to_compile.push(k.clone());
-        }
-    }
+    let launched = kernels.launched();
+    let to_compile: Vec<CudaKernel> = launched.iter().filter_map(|&i| kernels.get(i).cloned()).collect();
     let mut images: Vec<Option<nvrtc::Compiled>> = vec![None; kernels.len()];
     for (i, image) in launched.into_iter().zip(nvrtc::compile(&to_compile, opts)?) {
         if let Some(slot) = images.get_mut(i) {
@@ -376,4 +381,32 @@ pub fn build(kernels: &Kernels, opts: &NvrtcOptions) -> Result<Binary, NvrtcErro
         images,
         time: start.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graphc_ir::{DType, GraphBuilder};
+
+    #[test]
+    fn kernels_without_source_build_without_nvrtc() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [4, 8]);
+        let w = b.input("w", DType::F32, [8, 2]);
+        b.output("y", x.matmul(w));
+        let c = compile(&b.finish().unwrap(), &CompileOptions::default()).unwrap();
+        let mut kernels = generate_kernels(&c).unwrap();
+        assert_eq!(kernels.len(), c.program.kernels.len());
+        for k in &mut kernels.kernels {
+            k.source.clear();
+        }
+        assert!(kernels.launched().is_empty());
+        let binary = build(&kernels, &NvrtcOptions::default()).unwrap();
+        assert_eq!(binary.images, vec![None; kernels.len()]);
+        let report = binary.report();
+        assert_eq!(
+            (report.pass, report.nodes_before, report.nodes_after),
+            (Pass::Build, kernels.len(), 0)
+        );
+    }
 }
