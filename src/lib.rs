@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub use graphc_compiler::plan::MemoryOptions;
-pub use graphc_compiler::{CompileOptions, Compiled};
+pub use graphc_compiler::{Binary, CompileOptions, Compiled, Kernels};
 pub use graphc_ir as ir;
 use graphc_ir::{Graph, Tensor, TensorType};
 pub use graphc_runtime::cuda;
@@ -214,9 +214,10 @@ pub fn run_cpu_planned(
     Ok(CpuExecutor.run_with_plan(model, plan, &inputs)?)
 }
 
-/// Run a compiled model on a CUDA GPU: load it ([`cuda::Session`]: kernels compiled for
-/// the device, one arena and one weights allocation, cuBLASLt, a CUDA graph) and run it
-/// once. To run many times, keep a [`cuda::Session`].
+/// Run a compiled model on a CUDA GPU: load it ([`cuda::Session`]: kernels generated
+/// and compiled for the device by the compiler's backend stages, one arena and one
+/// weights allocation, cuBLASLt, a CUDA graph) and run it once. To run many times, keep
+/// a [`cuda::Session`]; to build the kernels ahead, see [`cuda::Session::with_binary`].
 pub fn run_cuda(
     model: &Compiled,
     inputs: HashMap<String, Tensor>,

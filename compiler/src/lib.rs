@@ -3,8 +3,10 @@
 //! [`compile`] runs the passes in a fixed, visible order, with the verifier between
 //! stages, and reports what each did: dead-code elimination, the e-graph optimizer
 //! ([`optimize`]) and fusion into kernels ([`fuse`], producing a [`kernel::Program`]).
-//! [`codegen`] prints a program's kernels as CUDA C and [`nvrtc`] compiles them;
-//! scheduling and memory planning slot in as further stages (see ARCHITECTURE.md).
+//! Scheduling and memory planning ([`plan`]) close it. Two backend stages follow for
+//! the GPU: [`generate_kernels`] ([`codegen`] prints every kernel as CUDA C) and
+//! [`build`] ([`nvrtc`] compiles them for one architecture, cached on disk); the
+//! runtime only loads and runs what they produce (see ARCHITECTURE.md).
 
 pub mod codegen;
 pub mod fuse;
@@ -15,4 +17,7 @@ pub mod passes;
 pub mod pipeline;
 pub mod plan;
 
-pub use pipeline::{compile, CompileError, CompileOptions, Compiled, PassReport};
+pub use pipeline::{
+    build, compile, generate_kernels, Binary, CompileError, CompileOptions, Compiled, Kernels, Pass, PassDetail,
+    PassReport,
+};

@@ -1,15 +1,33 @@
 //! The compile pipeline: every stage, in order, readable top to bottom.
+//!
+//! [`compile`] runs the graph stages (dead-code elimination, precision, the optimizer,
+//! fusion, scheduling and memory planning), each a function returning its value and a
+//! typed [`PassReport`] ([`report`] renders their text). Two backend stages follow,
+//! called by whoever runs the model on a GPU: [`generate_kernels`] (the CUDA C of every
+//! kernel, [`Kernels`]) and [`build`] (NVRTC's cubins or PTX for one architecture,
+//! [`Binary`], through the on-disk cache of [`crate::nvrtc`]). They stay out of
+//! `compile` because a model the CUDA backend cannot generate still compiles and runs
+//! on the CPU.
 
+pub mod report;
+
+use std::collections::HashSet;
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 use graphc_ir::{Graph, GraphError};
+use serde::{Deserialize, Serialize};
 
+use crate::codegen::{self, CodegenError, CudaKernel};
 use crate::fuse::{fuse_with_report, FuseReport};
 use crate::kernel::Program;
+use crate::nvrtc::{self, NvrtcError, NvrtcOptions, OutputKind};
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
 use crate::passes::precision::{apply_precision, Precision, PrecisionReport};
 use crate::plan::{apply_schedule, plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
+
+pub use report::{Pass, PassDetail, PassReport};
 
 /// Knobs of the pipeline.
 #[derive(Clone, Debug, Default)]
@@ -23,16 +41,6 @@ pub struct CompileOptions {
     /// fp32 (default), tf32 (f32 GEMMs on TF32 tensor cores), or bf16 / fp16 mixed
     /// precision (`passes::precision`).
     pub precision: Precision,
-}
-
-/// What one pass did.
-#[derive(Clone, Debug)]
-pub struct PassReport {
-    pub pass: &'static str,
-    pub nodes_before: usize,
-    pub nodes_after: usize,
-    pub time: Duration,
-    pub notes: Vec<String>,
 }
 
 /// The result of compiling: the graph to execute and the report of every pass.
@@ -67,89 +75,139 @@ pub enum CompileError {
     PlanInvalid(String),
 }
 
-/// Compile a graph: verify, then run each pass, verifying between passes.
+/// Compile a graph: verify, then run each stage, verifying between them.
 pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     graph.verify().map_err(CompileError::Input)?;
     let mut passes = Vec::new();
+    let (graph, dce) = run_dce(graph, opts)?;
+    passes.push(dce);
+    let (graph, precision, report) = run_precision(&graph, opts)?;
+    passes.extend(report);
+    let (graph, optimize, report) = run_optimize(&graph, opts)?;
+    passes.push(report);
+    let (program, fusion, report) = run_fuse(&graph)?;
+    passes.push(report);
+    let (program, schedule, plan, report) = run_plan(program, opts)?;
+    passes.push(report);
+    let precision = account_precision(precision, &optimize, &program, &plan);
+    Ok(Compiled {
+        graph,
+        program,
+        passes,
+        optimize,
+        fusion,
+        schedule,
+        plan,
+        precision,
+    })
+}
 
+/// Dead-code elimination: nodes and weights no output depends on.
+fn run_dce(graph: &Graph, opts: &CompileOptions) -> Result<(Graph, PassReport), CompileError> {
     let start = Instant::now();
     let (graph, dce) = eliminate_dead_code(graph);
-    let mut notes = Vec::new();
+    let mut details = Vec::new();
     if !dce.weights_removed.is_empty() {
-        notes.push(format!("unused weights dropped: {}", dce.weights_removed.join(", ")));
+        details.push(PassDetail::UnusedWeightsDropped(dce.weights_removed.clone()));
     }
-    passes.push(PassReport {
-        pass: "dce",
+    let report = PassReport {
+        pass: Pass::Dce,
         nodes_before: graph.len() + dce.nodes_removed,
         nodes_after: graph.len(),
         time: start.elapsed(),
-        notes,
-    });
-    check(&graph, "dce", opts)?;
+        details,
+    };
+    check(&graph, Pass::Dce, opts)?;
+    Ok((graph, report))
+}
 
+/// The precision pass: f32 compute in the low type (bf16, fp16), casts at the edges.
+/// Reported only when there is a low type.
+fn run_precision(
+    graph: &Graph,
+    opts: &CompileOptions,
+) -> Result<(Graph, PrecisionReport, Option<PassReport>), CompileError> {
     let start = Instant::now();
-    let (graph, mut precision) = apply_precision(&graph, opts.precision).map_err(|error| CompileError::Pass {
-        pass: "precision",
+    let nodes_before = graph.len();
+    let (graph, precision) = apply_precision(graph, opts.precision).map_err(|error| CompileError::Pass {
+        pass: Pass::Precision.name(),
         error,
     })?;
-    if opts.precision.low_type().is_some() {
-        passes.push(PassReport {
-            pass: "precision",
-            nodes_before: passes.last().map(|p| p.nodes_after).unwrap_or(0),
-            nodes_after: graph.len(),
-            time: start.elapsed(),
-            notes: vec![format!(
-                "{}: {} nodes in {}, {} kept in f32, {} casts (weight casts fold into {} weights)",
-                opts.precision,
-                precision.low_nodes,
-                opts.precision,
-                precision.f32_nodes,
-                precision.casts,
-                opts.precision
-            )],
-        });
-        check(&graph, "precision", opts)?;
+    if opts.precision.low_type().is_none() {
+        return Ok((graph, precision, None));
     }
+    let report = PassReport {
+        pass: Pass::Precision,
+        nodes_before,
+        nodes_after: graph.len(),
+        time: start.elapsed(),
+        details: vec![PassDetail::Precision {
+            precision: opts.precision,
+            low_nodes: precision.low_nodes,
+            f32_nodes: precision.f32_nodes,
+            casts: precision.casts,
+        }],
+    };
+    check(&graph, Pass::Precision, opts)?;
+    Ok((graph, precision, Some(report)))
+}
 
-    let (graph, report) = optimize(&graph, &opts.optimize).map_err(|error| CompileError::Pass {
-        pass: "optimize",
+/// The e-graph optimizer.
+fn run_optimize(graph: &Graph, opts: &CompileOptions) -> Result<(Graph, OptimizeReport, PassReport), CompileError> {
+    let (graph, report) = optimize(graph, &opts.optimize).map_err(|error| CompileError::Pass {
+        pass: Pass::Optimize.name(),
         error,
     })?;
-    let mut notes = vec![format!(
-        "{} constants folded, {} rule applications, {} iterations, stopped: {}",
-        report.constants_folded,
-        report.rules_fired.values().sum::<usize>(),
-        report.iterations,
-        report.stop_reason
-    )];
+    let mut details = vec![PassDetail::Optimize {
+        constants_folded: report.constants_folded,
+        rule_applications: report.rules_fired.values().sum::<usize>(),
+        iterations: report.iterations,
+        stop_reason: report.stop_reason.clone(),
+    }];
     if !report.weights_added.is_empty() {
-        notes.push(format!("weights folded: {}", report.weights_added.join(", ")));
+        details.push(PassDetail::WeightsFolded(report.weights_added.clone()));
     }
     if !report.weights_dropped.is_empty() {
-        notes.push(format!("weights no longer used: {}", report.weights_dropped.join(", ")));
+        details.push(PassDetail::WeightsNoLongerUsed(report.weights_dropped.clone()));
     }
-    passes.push(PassReport {
-        pass: "optimize",
+    let pass = PassReport {
+        pass: Pass::Optimize,
         nodes_before: report.nodes_before,
         nodes_after: report.nodes_after,
         time: report.time,
-        notes,
-    });
-    check(&graph, "optimize", opts)?;
+        details,
+    };
+    check(&graph, Pass::Optimize, opts)?;
+    Ok((graph, report, pass))
+}
 
+/// Fusion of the graph into kernels.
+fn run_fuse(graph: &Graph) -> Result<(Program, FuseReport, PassReport), CompileError> {
     let start = Instant::now();
-    let (program, fusion) = fuse_with_report(&graph).map_err(|error| CompileError::Pass { pass: "fuse", error })?;
-    passes.push(PassReport {
-        pass: "fuse",
+    let (program, fusion) = fuse_with_report(graph).map_err(|error| CompileError::Pass {
+        pass: Pass::Fuse.name(),
+        error,
+    })?;
+    let report = PassReport {
+        pass: Pass::Fuse,
         nodes_before: graph.len(),
         nodes_after: program.kernels.len(),
         time: start.elapsed(),
-        notes: vec![format!(
-            "{} launches instead of {} unfused; {} bytes of global memory traffic instead of {}",
-            fusion.launches, fusion.unfused_kernels, fusion.bytes, fusion.unfused_bytes
-        )],
-    });
+        details: vec![PassDetail::Fusion {
+            launches: fusion.launches,
+            unfused_kernels: fusion.unfused_kernels,
+            bytes: fusion.bytes,
+            unfused_bytes: fusion.unfused_bytes,
+        }],
+    };
+    Ok((program, fusion, report))
+}
 
+/// Scheduling (the kernel order, applied to the program) and memory planning.
+fn run_plan(
+    program: Program,
+    opts: &CompileOptions,
+) -> Result<(Program, Schedule, MemoryPlan, PassReport), CompileError> {
     let start = Instant::now();
     let order = schedule(&program);
     let program = if order.name == "program" {
@@ -162,36 +220,41 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     if cfg!(debug_assertions) || opts.verify_each_pass {
         verify_plan(&program, &plan).map_err(CompileError::PlanInvalid)?;
     }
-    let mut plan_notes = vec![format!(
-        "schedule {} (peak {} bytes; {})",
-        order.name,
-        order.peak,
-        order
-            .candidates
-            .iter()
-            .map(|(n, p)| format!("{n} {p}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )];
-    plan_notes.push(format!(
-        "arena {} bytes, lower bound {} ({:.3}x, {}), {} in place",
-        plan.arena_bytes,
-        plan.lower_bound_bytes,
-        plan.ratio(),
-        plan.strategy,
-        plan.in_place
-    ));
-    passes.push(PassReport {
-        pass: "plan",
+    let details = vec![
+        PassDetail::Schedule {
+            name: order.name.to_string(),
+            peak: order.peak,
+            candidates: order.candidates.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
+        },
+        PassDetail::Arena {
+            arena_bytes: plan.arena_bytes,
+            lower_bound_bytes: plan.lower_bound_bytes,
+            ratio: plan.ratio(),
+            strategy: plan.strategy.clone(),
+            in_place: plan.in_place,
+        },
+    ];
+    let report = PassReport {
+        pass: Pass::Plan,
         nodes_before: program.kernels.len(),
         nodes_after: plan.buffers.len(),
         time: start.elapsed(),
-        notes: plan_notes,
-    });
-    // What the precision saved.
+        details,
+    };
+    Ok((program, order, plan, report))
+}
+
+/// What the precision saved: the weights' bytes before and after the optimizer folded
+/// the weight casts, and the planned intermediates against their f32 size.
+fn account_precision(
+    mut precision: PrecisionReport,
+    optimize: &OptimizeReport,
+    program: &Program,
+    plan: &MemoryPlan,
+) -> PrecisionReport {
     let low = precision.precision.low_type();
-    precision.weights_bytes_before = report.weight_bytes_before as u64;
-    precision.weights_bytes_after = report.weight_bytes_after as u64;
+    precision.weights_bytes_before = optimize.weight_bytes_before as u64;
+    precision.weights_bytes_after = optimize.weight_bytes_after as u64;
     for b in &plan.buffers {
         let ty = &program.buffers[b.buffer as usize].ty;
         let bytes = ty.size_bytes() as u64;
@@ -203,21 +266,147 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         };
         precision.intermediates_f32_bytes = precision.intermediates_f32_bytes.saturating_add(f32_bytes);
     }
-    Ok(Compiled {
-        graph,
-        program,
-        passes,
-        optimize: report,
-        fusion,
-        schedule: order,
-        plan,
-        precision,
+    precision
+}
+
+fn check(graph: &Graph, pass: Pass, opts: &CompileOptions) -> Result<(), CompileError> {
+    if opts.verify_each_pass || cfg!(debug_assertions) {
+        graph.verify().map_err(|error| CompileError::Pass {
+            pass: pass.name(),
+            error,
+        })?;
+    }
+    Ok(())
+}
+
+/// The generated CUDA C of a compiled model: one [`CudaKernel`] per kernel of its
+/// program, in order (derefs to the slice the launch planner takes).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernels {
+    pub kernels: Vec<CudaKernel>,
+    /// How long generation took.
+    #[serde(skip)]
+    pub time: Duration,
+}
+
+impl Deref for Kernels {
+    type Target = [CudaKernel];
+
+    fn deref(&self) -> &[CudaKernel] {
+        &self.kernels
+    }
+}
+
+impl Kernels {
+    /// The kernels [`build`] compiles, as the launch planner makes modules of them:
+    /// those with source and work (a grid without blocks has none on any device), the
+    /// first of each entry name.
+    pub fn launched(&self) -> Vec<usize> {
+        let mut entries = HashSet::new();
+        let mut launched = Vec::new();
+        for (i, k) in self.kernels.iter().enumerate() {
+            if k.has_source() && k.launch.grid.blocks(1) > 0 && entries.insert(k.entry.as_str()) {
+                launched.push(i);
+            }
+        }
+        launched
+    }
+
+    /// The codegen stage's report (counts kernels with CUDA C source).
+    pub fn report(&self) -> PassReport {
+        PassReport {
+            pass: Pass::Codegen,
+            nodes_before: self.kernels.len(),
+            nodes_after: self.kernels.iter().filter(|k| k.has_source()).count(),
+            time: self.time,
+            details: Vec::new(),
+        }
+    }
+}
+
+/// The codegen stage: the CUDA C of every kernel of `model.program`.
+pub fn generate_kernels(model: &Compiled) -> Result<Kernels, CodegenError> {
+    let start = Instant::now();
+    let kernels = codegen::generate_all(&model.program)?;
+    Ok(Kernels {
+        kernels,
+        time: start.elapsed(),
     })
 }
 
-fn check(graph: &Graph, pass: &'static str, opts: &CompileOptions) -> Result<(), CompileError> {
-    if opts.verify_each_pass || cfg!(debug_assertions) {
-        graph.verify().map_err(|error| CompileError::Pass { pass, error })?;
+/// NVRTC's output for a model's kernels on one architecture.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Binary {
+    /// The architecture (`sm_XX`) and output kind built for.
+    pub arch: String,
+    pub output: OutputKind,
+    /// One entry per kernel of the program, in order: the image of every kernel that
+    /// is launched (it has CUDA C source and a grid with blocks; the first kernel of
+    /// each entry name), `None` for the rest.
+    pub images: Vec<Option<nvrtc::Compiled>>,
+    /// How long NVRTC (or the cache) took.
+    #[serde(skip)]
+    pub time: Duration,
+}
+
+impl Binary {
+    /// The build stage's report (kernels in, images out).
+    pub fn report(&self) -> PassReport {
+        PassReport {
+            pass: Pass::Build,
+            nodes_before: self.images.len(),
+            nodes_after: self.images.iter().filter(|i| i.is_some()).count(),
+            time: self.time,
+            details: Vec::new(),
+        }
     }
-    Ok(())
+}
+
+/// The build stage: compile the launched kernels of `kernels` with NVRTC for
+/// `opts.arch` (identical sources once, in parallel, through the on-disk cache as
+/// `opts` say).
+pub fn build(kernels: &Kernels, opts: &NvrtcOptions) -> Result<Binary, NvrtcError> {
+    let start = Instant::now();
+    let launched = kernels.launched();
+    let to_compile: Vec<CudaKernel> = launched.iter().filter_map(|&i| kernels.get(i).cloned()).collect();
+    let mut images: Vec<Option<nvrtc::Compiled>> = vec![None; kernels.len()];
+    for (i, image) in launched.into_iter().zip(nvrtc::compile(&to_compile, opts)?) {
+        if let Some(slot) = images.get_mut(i) {
+            *slot = Some(image);
+        }
+    }
+    Ok(Binary {
+        arch: opts.arch.clone(),
+        output: opts.output,
+        images,
+        time: start.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graphc_ir::{DType, GraphBuilder};
+
+    #[test]
+    fn kernels_without_source_build_without_nvrtc() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [4, 8]);
+        let w = b.input("w", DType::F32, [8, 2]);
+        b.output("y", x.matmul(w));
+        let c = compile(&b.finish().unwrap(), &CompileOptions::default()).unwrap();
+        let mut kernels = generate_kernels(&c).unwrap();
+        assert_eq!(kernels.len(), c.program.kernels.len());
+        for k in &mut kernels.kernels {
+            k.source.clear();
+        }
+        assert!(kernels.launched().is_empty());
+        let binary = build(&kernels, &NvrtcOptions::default()).unwrap();
+        assert_eq!(binary.images, vec![None; kernels.len()]);
+        let report = binary.report();
+        assert_eq!(
+            (report.pass, report.nodes_before, report.nodes_after),
+            (Pass::Build, kernels.len(), 0)
+        );
+    }
 }

@@ -54,7 +54,7 @@ fn pipeline_reports_each_pass() {
         },
     )
     .unwrap();
-    let names: Vec<&str> = c.passes.iter().map(|p| p.pass).collect();
+    let names: Vec<&str> = c.passes.iter().map(|p| p.pass.name()).collect();
     assert_eq!(names, ["dce", "optimize", "fuse", "plan"]);
     assert_eq!((c.passes[0].nodes_before, c.passes[0].nodes_after), (2, 2));
 }

@@ -761,19 +761,7 @@ fn cmd_run(args: RunArgs) -> Result<()> {
     graphc::check_budget(&compiled, &symbolic)?;
     let input_path = inputs;
     for p in &compiled.passes {
-        let (before, after) = match p.pass {
-            "fuse" => ("nodes", "kernels"),
-            "plan" => ("kernels", "arena buffers"),
-            _ => ("nodes", "nodes"),
-        };
-        println!(
-            "pass     {}: {} {before} -> {} {after} in {:.2} ms{}",
-            p.pass,
-            p.nodes_before,
-            p.nodes_after,
-            p.time.as_secs_f64() * 1e3,
-            p.notes.iter().map(|n| format!("; {n}")).collect::<String>()
-        );
+        println!("pass     {p}");
     }
     let plan = &compiled.plan;
     if precision.low_type().is_some() {

@@ -11,25 +11,32 @@
 //! - [`emulate`](mod@emulate): that launch list run on the CPU (GEMMs by cuBLASLt's definition,
 //!   kernels by the kernel IR they were generated from), compared with the CPU executor
 //!   in the tests.
-//! - [`Session`] (`session.rs`): the launch list on a real device: one allocation per
-//!   region, weights uploaded once, kernels compiled by NVRTC to a cubin for the
-//!   device's own architecture (through the on-disk cache), cuBLASLt descriptors and
-//!   algorithms chosen at load, launches in plan order on one stream, inputs and outputs
-//!   through pinned host buffers, and a CUDA graph captured on the first run and
-//!   replayed after (unless disabled).
+//! - [`Session`] (`session.rs`): the launch list on a real device. It loads what the
+//!   compiler's backend stages produced (`graphc_compiler::generate_kernels`, and
+//!   `graphc_compiler::build`: cubins for the device's own architecture through the
+//!   on-disk cache, run for it when not given), allocates one region each, uploads the
+//!   weights once, prepares the cuBLASLt descriptors and algorithms at load
+//!   (`gemm.rs`), runs the launches in plan order on one stream with inputs and
+//!   outputs through pinned host buffers, and captures a CUDA graph on the first run to
+//!   replay after (unless disabled). Its driver resources (allocations, pinned
+//!   staging, events, modules) are in `driver.rs`, opening the device and reading its
+//!   properties in `device.rs`, timing runs in `bench.rs`.
 
+mod bench;
+mod device;
+mod driver;
 pub mod emulate;
+mod gemm;
 pub mod launch;
 mod session;
 
+pub use bench::{median, BenchOptions, BenchResult, KernelTiming};
+pub use device::{check_device_memory, discover, driver_available, DeviceMemoryReport};
 pub use emulate::emulate;
 pub use launch::{
     device_layout, plan_launches, DevAddr, DeviceInfo, DeviceLayout, Launch, LaunchPlan, LtMatmul, Region,
 };
-pub use session::{
-    check_device_memory, driver_available, BenchOptions, BenchResult, CudaExecutor, DeviceMemoryReport, KernelTiming,
-    Session, SessionOptions,
-};
+pub use session::{CudaExecutor, Session, SessionOptions};
 
 use graphc_compiler::codegen::CodegenError;
 use graphc_compiler::nvrtc::NvrtcError;
@@ -64,6 +71,9 @@ pub enum CudaError {
     Codegen(#[from] CodegenError),
     #[error("{0}")]
     Compile(#[from] NvrtcError),
+    /// Prebuilt kernels that this device cannot load (`Session::with_binary`).
+    #[error("the kernels were built as {built}, but the device needs a cubin for {device}")]
+    BinaryMismatch { built: String, device: String },
     /// The plan, the program, the inputs or the launch list are inconsistent.
     #[error("{0}")]
     Plan(#[from] KernelError),

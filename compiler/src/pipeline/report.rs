@@ -1,0 +1,238 @@
+//! What the pipeline's stages report, as typed values ([`PassReport`], [`PassDetail`]),
+//! and their text, rendered only where it is shown (the `Display` impls).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::passes::precision::Precision;
+
+/// A stage of the pipeline. Displayed (and serialized) as its lowercase name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pass {
+    Dce,
+    Precision,
+    Optimize,
+    Fuse,
+    Plan,
+    /// CUDA C generation (`pipeline::generate_kernels`).
+    Codegen,
+    /// NVRTC compilation of the generated kernels (`pipeline::build`).
+    Build,
+}
+
+impl Pass {
+    /// The lowercase name: `dce`, `precision`, `optimize`, `fuse`, `plan`, `codegen`,
+    /// `build`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Dce => "dce",
+            Pass::Precision => "precision",
+            Pass::Optimize => "optimize",
+            Pass::Fuse => "fuse",
+            Pass::Plan => "plan",
+            Pass::Codegen => "codegen",
+            Pass::Build => "build",
+        }
+    }
+
+    /// What `nodes_before` and `nodes_after` of this pass count.
+    pub fn units(self) -> (&'static str, &'static str) {
+        match self {
+            Pass::Fuse => ("nodes", "kernels"),
+            Pass::Plan => ("kernels", "arena buffers"),
+            Pass::Codegen | Pass::Build => ("kernels", "kernels"),
+            Pass::Dce | Pass::Precision | Pass::Optimize => ("nodes", "nodes"),
+        }
+    }
+}
+
+impl fmt::Display for Pass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Serialize)]
+pub struct PassReport {
+    pub pass: Pass,
+    pub nodes_before: usize,
+    pub nodes_after: usize,
+    pub time: Duration,
+    /// What the pass reports besides the counts, in the order shown.
+    pub details: Vec<PassDetail>,
+}
+
+/// `fuse: 40 nodes -> 12 kernels in 0.31 ms; 12 launches instead of ...`: the counts,
+/// the time and every detail after a `; `.
+impl fmt::Display for PassReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (before, after) = self.pass.units();
+        write!(
+            f,
+            "{}: {} {before} -> {} {after} in {:.2} ms",
+            self.pass,
+            self.nodes_before,
+            self.nodes_after,
+            self.time.as_secs_f64() * 1e3
+        )?;
+        for d in &self.details {
+            write!(f, "; {d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One fact a pass reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassDetail {
+    /// dce: weights no node reads any more.
+    UnusedWeightsDropped(Vec<String>),
+    /// precision: how the compute nodes were split between the low type and f32.
+    Precision {
+        precision: Precision,
+        low_nodes: usize,
+        f32_nodes: usize,
+        casts: usize,
+    },
+    /// optimize: the e-graph run.
+    Optimize {
+        constants_folded: usize,
+        rule_applications: usize,
+        iterations: usize,
+        stop_reason: String,
+    },
+    /// optimize: weights created by constant folding.
+    WeightsFolded(Vec<String>),
+    /// optimize: weights the optimized graph no longer reads.
+    WeightsNoLongerUsed(Vec<String>),
+    /// fuse: launches and global memory traffic, fused and unfused.
+    Fusion {
+        launches: usize,
+        unfused_kernels: usize,
+        bytes: usize,
+        unfused_bytes: usize,
+    },
+    /// plan: the kernel order chosen, its peak, and every candidate with its peak.
+    Schedule {
+        name: String,
+        peak: u64,
+        candidates: Vec<(String, u64)>,
+    },
+    /// plan: the arena against its lower bound.
+    Arena {
+        arena_bytes: u64,
+        lower_bound_bytes: u64,
+        ratio: f64,
+        strategy: String,
+        in_place: usize,
+    },
+}
+
+impl fmt::Display for PassDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PassDetail::UnusedWeightsDropped(w) => write!(f, "unused weights dropped: {}", w.join(", ")),
+            PassDetail::Precision {
+                precision: p,
+                low_nodes,
+                f32_nodes,
+                casts,
+            } => write!(
+                f,
+                "{p}: {low_nodes} nodes in {p}, {f32_nodes} kept in f32, {casts} casts (weight casts fold into {p} weights)"
+            ),
+            PassDetail::Optimize {
+                constants_folded,
+                rule_applications,
+                iterations,
+                stop_reason,
+            } => write!(
+                f,
+                "{constants_folded} constants folded, {rule_applications} rule applications, {iterations} iterations, stopped: {stop_reason}"
+            ),
+            PassDetail::WeightsFolded(w) => write!(f, "weights folded: {}", w.join(", ")),
+            PassDetail::WeightsNoLongerUsed(w) => write!(f, "weights no longer used: {}", w.join(", ")),
+            PassDetail::Fusion {
+                launches,
+                unfused_kernels,
+                bytes,
+                unfused_bytes,
+            } => write!(
+                f,
+                "{launches} launches instead of {unfused_kernels} unfused; {bytes} bytes of global memory traffic instead of {unfused_bytes}"
+            ),
+            PassDetail::Schedule { name, peak, candidates } => {
+                write!(f, "schedule {name} (peak {peak} bytes; ")?;
+                for (i, (n, p)) in candidates.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{n} {p}")?;
+                }
+                f.write_str(")")
+            }
+            PassDetail::Arena {
+                arena_bytes,
+                lower_bound_bytes,
+                ratio,
+                strategy,
+                in_place,
+            } => write!(
+                f,
+                "arena {arena_bytes} bytes, lower bound {lower_bound_bytes} ({ratio:.3}x, {strategy}), {in_place} in place"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_names_display_and_serialize_alike() {
+        for p in [
+            Pass::Dce,
+            Pass::Precision,
+            Pass::Optimize,
+            Pass::Fuse,
+            Pass::Plan,
+            Pass::Codegen,
+            Pass::Build,
+        ] {
+            assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{p}\""));
+        }
+    }
+
+    #[test]
+    fn report_renders_counts_time_and_details() {
+        let r = PassReport {
+            pass: Pass::Plan,
+            nodes_before: 3,
+            nodes_after: 2,
+            time: Duration::from_micros(1500),
+            details: vec![
+                PassDetail::Schedule {
+                    name: "greedy".into(),
+                    peak: 64,
+                    candidates: vec![("program".into(), 96), ("greedy".into(), 64)],
+                },
+                PassDetail::Arena {
+                    arena_bytes: 512,
+                    lower_bound_bytes: 512,
+                    ratio: 1.0,
+                    strategy: "greedy by size".into(),
+                    in_place: 1,
+                },
+            ],
+        };
+        assert_eq!(
+            r.to_string(),
+            "plan: 3 kernels -> 2 arena buffers in 1.50 ms; schedule greedy (peak 64 bytes; program 96, greedy 64); \
+             arena 512 bytes, lower bound 512 (1.000x, greedy by size), 1 in place"
+        );
+    }
+}
