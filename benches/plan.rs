@@ -19,9 +19,9 @@ use graphc_ir::{DType, Graph};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+fn median(v: Vec<Duration>) -> Duration {
+    let mut secs: Vec<f64> = v.iter().map(Duration::as_secs_f64).collect();
+    Duration::from_secs_f64(graphc_ir::compare::median(&mut secs))
 }
 
 fn main() -> ExitCode {

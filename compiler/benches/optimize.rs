@@ -111,9 +111,9 @@ struct Row {
     codegen: Duration,
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+fn median(v: Vec<Duration>) -> Duration {
+    let mut secs: Vec<f64> = v.iter().map(Duration::as_secs_f64).collect();
+    Duration::from_secs_f64(graphc_ir::compare::median(&mut secs))
 }
 
 fn bench(name: &str, g: &Graph) -> Row {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+pub use graphc_ir::compare::median;
 use graphc_ir::Tensor;
 use serde::{Deserialize, Serialize};
 
@@ -40,20 +41,6 @@ pub struct BenchResult {
     pub max_ms: f64,
     pub graph: bool,
     pub per_kernel: Vec<KernelTiming>,
-}
-
-/// The median of `v` (sorted in place; NaN when empty).
-pub fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 impl Session {
