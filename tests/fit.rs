@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{random_inputs, rel_l2, repo_path};
+use common::{random_inputs, repo_path};
+use graphc::ir::compare::{relative_l2, zip_outputs};
 use graphc::models::{mlp, MlpConfig};
 use graphc::{CompileOptions, Error};
 use graphc_compiler::plan::MemoryOptions;
@@ -168,7 +169,8 @@ fn dynamic_gpt2_runs_at_any_batch_and_sequence() {
     let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &g).unwrap();
     let expected = graphc::npz::read_arrays(&dir.join("outputs.npz")).unwrap();
     let got = graphc::run_cpu(&graphc::compile(&g).unwrap(), inputs).unwrap();
-    let err = rel_l2(&got[0].1.to_f64_vec(), &expected[0].1.to_f64_vec());
+    let pairs = zip_outputs(&got, &expected).unwrap();
+    let err = relative_l2(pairs[0].1, pairs[0].2);
     assert!(err < 1e-4, "vs PyTorch: {err:.2e}");
     for (batch, seq) in [(1, 5), (3, 9)] {
         let g = graphc::load_model(&dir.join("model.onnx"), &[("batch".into(), batch), ("seq".into(), seq)]).unwrap();
@@ -189,8 +191,9 @@ fn dynamic_gpt2_runs_at_any_batch_and_sequence() {
             .collect();
         let want = graphc::ir::interpret(&g, &inputs).unwrap();
         let got = graphc::run_cpu(&graphc::compile(&g).unwrap(), inputs).unwrap();
-        assert_eq!(got[0].1.shape().dims(), &[batch, seq, 128]);
-        let err = rel_l2(&got[0].1.to_f64_vec(), &want[0].1.to_f64_vec());
+        let pairs = zip_outputs(&got, &want).unwrap();
+        assert_eq!(pairs[0].1.shape().dims(), &[batch, seq, 128]);
+        let err = relative_l2(pairs[0].1, pairs[0].2);
         assert!(err < 1e-5, "batch {batch} seq {seq}: {err:.2e}");
     }
 }

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{random_inputs, repo_path};
+use graphc::ir::compare::{relative_l2, zip_outputs};
 use graphc::ir::{interpret, print};
 use graphc::models::{gpt, mlp, GptConfig, MlpConfig};
 
@@ -96,8 +97,9 @@ fn examples_run_through_the_arena_as_the_interpreter() {
         );
         let unplanned = graphc_runtime::kernels::run_program(&c.program, c.graph.weights(), &inputs).unwrap();
         assert_eq!(got, unplanned, "{name}: arena vs unplanned executor");
-        for ((n, a), (_, b)) in got.iter().zip(&interpret(g, &inputs).unwrap()) {
-            let err = common::rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+        let want = interpret(g, &inputs).unwrap();
+        for (n, a, b) in zip_outputs(&got, &want).unwrap() {
+            let err = relative_l2(a, b);
             assert!(err < 1e-5, "{name}/{n}: relative L2 error {err:.2e}");
         }
     }
@@ -227,8 +229,8 @@ fn kernel_benchmarks_are_one_kernel_each() {
         let inputs = random_inputs(&g, 3);
         let want = graphc::ir::interpret(&g, &inputs).unwrap();
         let got = graphc::run_cpu(&c, inputs).unwrap();
-        for ((_, a), (_, b)) in got.iter().zip(&want) {
-            let err = common::rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+        for (_, a, b) in zip_outputs(&got, &want).unwrap() {
+            let err = relative_l2(a, b);
             assert!(err < 1e-6, "relative L2 error {err:.2e}");
         }
     }

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{rel_l2, repo_path};
+use common::repo_path;
+use graphc::ir::compare::{relative_l2, zip_outputs};
 use graphc::ir::interpret;
 
 fn check_fixture(name: &str) {
@@ -16,18 +17,15 @@ fn check_fixture(name: &str) {
     let got = graphc::run_cpu(&compiled, inputs.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
     // The fused kernels compute what the interpreter computes for the imported graph.
     let reference = interpret(&graph, &inputs).unwrap();
-    for ((n, a), (_, b)) in got.iter().zip(&reference) {
-        let err = rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+    for (n, a, b) in zip_outputs(&got, &reference).unwrap_or_else(|e| panic!("{name}: {e}")) {
+        let err = relative_l2(a, b);
         assert!(
             err < 1e-5,
             "{name}/{n}: fused vs interpreter relative L2 error {err:.3e}"
         );
     }
-    assert_eq!(got.len(), expected.len());
-    for ((gname, g), (ename, e)) in got.iter().zip(&expected) {
-        assert_eq!(gname, ename);
-        assert_eq!(g.ty(), e.ty(), "{name}/{gname}");
-        let err = rel_l2(&g.to_f64_vec(), &e.to_f64_vec());
+    for (gname, g, e) in zip_outputs(&got, &expected).unwrap_or_else(|e| panic!("{name} vs PyTorch: {e}")) {
+        let err = relative_l2(g, e);
         println!("{name}/{gname}: relative L2 error vs PyTorch {err:.2e}");
         assert!(err < 1e-4, "{name}/{gname}: relative L2 error {err:.3e}");
     }

@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{random_inputs, rel_l2, repo_path};
+use common::{random_inputs, repo_path};
+use graphc::ir::compare::{relative_l2, zip_outputs};
 use graphc::ir::{interpret, DType, Graph};
 use graphc::models::{gpt, kernel_bench, mlp, GptConfig, MlpConfig};
 use graphc::CompileOptions;
@@ -73,9 +74,10 @@ fn examples_and_fixtures_within_tolerance_of_f32() {
                 "{name} {precision}: nothing lowered"
             );
             let got = graphc::run_cpu(&c, inputs.clone()).unwrap_or_else(|e| panic!("{name} {precision}: {e}"));
-            for ((n, a), (_, b)) in got.iter().zip(&want) {
-                assert_eq!(a.ty(), b.ty(), "{name} {precision}: the interface keeps its types");
-                let err = rel_l2(&a.to_f64_vec(), &b.to_f64_vec());
+            let pairs = zip_outputs(&got, &want)
+                .unwrap_or_else(|e| panic!("{name} {precision}: the interface keeps its outputs and types: {e}"));
+            for (n, a, b) in pairs {
+                let err = relative_l2(a, b);
                 println!("{name}/{n} {precision}: relative L2 vs f32 {err:.2e}");
                 assert!(err <= tol, "{name}/{n} {precision}: relative L2 {err:.3e} > {tol:.0e}");
             }

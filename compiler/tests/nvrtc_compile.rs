@@ -1,7 +1,8 @@
 //! Every hand-built kernel compiles with NVRTC for sm_89 and sm_90, with no error and
 //! no warning; the cache and deduplication work; ptxas reports no register spills.
 //!
-//! Without libnvrtc these tests print that they skipped, unless GRAPHC_REQUIRE_NVRTC=1,
+//! Without libnvrtc these tests say they skipped (`graphc_testkit::skip`), unless
+//! `GRAPHC_REQUIRE` lists nvrtc (ptxas for the spill check),
 //! when they fail. Set LD_LIBRARY_PATH to the NVRTC wheel's folder, e.g.
 //! `.venv-cuda/lib/python3.11/site-packages/nvidia/cuda_nvrtc/lib` (see
 //! scripts/requirements-cuda.txt).
@@ -13,19 +14,14 @@ use std::path::{Path, PathBuf};
 use graphc_compiler::codegen::{generate_all, CudaKernel};
 use graphc_compiler::nvrtc::{self, Compiled, NvrtcError, NvrtcOptions, OutputKind};
 
-fn required() -> bool {
-    std::env::var("GRAPHC_REQUIRE_NVRTC").is_ok_and(|v| v == "1")
-}
+use graphc_testkit::{skip, Need};
 
 /// Whether to run: NVRTC is there, or (skip) it is not and not required.
-fn have_nvrtc(test: &str) -> bool {
+fn have_nvrtc() -> bool {
     if nvrtc::available() {
         return true;
     }
-    if required() {
-        panic!("{test}: GRAPHC_REQUIRE_NVRTC=1 but libnvrtc cannot be loaded (set LD_LIBRARY_PATH)");
-    }
-    eprintln!("{test}: skipped, libnvrtc is not available (set LD_LIBRARY_PATH to use it)");
+    skip(Need::Nvrtc, "libnvrtc is not available (set LD_LIBRARY_PATH to use it)");
     false
 }
 
@@ -78,7 +74,7 @@ fn check_clean(compiled: &[Compiled], kernels: &[CudaKernel], what: &str) {
 
 #[test]
 fn version_is_reported() {
-    if !have_nvrtc("version_is_reported") {
+    if !have_nvrtc() {
         assert_eq!(nvrtc::version(), None);
         return;
     }
@@ -89,7 +85,7 @@ fn version_is_reported() {
 
 #[test]
 fn every_kernel_compiles_without_warnings() {
-    if !have_nvrtc("every_kernel_compiles_without_warnings") {
+    if !have_nvrtc() {
         return;
     }
     let ks = kernels();
@@ -129,7 +125,7 @@ fn every_kernel_compiles_without_warnings() {
 
 #[test]
 fn compile_errors_carry_the_log() {
-    if !have_nvrtc("compile_errors_carry_the_log") {
+    if !have_nvrtc() {
         return;
     }
     let mut k = kernels().remove(0);
@@ -146,7 +142,7 @@ fn compile_errors_carry_the_log() {
 
 #[test]
 fn cache_hits_bypass_and_dedupe() {
-    if !have_nvrtc("cache_hits_bypass_and_dedupe") {
+    if !have_nvrtc() {
         return;
     }
     let dir = temp_dir("cache");
@@ -213,12 +209,14 @@ fn find_ptxas() -> Option<PathBuf> {
 
 #[test]
 fn ptxas_reports_no_spills() {
-    if !have_nvrtc("ptxas_reports_no_spills") {
+    if !have_nvrtc() {
         return;
     }
     let Some(ptxas) = find_ptxas() else {
-        assert!(!required(), "GRAPHC_REQUIRE_NVRTC=1 but no ptxas (install scripts/requirements-cuda.txt into .venv-cuda or set GRAPHC_PTXAS)");
-        eprintln!("ptxas_reports_no_spills: skipped, no ptxas");
+        skip(
+            Need::Ptxas,
+            "no ptxas (install scripts/requirements-cuda.txt into .venv-cuda or set GRAPHC_PTXAS)",
+        );
         return;
     };
     let ks = kernels();

@@ -47,6 +47,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
 
 pub mod builder;
+pub mod compare;
 pub mod dce;
 pub mod dtype;
 pub mod files;

@@ -8,8 +8,8 @@
 //! `target/onnx-node-report.tsv`, and fails when a tier a–d case in graphc's dtypes
 //! fails, or is unsupported without being listed in `onnx_expected_unsupported.txt`.
 //!
-//! Without the materialized suite the test says it skipped; with
-//! `GRAPHC_REQUIRE_ONNX_TESTS=1` (set by `.ci/run`) it fails instead.
+//! Without the materialized suite the test says it skipped (`graphc_testkit::skip`); with
+//! `GRAPHC_REQUIRE=onnx-tests` (set by `.ci/run`) it fails instead.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -216,12 +216,13 @@ fn compare(got: &Tensor, expected: &Tensor) -> Result<(), String> {
 fn onnx_backend_node_tests() {
     let dir = suite_dir();
     if !dir.join("index.tsv").exists() {
-        let msg = format!(
-            "skipped: no ONNX node tests at {} (run `python3 scripts/onnx_node_tests.py`)",
-            dir.display()
+        graphc_testkit::skip(
+            graphc_testkit::Need::OnnxTests,
+            format!(
+                "no ONNX node tests at {} (run `python3 scripts/onnx_node_tests.py`)",
+                dir.display()
+            ),
         );
-        assert!(std::env::var_os("GRAPHC_REQUIRE_ONNX_TESTS").is_none(), "{msg}");
-        println!("{msg}");
         return;
     }
     let expected_unsupported: BTreeSet<String> = include_str!("onnx_expected_unsupported.txt")

@@ -23,9 +23,8 @@ pub fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-/// Relative L2 error ||got - want|| / ||want||.
+/// Relative L2 error ||got - want|| / ||want|| (infinite when the lengths differ or
+/// non-finite values disagree).
 pub fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
-    let num: f64 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
-    let den: f64 = want.iter().map(|b| b * b).sum();
-    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+    graphc::ir::compare::relative_l2_values(got, want)
 }
