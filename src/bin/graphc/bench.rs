@@ -161,10 +161,10 @@ fn time_cpu(compiled: &Compiled, inputs: &HashMap<String, Tensor>, warmup: usize
         graphc::run_cpu(compiled, inputs.clone())?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
-    times.sort_by(|a, b| a.total_cmp(b));
+    let median_ms = graphc::ir::compare::median(&mut times);
     let (min_ms, max_ms) = min_max_sorted(&times);
     Ok(Times {
-        median_ms: median_sorted(&times),
+        median_ms,
         min_ms,
         max_ms,
         iters: times.len(),
@@ -275,20 +275,8 @@ fn report_cuda(
     Ok(())
 }
 
-/// The median of sorted `v`; NaN when it is empty.
-fn median_sorted(v: &[f64]) -> f64 {
-    let mid = v.len() / 2;
-    let upper = v.get(mid).copied().unwrap_or(f64::NAN);
-    if v.len() % 2 == 1 {
-        upper
-    } else {
-        mid.checked_sub(1)
-            .and_then(|i| v.get(i))
-            .map_or(f64::NAN, |&lower| (lower + upper) / 2.0)
-    }
-}
-
-/// The least and greatest of sorted `v`; NaN when it is empty.
+/// The least and greatest of sorted `v` (`compare::median` sorts); NaN when it is
+/// empty.
 fn min_max_sorted(v: &[f64]) -> (f64, f64) {
     (
         v.first().copied().unwrap_or(f64::NAN),
@@ -301,10 +289,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn median_and_range() {
-        assert_eq!(median_sorted(&[1.0, 2.0, 4.0]), 2.0);
-        assert_eq!(median_sorted(&[1.0, 2.0, 4.0, 8.0]), 3.0);
-        assert!(median_sorted(&[]).is_nan());
+    fn range() {
         assert_eq!(min_max_sorted(&[1.0, 5.0]), (1.0, 5.0));
         assert!(min_max_sorted(&[]).0.is_nan());
     }
