@@ -193,10 +193,10 @@ fn check_outputs(got: &[(String, Tensor)], want: &[(String, Tensor)], tf32: bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use graphc::ir::{DType, TensorData};
+    use graphc::ir::DType;
 
     fn t(dtype: DType, v: &[f64]) -> Tensor {
-        Tensor::new([v.len()], TensorData::from_f64(dtype, v)).unwrap()
+        Tensor::from_f64(dtype, vec![v.len()], v).unwrap()
     }
 
     #[test]
