@@ -89,7 +89,7 @@ pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error>
             let opts = graphc_ir::onnx::ImportOptions {
                 dims: dims.iter().cloned().collect(),
             };
-            return graphc_ir::onnx::import_onnx(path, &opts).map_err(|e| model_err(e.to_string()));
+            return graphc_ir::onnx::import_onnx(path, &opts).map_err(|e| onnx_error(path, e));
         }
         _ => {
             return Err(model_err(format!(
@@ -103,6 +103,24 @@ pub fn load_model(path: &Path, dims: &[(String, usize)]) -> Result<Graph, Error>
         )));
     }
     Ok(graph)
+}
+
+/// Every node of an ONNX model whose op graphc does not support
+/// ([`graphc_ir::onnx::list_unsupported`]), errors naming the file once.
+pub fn list_unsupported(path: &Path) -> Result<Vec<graphc_ir::onnx::UnsupportedNode>, Error> {
+    graphc_ir::onnx::list_unsupported(path).map_err(|e| onnx_error(path, e))
+}
+
+/// An import error of the ONNX model at `path`: a file error names the file itself;
+/// the others get the path in front.
+fn onnx_error(path: &Path, e: graphc_ir::onnx::OnnxError) -> Error {
+    match e {
+        graphc_ir::onnx::OnnxError::File(f) => Error::File(f),
+        e => Error::Model {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        },
+    }
 }
 
 /// Compile with default options.

@@ -13,6 +13,8 @@
 
 use std::collections::HashMap;
 
+pub use graphc_ir::compare::tolerance;
+use graphc_ir::compare::{relative_l2, zip_outputs, CompareError};
 use graphc_ir::nn::{layer_norm, rms_norm, softmax};
 use graphc_ir::{DType, Graph, GraphBuilder, GraphError, PadMode, Tensor, TensorData, TensorType, Value};
 
@@ -26,7 +28,7 @@ pub struct Case {
 }
 
 /// The outcome of one case.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize)]
 pub struct CaseResult {
     pub name: String,
     pub kernels: usize,
@@ -37,45 +39,57 @@ pub struct CaseResult {
     /// Set when the case did not run.
     pub error: Option<String>,
     pub pass: bool,
+    /// Set when the device is not there at all (no CUDA driver, no GPU): no case can
+    /// run, so the caller stops (the CLI with exit code 3).
+    #[serde(skip)]
+    pub no_device: Option<crate::cuda::CudaError>,
 }
 
-/// Relative L2 error of `got` against `want` (0 when equal, NaNs equal NaNs, infinite
-/// when the types differ or non-finite values disagree).
+/// Relative L2 error of `got` against `want` ([`relative_l2`]: floats 0 when equal,
+/// NaNs equal NaNs, infinite when non-finite values disagree or the types differ);
+/// integers and bool exactly, bit for bit (0 when every element is equal, else
+/// infinite), also i64 values past 2^53 that f64 cannot tell apart.
 pub fn output_error(got: &Tensor, want: &Tensor) -> f64 {
-    if got.ty() != want.ty() {
-        return f64::INFINITY;
+    if got.ty() == want.ty() && !want.ty().dtype.is_float() {
+        return if got == want { 0.0 } else { f64::INFINITY };
     }
-    let (a, b) = (got.to_f64_vec(), want.to_f64_vec());
-    let (mut num, mut den) = (0.0, 0.0);
-    for (x, y) in a.iter().zip(&b) {
-        if !x.is_finite() || !y.is_finite() {
-            if !(x == y || (x.is_nan() && y.is_nan())) {
-                return f64::INFINITY;
-            }
-            continue;
-        }
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    if num == 0.0 {
-        0.0
-    } else {
-        (num / f64::max(den, f64::MIN_POSITIVE)).sqrt()
-    }
+    relative_l2(got, want)
 }
 
-/// The relative L2 a GPU output may differ from the CPU executor's by: 1e-5 for f32
-/// and f64 (1e-2 for f32 with TF32 GEMMs), 1e-2 for f16, 3e-2 for bf16 (8 significant
-/// bits: the CPU rounds every GEMM product before its epilogue, cuBLASLt after it, and
-/// a few layers compound that), exact for integers and bool.
-pub fn tolerance(dtype: DType, tf32: bool) -> f64 {
-    match dtype {
-        DType::BF16 => 3e-2,
-        DType::F16 => 1e-2,
-        DType::F32 if tf32 => 1e-2,
-        DType::F32 | DType::F64 => 1e-5,
-        _ => 0.0,
-    }
+/// One output of a device run against the CPU executor's.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct OutputCheck {
+    pub name: String,
+    /// [`output_error`].
+    pub rel_l2: f64,
+    /// [`tolerance`] of the output's type: exact for integers and bool, whatever the
+    /// graph computes them from (GEMMs included, TF32 or not).
+    pub tolerance: f64,
+    pub pass: bool,
+}
+
+/// Compare a device's named outputs with the CPU executor's: both lists must name the
+/// same outputs in the same order with the same types ([`zip_outputs`], else the
+/// error says how they differ); then every output is checked, none skipped
+/// ([`output_error`] within [`tolerance`]).
+pub fn compare_outputs(
+    got: &[(String, Tensor)],
+    want: &[(String, Tensor)],
+    tf32: bool,
+) -> Result<Vec<OutputCheck>, CompareError> {
+    Ok(zip_outputs(got, want)?
+        .into_iter()
+        .map(|(name, g, w)| {
+            let rel_l2 = output_error(g, w);
+            let tolerance = tolerance(w.ty().dtype, tf32);
+            OutputCheck {
+                name: name.to_string(),
+                rel_l2,
+                tolerance,
+                pass: rel_l2 <= tolerance,
+            }
+        })
+        .collect())
 }
 
 /// Named outputs, or the error that stopped the run.
@@ -95,6 +109,7 @@ pub fn run_case(
         tolerance: 0.0,
         error: None,
         pass: false,
+        no_device: None,
     };
     let compiled = match crate::compile(&case.graph) {
         Ok(c) => c,
@@ -113,30 +128,40 @@ pub fn run_case(
     };
     let got = match run(&compiled, &case.inputs) {
         Ok(g) => g,
+        Err(crate::Error::Cuda(e @ (crate::cuda::CudaError::NoDriver(_) | crate::cuda::CudaError::NoDevice(_)))) => {
+            r.error = Some(e.to_string());
+            r.no_device = Some(e);
+            return r;
+        }
         Err(e) => {
             r.error = Some(e.to_string());
             return r;
         }
     };
+    let checks = match compare_outputs(&got, &want, tf32) {
+        Ok(c) => c,
+        Err(e) => {
+            r.error = Some(format!("the outputs differ from the CPU executor's: {e}"));
+            return r;
+        }
+    };
     let mut worst = -1.0f64;
-    r.pass = got.len() == want.len();
-    for ((name, g), (_, w)) in got.iter().zip(&want) {
-        let err = output_error(g, w);
-        let tol = tolerance(w.ty().dtype, tf32);
-        let score = if err == 0.0 {
+    r.pass = true;
+    for c in checks {
+        let score = if c.rel_l2 == 0.0 {
             0.0
-        } else if tol == 0.0 {
+        } else if c.tolerance == 0.0 {
             f64::INFINITY
         } else {
-            err / tol
+            c.rel_l2 / c.tolerance
         };
         if score > worst {
             worst = score;
-            r.worst_output = name.clone();
-            r.rel_l2 = err;
-            r.tolerance = tol;
+            r.worst_output = c.name;
+            r.rel_l2 = c.rel_l2;
+            r.tolerance = c.tolerance;
         }
-        r.pass &= err <= tol;
+        r.pass &= c.pass;
     }
     r
 }
@@ -253,6 +278,18 @@ fn gemm_cases(c: &mut Cases) -> Result<(), GraphError> {
             b.output("z", a.broadcast_to(&[3, m, k].into()).matmul(y));
         })?;
     }
+    // Integer outputs of a GEMM (exact: small integers in f32), compared exactly.
+    c.add(
+        "gemm f32 of small integers, exact, with an i32 output".into(),
+        5,
+        &|b| {
+            let x = b.input("x", DType::I32, [m, k]).cast(DType::F32);
+            let y = b.input("y", DType::I32, [k, n]).cast(DType::F32);
+            let z = x.matmul(y);
+            b.output("z", z);
+            b.output("zi", (z + 1.0).cast(DType::I32));
+        },
+    )?;
     Ok(())
 }
 
@@ -364,4 +401,86 @@ fn model_cases(c: &mut Cases) -> Result<(), GraphError> {
         inputs,
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dtype: DType, v: &[f64]) -> Tensor {
+        Tensor::new([v.len()], TensorData::from_f64(dtype, v)).unwrap()
+    }
+
+    #[test]
+    fn integer_outputs_are_exact() {
+        let a = t(DType::I32, &[1.0, 2.0, 3.0]);
+        let b = t(DType::I32, &[1.0, 2.0, 4.0]);
+        assert_eq!(output_error(&a, &a), 0.0);
+        assert_eq!(output_error(&a, &b), f64::INFINITY);
+        assert_eq!(tolerance(DType::I32, true), 0.0, "TF32 GEMMs do not loosen integers");
+        // i64 values f64 cannot tell apart are still told apart.
+        let big = 1i64 << 60;
+        let x = Tensor::new([1], TensorData::I64(vec![big])).unwrap();
+        let y = Tensor::new([1], TensorData::I64(vec![big + 1])).unwrap();
+        assert_eq!(x.to_f64_vec(), y.to_f64_vec());
+        assert_eq!(output_error(&x, &y), f64::INFINITY);
+        let p = t(DType::Bool, &[1.0, 0.0]);
+        let q = t(DType::Bool, &[1.0, 1.0]);
+        assert_eq!(output_error(&p, &q), f64::INFINITY);
+    }
+
+    #[test]
+    fn compare_outputs_checks_names_and_counts_then_every_output() {
+        let f = t(DType::F32, &[1.0, 2.0]);
+        let i = t(DType::I64, &[3.0, 4.0]);
+        let want = vec![("y".to_string(), f.clone()), ("arg".to_string(), i.clone())];
+        let checks = compare_outputs(&want, &want, false).unwrap();
+        assert_eq!(checks.len(), 2);
+        assert!(checks.iter().all(|c| c.pass && c.rel_l2 == 0.0));
+
+        let short = vec![("y".to_string(), f.clone())];
+        let e = compare_outputs(&short, &want, false).unwrap_err();
+        assert_eq!(e, CompareError::Count { got: 1, want: 2 });
+        let renamed = vec![("y".to_string(), f.clone()), ("idx".to_string(), i.clone())];
+        let e = compare_outputs(&renamed, &want, false).unwrap_err();
+        assert!(matches!(e, CompareError::Name { index: 1, .. }), "{e}");
+
+        let off = vec![("y".to_string(), f), ("arg".to_string(), t(DType::I64, &[3.0, 5.0]))];
+        let checks = compare_outputs(&off, &want, true).unwrap();
+        assert!(checks[0].pass);
+        assert!(
+            !checks[1].pass,
+            "an integer output is compared, not skipped: {checks:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_device_is_kept_typed() {
+        let case = Case {
+            name: "relu".into(),
+            graph: {
+                let b = GraphBuilder::new();
+                let x = b.input("x", DType::F32, [4]);
+                b.output("y", x.relu());
+                b.finish().unwrap()
+            },
+            inputs: [("x".to_string(), random(TensorType::new(DType::F32, [4]), 1))].into(),
+        };
+        let mut no_gpu = |_: &Compiled, _: &HashMap<String, Tensor>| -> Outputs {
+            Err(crate::Error::Cuda(crate::cuda::CudaError::NoDevice("no GPU".into())))
+        };
+        let r = run_case(&case, false, &mut no_gpu);
+        assert!(!r.pass);
+        assert!(matches!(r.no_device, Some(crate::cuda::CudaError::NoDevice(_))));
+        let mut broken = |_: &Compiled, _: &HashMap<String, Tensor>| -> Outputs {
+            Err(crate::Error::Cuda(crate::cuda::CudaError::NoCublasLt(
+                "no cuBLASLt".into(),
+            )))
+        };
+        let r = run_case(&case, false, &mut broken);
+        assert!(r.no_device.is_none() && r.error.is_some());
+        let mut cpu = |c: &Compiled, i: &HashMap<String, Tensor>| crate::run_cpu(c, i.clone());
+        let r = run_case(&case, false, &mut cpu);
+        assert!(r.pass, "{r:?}");
+    }
 }

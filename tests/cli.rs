@@ -74,7 +74,8 @@ fn run_main_job_matches_the_interpreter() {
     assert!(text.contains("output   y: f32[2,16,128]"), "{text}");
     assert!(text.contains("pass     dce"), "{text}");
     assert!(
-        text.contains("(kernel-IR executor) through a ") && text.contains(" arena ("),
+        text.contains("run      cpu (kernel-IR executor), 13 kernels, 13 launches (one run per kernel), through a ")
+            && text.contains(" arena ("),
         "the CPU run goes through the planned arena: {text}"
     );
 
@@ -255,7 +256,7 @@ fn opt_prints_the_optimized_graph_and_a_summary() {
         "# weights: ",
         "# e-graph: ",
         "# rules fired: ",
-        "# kernels: ",
+        "# fusion: ",
         "  # k0 ",
         "# program: ",
     ] {
@@ -549,4 +550,130 @@ fn plan_and_run_take_a_precision() {
     let o = graphc(&["plan", BLOCK, "--precision", "int8"]);
     assert_eq!(o.status.code(), Some(2), "clap's usage error: {}", stderr(&o));
     assert!(stderr(&o).contains("unknown precision `int8`"), "{}", stderr(&o));
+}
+
+/// A missing model file is named once; an ONNX model's unset symbolic dimensions are
+/// all named in one error.
+#[test]
+fn missing_files_and_unset_dims_are_reported_once_and_together() {
+    for missing in ["/nonexistent/model.onnx", "/nonexistent/model.gir"] {
+        for cmd in [
+            &["plan", missing][..],
+            &["ir", missing],
+            &["ir", "--list-unsupported", missing],
+        ] {
+            if cmd.len() == 3 && missing.ends_with(".gir") {
+                continue;
+            }
+            let o = graphc(cmd);
+            fails_with(&o, "No such file or directory");
+            assert_eq!(stderr(&o).matches(missing).count(), 1, "{cmd:?}: {}", stderr(&o));
+        }
+    }
+    let model = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
+    let o = graphc(&["plan", model]);
+    fails_with(
+        &o,
+        "2 symbolic dimensions are not set: `batch` (graph input `input_ids`, axis 0), `seq` (graph input \
+         `input_ids`, axis 1); fix them with --dim batch=N --dim seq=N",
+    );
+    fails_with(
+        &graphc(&["plan", model, "--dim", "seq=16"]),
+        "graph input `input_ids`: symbolic dimension `batch` (axis 0) is not set; fix it with --dim batch=N",
+    );
+    let o = graphc(&["plan", model, "--dim", "seq=16", "--dim", "batch=2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// One vocabulary: every command that counts says the same of the transformer block
+/// (13 kernels of the fused program, 14 launches on the stream, 7 distinct modules).
+#[test]
+fn every_command_counts_kernels_launches_and_modules_alike() {
+    const COUNTS: &str = "13 kernels, 14 launches (6 cuBLASLt GEMMs + 8 generated), 7 modules";
+    let o = graphc(&["opt", BLOCK]);
+    assert!(
+        stdout(&o).contains(&format!("# fusion: {COUNTS}; unfused 42 launches")),
+        "{}",
+        stdout(&o)
+    );
+    for gpu in ["rtx4090d", "h200"] {
+        let o = graphc(&["launches", BLOCK, "--gpu", gpu]);
+        let text = stdout(&o);
+        assert_eq!(text.lines().nth(1), Some(COUNTS), "{text}");
+        assert!(!text.contains("8 kernels (7 modules)"), "{text}");
+    }
+    let o = graphc(&["cuda", BLOCK]);
+    assert_eq!(stdout(&o).lines().last(), Some(format!("// {COUNTS}").as_str()));
+    let o = graphc(&["run", BLOCK, "--device", "cpu"]);
+    assert!(
+        stdout(&o).contains("cpu (kernel-IR executor), 13 kernels, 13 launches (one run per kernel)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = graphc(&[
+        "bench", BLOCK, "--device", "cpu", "--iters", "1", "--warmup", "0", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!((v["kernels"].as_u64(), v["launches"].as_u64()), (Some(13), Some(13)));
+    assert_eq!(v["gemms"], 0);
+    assert!(v["modules"].is_null());
+}
+
+/// `bench` runs where `run` does by default: the GPU when one is usable, else the CPU.
+#[test]
+fn bench_defaults_to_auto() {
+    let o = graphc(&["bench", BLOCK, "--iters", "1", "--warmup", "0", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stdout is only JSON");
+    let device = v["device"].as_str().unwrap();
+    if graphc::cuda::driver_available() {
+        assert!(
+            device == "cuda" || stderr(&o).contains("no usable GPU here"),
+            "{device}"
+        );
+    } else {
+        assert_eq!(device, "cpu");
+        assert!(stderr(&o).contains("no usable GPU here, so the CPU"), "{}", stderr(&o));
+    }
+    let o = graphc(&["bench", "--help"]);
+    assert!(stdout(&o).contains("[default: auto]"), "{}", stdout(&o));
+}
+
+/// Every argument of every subcommand has help text (the unit test in the binary walks
+/// the clap tree; this reads what a user sees).
+#[test]
+fn help_describes_every_argument() {
+    for cmd in [
+        "ir",
+        "opt",
+        "plan",
+        "fit",
+        "cuda",
+        "ptx",
+        "run",
+        "bench",
+        "selftest",
+        "launches",
+        "random-inputs",
+    ] {
+        let o = graphc(&["help", cmd]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        let lines: Vec<&str> = text.lines().collect();
+        // An argument line (`  <MODEL>`, `      --dim <NAME=N>`) has its help after two
+        // spaces (short form) or on the next line, indented further (long form).
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            let indent = line.len() - t.len();
+            let same_line = t.split_once("  ").is_some_and(|(_, h)| !h.trim().is_empty());
+            if (2..=6).contains(&indent) && (t.starts_with('-') || t.starts_with('<')) && !same_line {
+                let next = lines.get(i + 1).copied().unwrap_or_default();
+                let help_indent = next.len() - next.trim_start().len();
+                assert!(
+                    help_indent > indent && !next.trim().is_empty(),
+                    "`graphc {cmd}`: argument without help: {line}\n{text}"
+                );
+            }
+        }
+    }
 }

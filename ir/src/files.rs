@@ -28,7 +28,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
 
 /// A file graphc refused or could not read or write: the path and the problem.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {problem}", path.display())]
 pub struct FileError {
     pub path: PathBuf,

@@ -115,6 +115,20 @@ fn symbolic_dims_must_be_fixed() {
         err(&m, None, &ImportOptions::default()),
         "graph input `x`: symbolic dimension `batch` (axis 0) is not set; fix it with --dim batch=N"
     );
+    // Several unset dimensions (a name met again is named once): one error for all.
+    let two = model(
+        vec![node("Add", "a", &["x", "z"], &["y"], vec![])],
+        vec![
+            symbolic_info("x", data_type::FLOAT, &[Err("batch"), Err("seq")]),
+            symbolic_info("z", data_type::FLOAT, &[Err("batch"), Err("seq")]),
+        ],
+        vec![symbolic_info("y", data_type::FLOAT, &[Err("batch"), Err("seq")])],
+    );
+    assert_eq!(
+        err(&two, None, &ImportOptions::default()),
+        "2 symbolic dimensions are not set: `batch` (graph input `x`, axis 0), `seq` (graph input `x`, axis 1); \
+         fix them with --dim batch=N --dim seq=N"
+    );
     let mut opts = ImportOptions::default();
     opts.dims.insert("batch".into(), 8);
     let g = import_model(&m, None, &opts).unwrap();

@@ -29,9 +29,32 @@ const MAX_FOLDED_ELEMENTS: usize = 1 << 12;
 
 /// Import an `.onnx` file (external data is read relative to its folder).
 pub fn import_onnx(path: &Path, opts: &ImportOptions) -> Result<Graph, OnnxError> {
-    let bytes = crate::files::read_regular(path).map_err(|e| OnnxError::Model(e.to_string()))?;
+    let bytes = crate::files::read_regular(path)?;
     let model = decode_model(&bytes)?;
     import_model(&model, path.parent(), opts)
+}
+
+/// Every symbolic input dimension without a value, in one error: (name, the input and
+/// axis where it is first met).
+fn unset_dims_error(unset: &[(String, String, usize)]) -> OnnxError {
+    match unset {
+        [(p, input, axis)] => OnnxError::Model(format!(
+            "graph input `{input}`: symbolic dimension `{p}` (axis {axis}) is not set; fix it with --dim {p}=N"
+        )),
+        _ => {
+            let places: Vec<String> = unset
+                .iter()
+                .map(|(p, input, axis)| format!("`{p}` (graph input `{input}`, axis {axis})"))
+                .collect();
+            let fix: Vec<String> = unset.iter().map(|(p, _, _)| format!("--dim {p}=N")).collect();
+            OnnxError::Model(format!(
+                "{} symbolic dimensions are not set: {}; fix them with {}",
+                unset.len(),
+                places.join(", "),
+                fix.join(" ")
+            ))
+        }
+    }
 }
 
 fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
@@ -50,7 +73,7 @@ pub struct UnsupportedNode {
 /// Every node of a model whose op graphc does not support (after inlining local
 /// functions), in graph order.
 pub fn list_unsupported(path: &Path) -> Result<Vec<UnsupportedNode>, OnnxError> {
-    let bytes = crate::files::read_regular(path).map_err(|e| OnnxError::Model(e.to_string()))?;
+    let bytes = crate::files::read_regular(path)?;
     let model = decode_model(&bytes)?;
     let (graph, opsets, functions) = prepare(&model)?;
     let mut out = Vec::new();
@@ -241,6 +264,9 @@ impl<'b> Importer<'b> {
 
     fn bind_inputs(&mut self, graph: &GraphProto, opts: &ImportOptions) -> Result<(), OnnxError> {
         let mut symbols = std::collections::BTreeSet::new();
+        // Symbolic dimensions without a value: (name, input, axis) where each is first
+        // met; reported together after every input is seen.
+        let mut unset: Vec<(String, String, usize)> = Vec::new();
         for input in &graph.input {
             if self.values.contains_key(&input.name) {
                 continue; // an initializer listed as an input (IR version < 4)
@@ -261,24 +287,30 @@ impl<'b> Importer<'b> {
                 .as_ref()
                 .ok_or_else(|| err("has no shape (its rank is unknown)".into()))?;
             let mut dims = Vec::with_capacity(shape.dim.len());
+            let mut complete = true;
             for (axis, d) in shape.dim.iter().enumerate() {
                 dims.push(match &d.value {
                     Some(dimension::Value::DimValue(n)) => {
                         usize::try_from(*n).map_err(|_| err(format!("dimension {axis} is negative ({n})")))?
                     }
-                    Some(dimension::Value::DimParam(p)) => *opts
-                        .dims
-                        .get(p)
-                        .inspect(|_| {
+                    Some(dimension::Value::DimParam(p)) => match opts.dims.get(p) {
+                        Some(&n) => {
                             symbols.insert(p.clone());
-                        })
-                        .ok_or_else(|| {
-                            err(format!(
-                                "symbolic dimension `{p}` (axis {axis}) is not set; fix it with --dim {p}=N"
-                            ))
-                        })?,
+                            n
+                        }
+                        None => {
+                            if !unset.iter().any(|(name, _, _)| name == p) {
+                                unset.push((p.clone(), input.name.clone(), axis));
+                            }
+                            complete = false;
+                            0
+                        }
+                    },
                     None => return Err(err(format!("dimension {axis} is unknown and has no name to fix it by"))),
                 });
+            }
+            if !complete {
+                continue;
             }
             let ty = TensorType::new(dtype, dims);
             if ty.shape.checked_numel().is_none() {
@@ -286,6 +318,9 @@ impl<'b> Importer<'b> {
             }
             let v = self.b.input(&input.name, ty.dtype, ty.shape);
             self.values.insert(input.name.clone(), v);
+        }
+        if !unset.is_empty() {
+            return Err(unset_dims_error(&unset));
         }
         if let Some(unused) = opts.dims.keys().find(|k| !symbols.contains(*k)) {
             let known: Vec<&str> = symbols.iter().map(String::as_str).collect();

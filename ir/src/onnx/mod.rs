@@ -57,6 +57,9 @@ pub struct ImportOptions {
 pub enum OnnxError {
     #[error("{0}")]
     Model(String),
+    /// The model file cannot be read (the error names it).
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
     #[error("node {node} ({op_type}{domain}, opset {opset}): {message}")]
     Node {
         node: String,

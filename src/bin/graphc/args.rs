@@ -1,0 +1,179 @@
+//! Argument groups several subcommands share (flattened into each with
+//! `#[command(flatten)]`), the value parsers, and what the groups turn into: a loaded
+//! graph, compile options, session options.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::ValueEnum;
+use graphc::ir::Graph;
+use graphc_compiler::passes::precision::Precision;
+
+/// The model and its symbolic dimensions.
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// The model: an .onnx file (with its external data), a .gir text IR file (with its
+    /// weights file) or a .json graph.
+    pub model: PathBuf,
+    /// Fix a symbolic dimension of an ONNX model: NAME=N (repeatable).
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
+    pub dims: Vec<(String, usize)>,
+}
+
+impl ModelArgs {
+    /// Load the model with its dimensions fixed.
+    pub fn load(&self) -> Result<Graph> {
+        Ok(graphc::load_model(&self.model, &self.dims)?)
+    }
+
+    /// The names of the dimensions fixed with `--dim` (the remedies an over-budget
+    /// diagnosis may offer).
+    pub fn symbolic(&self) -> Vec<String> {
+        self.dims.iter().map(|(name, _)| name.clone()).collect()
+    }
+}
+
+/// The memory budget and the compute precision.
+#[derive(clap::Args, Clone, Copy)]
+pub struct BudgetArgs {
+    /// Memory budget the plan must fit: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
+    #[arg(long, default_value = "24GiB", value_parser = parse_bytes)]
+    pub budget: u64,
+    /// Compute precision: fp32, tf32 (f32 GEMMs on TF32 tensor cores), bf16 or fp16
+    /// (mixed: low-precision storage and compute, f32 where it matters).
+    #[arg(long, default_value = "fp32")]
+    pub precision: Precision,
+}
+
+impl BudgetArgs {
+    /// Default compile options with this budget and precision.
+    pub fn options(&self) -> graphc::CompileOptions {
+        graphc::CompileOptions {
+            precision: self.precision,
+            memory: graphc::MemoryOptions {
+                budget_bytes: self.budget,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+/// Where to run, and how the CUDA executor runs.
+#[derive(clap::Args, Clone, Copy)]
+pub struct DeviceArgs {
+    /// Where to run: `auto` (the GPU when one is usable: driver, GPU, cuBLASLt; else the
+    /// CPU), `cpu` or `cuda`.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// The CPU: the kernel-IR executor through the planned arena.
+    Cpu,
+    /// The GPU (exit code 3 without a driver or GPU).
+    Cuda,
+    /// The GPU when one is usable here, else the CPU.
+    Auto,
+}
+
+/// Options of the CUDA executor.
+#[derive(clap::Args, Clone, Copy)]
+pub struct GpuArgs {
+    /// Launch kernels one by one instead of replaying a CUDA graph.
+    #[arg(long)]
+    pub no_graph: bool,
+    /// Let f32 GEMMs use TF32 tensor cores (faster; ~1e-3 relative error).
+    #[arg(long)]
+    pub tf32: bool,
+    /// Synchronize after every launch, so a failing kernel is named (slow).
+    #[arg(long)]
+    pub sync_launches: bool,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub gpu_index: usize,
+}
+
+impl GpuArgs {
+    pub fn options(&self) -> graphc::cuda::SessionOptions {
+        graphc::cuda::SessionOptions {
+            device: self.gpu_index,
+            cuda_graph: !self.no_graph,
+            tf32: self.tf32,
+            sync_each_launch: self.sync_launches,
+            ..Default::default()
+        }
+    }
+}
+
+/// `NAME=N`.
+pub fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (name, n) = s.split_once('=').ok_or_else(|| format!("expected NAME=N, got `{s}`"))?;
+    let n = n
+        .parse()
+        .map_err(|_| format!("`{n}` is not a dimension size in `{s}`"))?;
+    Ok((name.to_string(), n))
+}
+
+/// `NAME` (the dimension `fit` searches) or `NAME=N` (a fixed one).
+pub fn parse_dim_spec(s: &str) -> Result<(String, Option<usize>), String> {
+    if s.contains('=') {
+        parse_dim(s).map(|(n, v)| (n, Some(v)))
+    } else if s.is_empty() {
+        Err("expected NAME or NAME=N".into())
+    } else {
+        Ok((s.to_string(), None))
+    }
+}
+
+/// `24GiB` -> 25769803776; plain numbers are bytes.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "tib" | "t" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        u => {
+            return Err(format!(
+                "unknown unit `{u}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a size, e.g. 24GiB"))?;
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{s}` is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_dims_parse() {
+        assert_eq!(parse_bytes("24GiB"), Ok(24 << 30));
+        assert_eq!(parse_bytes("1.5 KiB"), Ok(1536));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        assert!(parse_bytes("24 parsecs")
+            .unwrap_err()
+            .contains("unknown unit `parsecs`"));
+        assert_eq!(parse_dim("batch=8"), Ok(("batch".into(), 8)));
+        assert!(parse_dim("batch").is_err());
+        assert_eq!(parse_dim_spec("batch"), Ok(("batch".into(), None)));
+        assert_eq!(parse_dim_spec("seq=16"), Ok(("seq".into(), Some(16))));
+        assert!(parse_dim_spec("").is_err());
+    }
+}

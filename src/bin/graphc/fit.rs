@@ -1,0 +1,105 @@
+//! `graphc fit`: the largest value of one symbolic dimension whose memory plan fits
+//! the budget, the probes that found it, and the plan there.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use graphc_compiler::plan::report;
+
+use crate::args::{parse_dim_spec, BudgetArgs};
+use crate::common::human_bytes;
+
+#[derive(clap::Args)]
+pub struct FitArgs {
+    /// The model: an .onnx file with symbolic input dimensions.
+    pub model: PathBuf,
+    /// The dimension to search: NAME; other symbolic dimensions fixed: NAME=N.
+    #[arg(long = "dim", value_name = "NAME[=N]", value_parser = parse_dim_spec, required = true)]
+    pub dims: Vec<(String, Option<usize>)>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Search no higher than this.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max: usize,
+}
+
+pub fn run(args: FitArgs) -> Result<()> {
+    let FitArgs {
+        model,
+        dims,
+        budget,
+        max,
+    } = args;
+    let searched: Vec<&str> = dims
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let [dim] = searched[..] else {
+        bail!(
+            "give exactly one --dim NAME to search (and NAME=N for the others); got {}",
+            if searched.is_empty() {
+                "none".to_string()
+            } else {
+                searched.join(", ")
+            }
+        );
+    };
+    let fixed: Vec<(String, usize)> = dims.iter().filter_map(|(n, v)| v.map(|v| (n.clone(), v))).collect();
+    let start = Instant::now();
+    let fit = graphc::fit::fit_model(&model, &fixed, dim, &budget.options(), max)?;
+    println!(
+        "fit          {dim} = {} is the largest that fits {}{}",
+        fit.value,
+        human_bytes(budget.budget),
+        beyond(&fit, dim, budget.budget, max)
+    );
+    let tried: Vec<String> = fit
+        .probes
+        .iter()
+        .map(|p| match p.total_bytes {
+            Some(t) => format!("{}: {}{}", p.value, human_bytes(t), if p.fits { "" } else { " (over)" }),
+            None => format!("{}: error", p.value),
+        })
+        .collect();
+    println!(
+        "probes       {} in {:.0} ms: {}",
+        fit.probes.len(),
+        start.elapsed().as_secs_f64() * 1e3,
+        tried.join(", ")
+    );
+    println!();
+    print!("{}", report::summary(&fit.compiled.program, &fit.compiled.plan));
+    Ok(())
+}
+
+/// What lies past the value found: the first value over, the cap, or where the
+/// search stopped.
+fn beyond(fit: &graphc::fit::Fit, dim: &str, budget: u64, max: usize) -> String {
+    let over = match fit.first_over() {
+        Some(p) => match (p.total_bytes, &p.error) {
+            (Some(t), _) => format!(
+                "; {dim}={} needs {} (over by {})",
+                p.value,
+                human_bytes(t),
+                human_bytes(t.saturating_sub(budget))
+            ),
+            (None, Some(e)) => format!("; {dim}={} cannot be planned: {e}", p.value),
+            _ => String::new(),
+        },
+        None if fit.capped => format!("; stopped at --max {max}"),
+        None => String::new(),
+    };
+    if fit.exhausted {
+        format!(
+            "{over}; the search stopped after {} probes, so the largest is at least that{}",
+            fit.probes.len(),
+            fit.first_over()
+                .map(|p| format!(" and below {}", p.value))
+                .unwrap_or_default()
+        )
+    } else {
+        over
+    }
+}

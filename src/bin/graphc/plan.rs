@@ -1,0 +1,62 @@
+//! `graphc plan`: the static memory plan (summary, picture, SVG, JSON); over the budget
+//! an error with the diagnosis.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use graphc_compiler::plan::report;
+
+use crate::args::{BudgetArgs, ModelArgs};
+
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Print the plan as JSON (nothing on stdout when it does not fit).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Also print the arena over time (kernel steps x offsets) as text.
+    #[arg(long)]
+    pub picture: bool,
+    /// Write the arena over time as an SVG file (only when the plan fits).
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+pub fn run(args: PlanArgs) -> Result<()> {
+    let graph = args.model.load()?;
+    let compiled = graphc::compile_with(&graph, &args.budget.options())?;
+    let (program, plan) = (&compiled.program, &compiled.plan);
+    let print_summary = || {
+        println!("model          {}", args.model.model.display());
+        print!("{}", report::summary(program, plan));
+        if args.budget.precision.low_type().is_some() {
+            println!("\nprecision      {}", compiled.precision.summary());
+        }
+        if args.picture {
+            println!();
+            print!("{}", report::picture(plan, 64, 16));
+        }
+    };
+    if let Err(over) = graphc::check_budget(&compiled, &args.model.symbolic()) {
+        // The summary (text mode only), then the diagnosis; no SVG is written.
+        if !args.json {
+            print_summary();
+        }
+        return Err(over.into());
+    }
+    if let Some(path) = &args.svg {
+        graphc::ir::files::write_file(path, report::svg(program, plan).as_bytes()).context("writing the SVG")?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(plan)?);
+    } else {
+        print_summary();
+        if let Some(path) = &args.svg {
+            println!("wrote          {}", path.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! `graphc random-inputs`: random inputs for a model, written to an .npz file.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::args::ModelArgs;
+
+#[derive(clap::Args)]
+pub struct RandomInputsArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The .npz file to write (one array per model input, by name).
+    #[arg(long, short, value_name = "IN.npz")]
+    pub output: PathBuf,
+    /// Seed of the random values (input i gets seed + i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+pub fn run(args: RandomInputsArgs) -> Result<()> {
+    let graph = args.model.load()?;
+    let arrays = graphc::try_random_input_list(&graph, args.seed)?;
+    graphc::npz::write_npz(&args.output, &arrays).with_context(|| "writing random inputs")?;
+    println!("wrote    {} ({} arrays)", args.output.display(), arrays.len());
+    Ok(())
+}
