@@ -264,12 +264,25 @@ impl LaunchPlan {
         self.launches.len() - self.gemm_count()
     }
 
-    /// The launch list as text: one line per launch, addresses as `region+offset`.
+    /// The launch list as text: the device line, the counts (launches: cuBLASLt GEMMs
+    /// and generated kernels; modules: distinct compiled sources), then one line per
+    /// launch, addresses as `region+offset`.
     pub fn describe(&self) -> String {
-        let mut s = String::new();
+        format!(
+            "{}\n{} launches ({} cuBLASLt GEMMs + {} generated), {} modules\n{}",
+            self.describe_device(),
+            self.launches.len(),
+            self.gemm_count(),
+            self.kernel_launch_count(),
+            self.modules.len(),
+            self.describe_launches()
+        )
+    }
+
+    /// The device and the four regions, one line.
+    pub fn describe_device(&self) -> String {
         let l = &self.layout;
-        let _ = writeln!(
-            s,
+        format!(
             "device {} ({}, {} SMs); regions: arena {} B, weights {} B, io {} B, workspace {} B",
             self.device.name,
             self.device.arch,
@@ -278,15 +291,12 @@ impl LaunchPlan {
             l.weights_bytes,
             l.io_bytes,
             l.workspace_bytes
-        );
-        let _ = writeln!(
-            s,
-            "{} launches: {} kernels ({} modules), {} GEMMs",
-            self.launches.len(),
-            self.kernel_launch_count(),
-            self.modules.len(),
-            self.gemm_count()
-        );
+        )
+    }
+
+    /// One line per launch, addresses as `region+offset`.
+    pub fn describe_launches(&self) -> String {
+        let mut s = String::new();
         for launch in &self.launches {
             match launch {
                 Launch::Gemm(g) => {

@@ -40,23 +40,9 @@ pub fn run(args: LaunchesArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&lp)?);
         return Ok(());
     }
-    // The launch list's own text, with its count line in the CLI's vocabulary: the
-    // device line, then the counts, then one line per launch.
-    let text = lp.describe();
-    let mut lines = text.lines();
-    if let Some(device_line) = lines.next() {
-        println!("{device_line}");
-    }
+    // The device line, the counts in the CLI's vocabulary, one line per launch.
+    println!("{}", lp.describe_device());
     println!("{}", Counts::gpu(&compiled.program, &lp));
-    for line in lines.filter(|l| !is_count_line(l)) {
-        println!("{line}");
-    }
+    print!("{}", lp.describe_launches());
     Ok(())
-}
-
-/// The count line of `LaunchPlan::describe` (`14 launches: 8 kernels (7 modules), 6
-/// GEMMs`), replaced by [`Counts`]'s.
-fn is_count_line(line: &str) -> bool {
-    line.split_once(" launches: ")
-        .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
