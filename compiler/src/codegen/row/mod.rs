@@ -1,7 +1,7 @@
 //! Row kernels: stages of reductions over the inner dims of each row, then per-row and
 //! per-element stores.
 //!
-//! Thread mapping ([`Mode`]), chosen at codegen time from the static shapes:
+//! Thread mapping ([`mode::Mode`]), chosen at codegen time from the static shapes:
 //! - A row is handled by one warp when its inner extent is at most [`WARP_ROW_LIMIT`]
 //!   (8 rows per 256-thread block), else by one block of 64..1024 threads (whole warps,
 //!   about [`BLOCK_PER_THREAD`] elements per thread, evenly split where possible).
@@ -10,7 +10,7 @@
 //!   rows and the warps of the block split each row, so every warp access is coalesced.
 //!
 //! Thread `t` takes chunks `t, t + T, t + 2T, ..` of the row, so warps read contiguous
-//! runs. A chunk is one element, or (the vector path, see [`vector_width`]) 16 bytes of
+//! runs. A chunk is one element, or (the vector path, see [`mode::vector_width`]) 16 bytes of
 //! elements moved by one vector load or store when every access varying along the row
 //! is contiguous along it, 16-byte aligned at every row start, and the row is whole
 //! vectors. Each stage reduces in registers, then across the warp with shuffles, then
