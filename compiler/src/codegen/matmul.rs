@@ -234,9 +234,10 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
     Ok(ker)
 }
 
-/// The fields of a matmul kernel [`split`] reads, borrowed.
+/// The fields of a matmul kernel [`split`] reads, borrowed (built once there: once
+/// `KernelKind::MatMul` holds a struct, this can be that struct, borrowed).
 #[derive(Clone, Copy)]
-struct Mm<'a> {
+struct MatMulFields<'a> {
     batch: &'a [usize],
     m: usize,
     n: usize,
@@ -251,7 +252,7 @@ struct Mm<'a> {
 /// The GEMM of a matmul kernel and the generated epilogue's elementwise kernel (None
 /// when cuBLASLt computes the whole body).
 pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<EpilogueParts>), CodegenError> {
-    let mm = Mm {
+    let mm = MatMulFields {
         batch: mk.batch,
         m: mk.m,
         n: mk.n,
@@ -352,7 +353,7 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
 
 /// The `acc` expressions of the body, the product's dtype (that of the operands) and
 /// the GEMM's accumulation for it.
-fn product_type(cx: &Ctx, mm: Mm) -> Result<(Vec<ExprId>, DType, GemmCompute), CodegenError> {
+fn product_type(cx: &Ctx, mm: MatMulFields) -> Result<(Vec<ExprId>, DType, GemmCompute), CodegenError> {
     let rank = mm.batch.len() + 2;
     let body = mm.body;
     super::cuda::validate(cx, body, mm.inputs.len(), 0, rank, true)?;
@@ -396,7 +397,7 @@ struct Chain {
 
 /// The native chain from the (single) `acc`: acc [* alpha] [+ C] [+ bias] [relu |
 /// gelu_tanh], each step the only user of the one before.
-fn native_chain(cx: &Ctx, mm: Mm, acc_ids: &[ExprId], dtype: DType) -> Result<Chain, CodegenError> {
+fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) -> Result<Chain, CodegenError> {
     let (body, m, n) = (mm.body, mm.m, mm.n);
     let users = single_users(body, mm.stores);
     let mut ch = Chain {
@@ -472,7 +473,7 @@ fn native_chain(cx: &Ctx, mm: Mm, acc_ids: &[ExprId], dtype: DType) -> Result<Ch
 
 /// The epilogue's inputs and body: `D` read through a new last input, by every `acc`
 /// (those inside the native chain are dead) and by the chain's last expression.
-fn read_back(mm: Mm, d: Access, acc_ids: &[ExprId], cur: Option<ExprId>) -> (Vec<Access>, Body) {
+fn read_back(mm: MatMulFields, d: Access, acc_ids: &[ExprId], cur: Option<ExprId>) -> (Vec<Access>, Body) {
     let mut inputs = mm.inputs.to_vec();
     inputs.push(d);
     let load = Expr::Load((inputs.len() - 1) as u32);

@@ -47,9 +47,10 @@ const MAX_CACHE_REGS: usize = 64;
 
 pub(crate) use crate::kernel::RowRef as RowKernel;
 
-/// The fields of a row kernel the generator reads, borrowed.
+/// The fields of a row kernel the generator reads, borrowed (built once in [`generate`]:
+/// once `KernelKind::Row` holds a struct, this can be that struct, borrowed).
 #[derive(Clone, Copy)]
-struct Row<'a> {
+struct RowFields<'a> {
     outer: &'a [usize],
     inner: &'a [usize],
     inputs: &'a [Access],
@@ -60,7 +61,7 @@ struct Row<'a> {
 }
 
 pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenError> {
-    let row = Row {
+    let row = RowFields {
         outer: k.outer,
         inner: k.inner,
         inputs: k.inputs,

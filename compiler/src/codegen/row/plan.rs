@@ -6,7 +6,7 @@
 use graphc_ir::DType;
 
 use super::mode::{choose_mode, vector_width, Mode};
-use super::{Row, MAX_CACHED_PER_THREAD, MAX_CACHE_REGS};
+use super::{RowFields, MAX_CACHED_PER_THREAD, MAX_CACHE_REGS};
 use crate::codegen::elementwise::check_store_dtype;
 use crate::codegen::layout::{self, Collapsed, Ix};
 use crate::codegen::{cuda, CodegenError, Ctx, ParamAccess, Params};
@@ -14,7 +14,7 @@ use crate::kernel::{Access, Expr, ExprId};
 
 /// A checked row kernel with every decision its code depends on.
 pub(super) struct Plan<'a> {
-    pub k: Row<'a>,
+    pub k: RowFields<'a>,
     /// The number of outer (row) dims.
     pub ro: usize,
     /// Per expression: whether it varies along the row.
@@ -57,7 +57,7 @@ pub(super) struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    pub fn new(cx: &Ctx, k: Row<'a>) -> Result<Plan<'a>, CodegenError> {
+    pub fn new(cx: &Ctx, k: RowFields<'a>) -> Result<Plan<'a>, CodegenError> {
         check_ranks(cx, k)?;
         let ro = k.outer.len();
         let (elem, stage_dep) = classify(cx, k)?;
@@ -200,7 +200,7 @@ impl<'a> Plan<'a> {
     }
 }
 
-impl Row<'_> {
+impl RowFields<'_> {
     /// Whether an access varies along the row.
     fn inner_varies(&self, a: &Access) -> bool {
         let ro = self.outer.len();
@@ -224,7 +224,7 @@ impl Row<'_> {
 
 /// Check the body, and that every access has the rank of its space and every store and
 /// stage a value of the body (stages of something else than bool).
-fn check_ranks(cx: &Ctx, k: Row) -> Result<(), CodegenError> {
+fn check_ranks(cx: &Ctx, k: RowFields) -> Result<(), CodegenError> {
     let ro = k.outer.len();
     let rank = ro + k.inner.len();
     cuda::validate(cx, k.body, k.inputs.len(), k.stages.len(), rank, false)?;
@@ -265,7 +265,7 @@ fn check_ranks(cx: &Ctx, k: Row) -> Result<(), CodegenError> {
 /// may only use earlier stages, row stores only row-level values.
 type Classes = (Vec<bool>, Vec<Option<usize>>);
 
-fn classify(cx: &Ctx, k: Row) -> Result<Classes, CodegenError> {
+fn classify(cx: &Ctx, k: RowFields) -> Result<Classes, CodegenError> {
     let ro = k.outer.len();
     let n_exprs = k.body.exprs.len();
     let mut elem = vec![false; n_exprs];
@@ -297,7 +297,7 @@ fn classify(cx: &Ctx, k: Row) -> Result<Classes, CodegenError> {
 
 /// The collapsed outer and inner layouts, and the index type of every access (row
 /// stores over the outer dims).
-fn collapse(k: Row, used: &[usize], elem_inputs: &[usize]) -> (Collapsed, Collapsed, Ix) {
+fn collapse(k: RowFields, used: &[usize], elem_inputs: &[usize]) -> (Collapsed, Collapsed, Ix) {
     let (ro, outer, inner, inputs) = (k.outer.len(), k.outer, k.inner, k.inputs);
     let mut outer_strides: Vec<&[i64]> = used.iter().map(|&n| &inputs[n].strides[..ro]).collect();
     outer_strides.extend(k.stores.iter().map(|s| &s.access.strides[..ro]));
