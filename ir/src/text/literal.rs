@@ -11,6 +11,7 @@ use super::ParseError;
 use crate::{DType, Tensor, TensorData, TensorType};
 
 impl Attrs<'_> {
+    /// An f64 value: a number, `inf`, `nan` (each maybe negated) or `nan(0x..)` bits.
     pub(super) fn f64(&self, v: &Val, key: &str) -> Result<f64, ParseError> {
         match float_lit(v)? {
             FloatLit::Num(s) => s.parse::<f64>().map_err(|_| self.bad(v, key, "a number")),
