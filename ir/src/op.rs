@@ -395,6 +395,8 @@ impl ReduceOp {
 }
 
 impl ArgReduceOp {
+    pub const ALL: [ArgReduceOp; 2] = [ArgReduceOp::ArgMax, ArgReduceOp::ArgMin];
+
     pub fn name(self) -> &'static str {
         match self {
             ArgReduceOp::ArgMax => "argmax",
@@ -413,28 +415,117 @@ impl PadMode {
     }
 }
 
-impl Op {
-    /// The op's name in the text IR.
-    pub fn name(&self) -> &'static str {
+/// What an [`Op`] is without its attributes: the one table of op names, which the
+/// printer writes ([`Op::name`]) and the parser reads back ([`OpKind::from_name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Input,
+    Parameter,
+    Constant,
+    Iota,
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Select,
+    Cast,
+    Broadcast,
+    Reduce(ReduceOp),
+    ArgReduce(ArgReduceOp),
+    MatMul,
+    Reshape,
+    Transpose,
+    Slice,
+    Concat,
+    Gather,
+    Pad,
+}
+
+impl OpKind {
+    /// The kinds that take no sub-op.
+    const PLAIN: [OpKind; 14] = [
+        OpKind::Input,
+        OpKind::Parameter,
+        OpKind::Constant,
+        OpKind::Iota,
+        OpKind::Select,
+        OpKind::Cast,
+        OpKind::Broadcast,
+        OpKind::MatMul,
+        OpKind::Reshape,
+        OpKind::Transpose,
+        OpKind::Slice,
+        OpKind::Concat,
+        OpKind::Gather,
+        OpKind::Pad,
+    ];
+
+    /// Every kind: the plain ones, then the unary, binary, reduction and arg-reduction
+    /// ops.
+    pub fn all() -> impl Iterator<Item = OpKind> {
+        OpKind::PLAIN
+            .into_iter()
+            .chain(ArgReduceOp::ALL.map(OpKind::ArgReduce))
+            .chain(UnaryOp::ALL.map(OpKind::Unary))
+            .chain(BinaryOp::ALL.map(OpKind::Binary))
+            .chain(ReduceOp::ALL.map(OpKind::Reduce))
+    }
+
+    /// The name of ops of this kind.
+    pub fn name(self) -> &'static str {
         match self {
-            Op::Input { .. } => "input",
-            Op::Parameter { .. } => "param",
-            Op::Constant { .. } => "constant",
-            Op::Iota { .. } => "iota",
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::Select => "select",
-            Op::Cast { .. } => "cast",
-            Op::Broadcast { .. } => "broadcast",
-            Op::Reduce { op, .. } => op.name(),
-            Op::ArgReduce { op, .. } => op.name(),
-            Op::MatMul => "matmul",
-            Op::Reshape { .. } => "reshape",
-            Op::Transpose { .. } => "transpose",
-            Op::Slice { .. } => "slice",
-            Op::Concat { .. } => "concat",
-            Op::Gather { .. } => "gather",
-            Op::Pad { .. } => "pad",
+            OpKind::Input => "input",
+            OpKind::Parameter => "param",
+            OpKind::Constant => "constant",
+            OpKind::Iota => "iota",
+            OpKind::Unary(u) => u.name(),
+            OpKind::Binary(b) => b.name(),
+            OpKind::Select => "select",
+            OpKind::Cast => "cast",
+            OpKind::Broadcast => "broadcast",
+            OpKind::Reduce(op) => op.name(),
+            OpKind::ArgReduce(op) => op.name(),
+            OpKind::MatMul => "matmul",
+            OpKind::Reshape => "reshape",
+            OpKind::Transpose => "transpose",
+            OpKind::Slice => "slice",
+            OpKind::Concat => "concat",
+            OpKind::Gather => "gather",
+            OpKind::Pad => "pad",
+        }
+    }
+
+    /// The kind named `name` (the inverse of [`OpKind::name`]).
+    pub fn from_name(name: &str) -> Option<OpKind> {
+        OpKind::all().find(|k| k.name() == name)
+    }
+}
+
+impl Op {
+    /// The op's name in the text format and in reports: the name of its [`OpKind`].
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The op without its attributes.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Input { .. } => OpKind::Input,
+            Op::Parameter { .. } => OpKind::Parameter,
+            Op::Constant { .. } => OpKind::Constant,
+            Op::Iota { .. } => OpKind::Iota,
+            Op::Unary(u) => OpKind::Unary(*u),
+            Op::Binary(b) => OpKind::Binary(*b),
+            Op::Select => OpKind::Select,
+            Op::Cast { .. } => OpKind::Cast,
+            Op::Broadcast { .. } => OpKind::Broadcast,
+            Op::Reduce { op, .. } => OpKind::Reduce(*op),
+            Op::ArgReduce { op, .. } => OpKind::ArgReduce(*op),
+            Op::MatMul => OpKind::MatMul,
+            Op::Reshape { .. } => OpKind::Reshape,
+            Op::Transpose { .. } => OpKind::Transpose,
+            Op::Slice { .. } => OpKind::Slice,
+            Op::Concat { .. } => OpKind::Concat,
+            Op::Gather { .. } => OpKind::Gather,
+            Op::Pad { .. } => OpKind::Pad,
         }
     }
 
@@ -503,6 +594,50 @@ mod exact_f64 {
                         ))
                     }),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_kind_name_parses_back_to_the_kind() {
+        let mut names = HashSet::new();
+        for k in OpKind::all() {
+            assert!(names.insert(k.name()), "name `{}` is given twice", k.name());
+            assert_eq!(OpKind::from_name(k.name()), Some(k), "{}", k.name());
+        }
+        assert_eq!(
+            names.len(),
+            14 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
+        );
+        assert_eq!(OpKind::from_name("no_such_op"), None);
+    }
+
+    #[test]
+    fn every_op_prints_its_kind_name() {
+        let ops = [
+            Op::Select,
+            Op::MatMul,
+            Op::Unary(UnaryOp::Relu),
+            Op::Binary(BinaryOp::Add),
+            Op::Concat { axis: 0 },
+            Op::Reduce {
+                op: ReduceOp::Mean,
+                axes: vec![1],
+                keepdims: true,
+            },
+            Op::ArgReduce {
+                op: ArgReduceOp::ArgMin,
+                axis: 0,
+                keepdims: false,
+            },
+        ];
+        for op in ops {
+            assert_eq!(OpKind::from_name(op.name()), Some(op.kind()), "{op}");
         }
     }
 }

@@ -155,52 +155,77 @@ fn round_to(h: &mut Helpers, d: DType, s: String) -> String {
     }
 }
 
-pub(crate) fn f32_lit(x: f32) -> String {
-    if x.is_nan() {
-        format!("__uint_as_float(0x{:08x}u)", x.to_bits())
-    } else if x.is_infinite() {
-        if x > 0.0 {
-            "__uint_as_float(0x7f800000u)".to_string()
-        } else {
-            "__uint_as_float(0xff800000u)".to_string()
-        }
+/// How one float type's literals are written: the bit-cast intrinsic and the bit
+/// patterns of its infinities (for NaN, infinities), and the suffix of finite literals.
+struct FloatLit {
+    /// `__uint_as_float` / `__longlong_as_double`.
+    from_bits: &'static str,
+    /// The NaN argument of `from_bits` for these bits.
+    nan_bits: fn(u64) -> String,
+    pos_inf: &'static str,
+    neg_inf: &'static str,
+    suffix: &'static str,
+}
+
+/// A C literal of a float: finite values in Rust's shortest round-trip form (with a
+/// `.0` when it has no point or exponent, parenthesized when negative), NaN and the
+/// infinities as bit casts (keeping a NaN's payload).
+fn float_lit(f: &FloatLit, debug: String, bits: u64, nan: bool, inf: bool, negative: bool) -> String {
+    if nan {
+        format!("{}({})", f.from_bits, (f.nan_bits)(bits))
+    } else if inf {
+        let b = if negative { f.neg_inf } else { f.pos_inf };
+        format!("{}({b})", f.from_bits)
     } else {
-        let s = format!("{x:?}");
-        let s = if s.contains(['.', 'e', 'E']) {
-            s
+        let s = if debug.contains(['.', 'e', 'E']) {
+            debug
         } else {
-            format!("{s}.0")
+            format!("{debug}.0")
         };
-        if x.is_sign_negative() {
-            format!("({s}f)")
+        if negative {
+            format!("({s}{})", f.suffix)
         } else {
-            format!("{s}f")
+            format!("{s}{}", f.suffix)
         }
     }
 }
 
+const F32_LIT: FloatLit = FloatLit {
+    from_bits: "__uint_as_float",
+    nan_bits: |b| format!("0x{b:08x}u"),
+    pos_inf: "0x7f800000u",
+    neg_inf: "0xff800000u",
+    suffix: "f",
+};
+
+const F64_LIT: FloatLit = FloatLit {
+    from_bits: "__longlong_as_double",
+    nan_bits: |b| format!("0x{b:016x}LL"),
+    pos_inf: "0x7ff0000000000000LL",
+    neg_inf: "(long long)0xfff0000000000000ULL",
+    suffix: "",
+};
+
+pub(crate) fn f32_lit(x: f32) -> String {
+    float_lit(
+        &F32_LIT,
+        format!("{x:?}"),
+        x.to_bits().into(),
+        x.is_nan(),
+        x.is_infinite(),
+        x.is_sign_negative(),
+    )
+}
+
 pub(crate) fn f64_lit(x: f64) -> String {
-    if x.is_nan() {
-        format!("__longlong_as_double(0x{:016x}LL)", x.to_bits())
-    } else if x.is_infinite() {
-        if x > 0.0 {
-            "__longlong_as_double(0x7ff0000000000000LL)".to_string()
-        } else {
-            "__longlong_as_double((long long)0xfff0000000000000ULL)".to_string()
-        }
-    } else {
-        let s = format!("{x:?}");
-        let s = if s.contains(['.', 'e', 'E']) {
-            s
-        } else {
-            format!("{s}.0")
-        };
-        if x.is_sign_negative() {
-            format!("({s})")
-        } else {
-            s
-        }
-    }
+    float_lit(
+        &F64_LIT,
+        format!("{x:?}"),
+        x.to_bits(),
+        x.is_nan(),
+        x.is_infinite(),
+        x.is_sign_negative(),
+    )
 }
 
 pub(crate) fn i64_lit(x: i64) -> String {

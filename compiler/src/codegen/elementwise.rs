@@ -47,6 +47,344 @@ fn fast_width(cx: &Ctx, inputs: &[(usize, &Access)], stores: &[Store]) -> Result
     Ok(ok.then_some(v))
 }
 
+/// An elementwise kernel checked, with what both paths share: the expressions the
+/// stores need, the inputs they read, the parameters and the index type.
+struct Setup<'a> {
+    space: &'a [usize],
+    inputs: &'a [Access],
+    body: &'a Body,
+    stores: &'a [Store],
+    live: Vec<ExprId>,
+    /// The inputs read (loads and gathers), sorted.
+    used: Vec<usize>,
+    gathers: bool,
+    params: Params,
+    in_param: Vec<usize>,
+    store_param: Vec<usize>,
+    numel: usize,
+    ix: Ix,
+}
+
+impl<'a> Setup<'a> {
+    fn new(
+        cx: &Ctx,
+        space: &'a [usize],
+        inputs: &'a [Access],
+        body: &'a Body,
+        stores: &'a [Store],
+    ) -> Result<Setup<'a>, CodegenError> {
+        let rank = space.len();
+        cuda::validate(cx, body, inputs.len(), 0, rank, false)?;
+        for (i, a) in inputs.iter().enumerate() {
+            if a.strides.len() != rank {
+                return Err(cx.malformed(format!("input {i} has rank {} in a rank-{rank} space", a.strides.len())));
+            }
+        }
+        for (i, s) in stores.iter().enumerate() {
+            if s.access.strides.len() != rank {
+                return Err(cx.malformed(format!(
+                    "store {i} has rank {} in a rank-{rank} space",
+                    s.access.strides.len()
+                )));
+            }
+            if s.value as usize >= body.exprs.len() {
+                return Err(cx.malformed(format!("store {i} of missing expression {}", s.value)));
+            }
+        }
+        let roots: Vec<ExprId> = stores.iter().map(|s| s.value).collect();
+        let live = cuda::closure(body, &roots, &|_| false);
+        cuda::check_loads(cx, body, &live, inputs)?;
+        let mut used: Vec<usize> = live
+            .iter()
+            .filter_map(|&id| match body.exprs[id as usize].0 {
+                Expr::Load(n) | Expr::Gather { input: n, .. } => Some(n as usize),
+                _ => None,
+            })
+            .collect();
+        used.sort();
+        used.dedup();
+        let gathers = live
+            .iter()
+            .any(|&id| matches!(body.exprs[id as usize].0, Expr::Gather { .. }));
+
+        let mut params = Params::new();
+        let mut in_param = vec![usize::MAX; inputs.len()];
+        for &n in &used {
+            in_param[n] = params.add(cx, inputs[n].buffer, ParamAccess::Read)?;
+        }
+        let mut store_param = Vec::new();
+        for s in stores {
+            store_param.push(params.add(cx, s.access.buffer, ParamAccess::Write)?);
+        }
+
+        let numel: usize = space.iter().product();
+        let mut all: Vec<(i64, &[i64])> = used
+            .iter()
+            .map(|&n| (inputs[n].offset, &inputs[n].strides[..]))
+            .collect();
+        all.extend(stores.iter().map(|s| (s.access.offset, &s.access.strides[..])));
+        let ix = Ix::for_space(space, &all, 0);
+        Ok(Setup {
+            space,
+            inputs,
+            body,
+            stores,
+            live,
+            used,
+            gathers,
+            params,
+            in_param,
+            store_param,
+            numel,
+            ix,
+        })
+    }
+
+    /// `offset + ` as C (empty for offset 0).
+    fn offset_plus(&self, offset: i64) -> String {
+        if offset != 0 {
+            format!("{} + ", self.ix.lit(offset))
+        } else {
+            String::new()
+        }
+    }
+
+    /// The position in a block repeated every `period` elements of element `i`.
+    fn period_index(&self, period: usize) -> String {
+        if period == self.numel {
+            "i".to_string()
+        } else {
+            format!("i % {}", self.ix.lit(period as i64))
+        }
+    }
+
+    /// The fast path's reads and vector width, when it applies.
+    fn fast_plan(&self, cx: &Ctx) -> Result<Option<FastPlan>, CodegenError> {
+        let (space, numel) = (self.space, self.numel);
+        // Each access is a scalar or a repeated contiguous block.
+        let reads: Option<Vec<(usize, FastRead)>> = self
+            .used
+            .iter()
+            .map(|&n| {
+                let a = &self.inputs[n];
+                if a.strides.iter().zip(space).all(|(&s, &d)| s == 0 || d == 1) {
+                    return Some((n, FastRead::Scalar));
+                }
+                let c = layout::collapse(space, &[&a.strides]);
+                layout::broadcast_period(&c.dims, &c.strides[0]).map(|p| (n, FastRead::Period(p)))
+            })
+            .collect();
+        let stores_contig = self
+            .stores
+            .iter()
+            .all(|s| layout::is_contiguous(space, &s.access.strides));
+        let used_acc: Vec<(usize, &Access)> = self.used.iter().map(|&n| (n, &self.inputs[n])).collect();
+        let width = fast_width(cx, &used_acc, self.stores)?;
+        // A gather reads through a computed index: the general path only.
+        let reads = reads.filter(|_| !self.gathers);
+        Ok(match (reads, width) {
+            (Some(r), Some(v))
+                if stores_contig
+                    && numel >= v
+                    && r.iter().all(|(_, fr)| match fr {
+                        FastRead::Scalar => true,
+                        FastRead::Period(p) => *p == numel || p % v == 0,
+                    }) =>
+            {
+                Some(FastPlan { reads: r, v })
+            }
+            _ => None,
+        })
+    }
+}
+
+/// The fast path: how each input is read, and the elements per vector step.
+struct FastPlan {
+    reads: Vec<(usize, FastRead)>,
+    v: usize,
+}
+
+/// The name of the register holding a scalar input.
+fn scalar_name(n: usize) -> String {
+    format!("s{n}")
+}
+
+/// The body's expressions (`e<id>`, leaves from `leaf`), then each store's value as
+/// its storage type, written by the line `store(k, store, value)`.
+fn body_and_stores(
+    cx: &Ctx,
+    s: &Setup,
+    w: &mut Writer,
+    h: &mut Helpers,
+    leaf: &mut cuda::Leaf,
+    store: impl Fn(usize, &Store, String) -> String,
+) -> Result<(), CodegenError> {
+    cuda::emit_exprs(cx, w, h, s.body, &s.live, &|id| format!("e{id}"), leaf)?;
+    for (k, st) in s.stores.iter().enumerate() {
+        let d = cx.dtype(st.access.buffer)?;
+        check_store_dtype(cx, s.body, st, d)?;
+        let val = cuda::store_conv(h, d, &format!("e{}", st.value));
+        w.line(store(k, st, val));
+    }
+    Ok(())
+}
+
+/// The fast path's loop body (`w` inside the kernel): the hoisted scalars, the vector
+/// loop and the scalar tail. Returns the work items (vector steps).
+fn fast_path(cx: &Ctx, s: &Setup, f: &FastPlan, w: &mut Writer, h: &mut Helpers) -> Result<usize, CodegenError> {
+    let (ix, t, v, numel, inputs) = (s.ix, s.ix.ty(), f.v, s.numel, s.inputs);
+    h.need(Helper::Vec);
+    let nvec = numel / v;
+    w.line(format!(
+        "// vectorized: {v} elements per step, 16-byte aligned accesses"
+    ));
+    for &(n, fr) in &f.reads {
+        if fr == FastRead::Scalar {
+            let d = cx.dtype(inputs[n].buffer)?;
+            let raw = format!("p{}[{}]", s.in_param[n], ix.lit(inputs[n].offset));
+            w.line(format!(
+                "const {} {} = {};",
+                cuda::reg_type(d),
+                scalar_name(n),
+                cuda::load_conv(h, d, &raw)
+            ));
+        }
+    }
+    w.open(format!("for ({t} v = tid; v < {}; v += nthreads)", ix.lit(nvec as i64)));
+    w.line(format!("const {t} i = v * {};", ix.lit(v as i64)));
+    for &(n, fr) in &f.reads {
+        if let FastRead::Period(p) = fr {
+            let d = cx.dtype(inputs[n].buffer)?;
+            let vt = vec_type(v * d.size_bytes());
+            let (off, idx) = (s.offset_plus(inputs[n].offset), s.period_index(p));
+            w.line(format!("alignas(16) {} a{n}[{v}];", cuda::storage_type(d)));
+            w.line(format!(
+                "*({vt}*)a{n} = *(const {vt}*)(p{} + {off}{idx});",
+                s.in_param[n]
+            ));
+        }
+    }
+    for (k, st) in s.stores.iter().enumerate() {
+        let d = cx.dtype(st.access.buffer)?;
+        w.line(format!("alignas(16) {} o{k}[{v}];", cuda::storage_type(d)));
+    }
+    w.line("#pragma unroll");
+    w.open(format!("for (int u = 0; u < {v}; ++u)"));
+    let is_scalar = |n: usize| f.reads.iter().any(|&(m, fr)| m == n && fr == FastRead::Scalar);
+    let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+        match e {
+            Expr::Load(n) => {
+                let n = *n as usize;
+                if is_scalar(n) {
+                    Ok(scalar_name(n))
+                } else {
+                    Ok(cuda::load_conv(h, d, &format!("a{n}[u]")))
+                }
+            }
+            Expr::Index(a) => Ok(index_value(h, ix, "(i + u)", s.space, *a as usize, d)),
+            _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
+        }
+    };
+    body_and_stores(cx, s, w, h, &mut leaf, |k, _, val| format!("o{k}[u] = {val};"))?;
+    w.close();
+    for (k, st) in s.stores.iter().enumerate() {
+        let d = cx.dtype(st.access.buffer)?;
+        let vt = vec_type(v * d.size_bytes());
+        let off = s.offset_plus(st.access.offset);
+        w.line(format!(
+            "*({vt}*)(p{} + {off}i) = *(const {vt}*)o{k};",
+            s.store_param[k]
+        ));
+    }
+    w.close();
+    if !numel.is_multiple_of(v) {
+        fast_tail(cx, s, f, w, h)?;
+    }
+    Ok(nvec.max(1))
+}
+
+/// The fast path's tail: the last `numel % V` elements, one at a time.
+fn fast_tail(cx: &Ctx, s: &Setup, f: &FastPlan, w: &mut Writer, h: &mut Helpers) -> Result<(), CodegenError> {
+    let (ix, t, numel) = (s.ix, s.ix.ty(), s.numel);
+    w.open(format!(
+        "for ({t} i = {} + tid; i < {}; i += nthreads)",
+        ix.lit((numel / f.v * f.v) as i64),
+        ix.lit(numel as i64)
+    ));
+    let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+        match e {
+            Expr::Load(n) => {
+                let n = *n as usize;
+                match f.reads.iter().find(|&&(m, _)| m == n).map(|&(_, fr)| fr) {
+                    Some(FastRead::Period(p)) => {
+                        let (off, idx) = (s.offset_plus(s.inputs[n].offset), s.period_index(p));
+                        Ok(cuda::load_conv(h, d, &format!("p{}[{off}{idx}]", s.in_param[n])))
+                    }
+                    _ => Ok(scalar_name(n)),
+                }
+            }
+            Expr::Index(a) => Ok(index_value(h, ix, "i", s.space, *a as usize, d)),
+            _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
+        }
+    };
+    body_and_stores(cx, s, w, h, &mut leaf, |k, st, val| {
+        format!("p{}[{}i] = {val};", s.store_param[k], s.offset_plus(st.access.offset))
+    })?;
+    w.close();
+    Ok(())
+}
+
+/// The general path's loop body: every address from the element's multi-index over
+/// the collapsed space. Returns the work items (elements).
+fn general_path(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<usize, CodegenError> {
+    let (ix, t, numel, inputs, used) = (s.ix, s.ix.ty(), s.numel, s.inputs, &s.used);
+    let mut strides: Vec<&[i64]> = used.iter().map(|&n| &inputs[n].strides[..]).collect();
+    strides.extend(s.stores.iter().map(|st| &st.access.strides[..]));
+    let c = layout::collapse(s.space, &strides);
+    w.line(format!("// general: collapsed space {:?}", c.dims));
+    w.open(format!(
+        "for ({t} i = tid; i < {}; i += nthreads)",
+        ix.lit(numel as i64)
+    ));
+    layout::decompose(w, ix, "i", &c.dims, "i");
+    let used_pos = |n: usize| used.iter().position(|&m| m == n).unwrap_or(0);
+    let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+        match e {
+            Expr::Load(n) => {
+                let n = *n as usize;
+                let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
+                Ok(cuda::load_conv(h, d, &format!("p{}[{addr}]", s.in_param[n])))
+            }
+            Expr::Gather {
+                input,
+                index,
+                stride,
+                extent,
+            } => {
+                let n = *input as usize;
+                let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
+                Ok(cuda::gather_c(
+                    h,
+                    s.in_param[n],
+                    &format!("(long long){addr}"),
+                    &format!("e{index}"),
+                    *stride,
+                    *extent,
+                    d,
+                ))
+            }
+            Expr::Index(a) => Ok(index_value(h, ix, "i", s.space, *a as usize, d)),
+            _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
+        }
+    };
+    body_and_stores(cx, s, w, h, &mut leaf, |k, st, val| {
+        let addr = layout::address(ix, st.access.offset, &c.strides[used.len() + k], "i");
+        format!("p{}[{addr}] = {val};", s.store_param[k])
+    })?;
+    w.close();
+    Ok(numel)
+}
+
 pub(crate) fn generate(
     cx: &Ctx,
     space: &[usize],
@@ -54,290 +392,34 @@ pub(crate) fn generate(
     body: &Body,
     stores: &[Store],
 ) -> Result<CudaKernel, CodegenError> {
-    let rank = space.len();
-    cuda::validate(cx, body, inputs.len(), 0, rank, false)?;
-    for (i, a) in inputs.iter().enumerate() {
-        if a.strides.len() != rank {
-            return Err(cx.malformed(format!("input {i} has rank {} in a rank-{rank} space", a.strides.len())));
-        }
-    }
-    for (i, s) in stores.iter().enumerate() {
-        if s.access.strides.len() != rank {
-            return Err(cx.malformed(format!(
-                "store {i} has rank {} in a rank-{rank} space",
-                s.access.strides.len()
-            )));
-        }
-        if s.value as usize >= body.exprs.len() {
-            return Err(cx.malformed(format!("store {i} of missing expression {}", s.value)));
-        }
-    }
-    let roots: Vec<ExprId> = stores.iter().map(|s| s.value).collect();
-    let live = cuda::closure(body, &roots, &|_| false);
-    cuda::check_loads(cx, body, &live, inputs)?;
-    let mut used: Vec<usize> = live
-        .iter()
-        .filter_map(|&id| match body.exprs[id as usize].0 {
-            Expr::Load(n) | Expr::Gather { input: n, .. } => Some(n as usize),
-            _ => None,
-        })
-        .collect();
-    used.sort();
-    used.dedup();
-    let gathers = live
-        .iter()
-        .any(|&id| matches!(body.exprs[id as usize].0, Expr::Gather { .. }));
-
-    let mut params = Params::new();
-    let mut in_param = vec![usize::MAX; inputs.len()];
-    for &n in &used {
-        in_param[n] = params.add(cx, inputs[n].buffer, ParamAccess::Read)?;
-    }
-    let mut store_param = Vec::new();
-    for s in stores {
-        store_param.push(params.add(cx, s.access.buffer, ParamAccess::Write)?);
-    }
-
-    let numel: usize = space.iter().product();
-    let mut all: Vec<(i64, &[i64])> = used
-        .iter()
-        .map(|&n| (inputs[n].offset, &inputs[n].strides[..]))
-        .collect();
-    all.extend(stores.iter().map(|s| (s.access.offset, &s.access.strides[..])));
-    let ix = Ix::for_space(space, &all, 0);
-
+    let s = Setup::new(cx, space, inputs, body, stores)?;
     let mut h = Helpers::new();
     let mut w = Writer::new();
-    let t = ix.ty();
+    let t = s.ix.ty();
     w.line(format!(
         "extern \"C\" __global__ void __launch_bounds__({ELEMENTWISE_BLOCK}) {}({}) {{",
         cuda::ENTRY_PLACEHOLDER,
-        params.c_decl()
+        s.params.c_decl()
     ));
     let mut inner = Writer::new();
     inner.line(format!("const {t} tid = ({t})blockIdx.x * blockDim.x + threadIdx.x;"));
     inner.line(format!("const {t} nthreads = ({t})gridDim.x * blockDim.x;"));
-
-    // Fast path: each access is a scalar or a repeated contiguous block.
-    let reads: Option<Vec<(usize, FastRead)>> = used
-        .iter()
-        .map(|&n| {
-            let a = &inputs[n];
-            if a.strides.iter().zip(space).all(|(&s, &d)| s == 0 || d == 1) {
-                return Some((n, FastRead::Scalar));
-            }
-            let c = layout::collapse(space, &[&a.strides]);
-            layout::broadcast_period(&c.dims, &c.strides[0]).map(|p| (n, FastRead::Period(p)))
-        })
-        .collect();
-    let stores_contig = stores.iter().all(|s| layout::is_contiguous(space, &s.access.strides));
-    let used_acc: Vec<(usize, &Access)> = used.iter().map(|&n| (n, &inputs[n])).collect();
-    let width = fast_width(cx, &used_acc, stores)?;
-    // A gather reads through a computed index: the general path only.
-    let reads = reads.filter(|_| !gathers);
-    let fast = match (reads, width) {
-        (Some(r), Some(v))
-            if stores_contig
-                && numel >= v
-                && r.iter().all(|(_, fr)| match fr {
-                    FastRead::Scalar => true,
-                    FastRead::Period(p) => *p == numel || p % v == 0,
-                }) =>
-        {
-            Some((r, v))
-        }
-        _ => None,
+    let work = match s.fast_plan(cx)? {
+        Some(f) => fast_path(cx, &s, &f, &mut inner, &mut h)?,
+        None => general_path(cx, &s, &mut inner, &mut h)?,
     };
-
-    let work;
-    let scalar_name = |n: usize| format!("s{n}");
-    if let Some((reads, v)) = &fast {
-        let v = *v;
-        h.need(Helper::Vec);
-        let nvec = numel / v;
-        work = nvec.max(1);
-        inner.line(format!(
-            "// vectorized: {v} elements per step, 16-byte aligned accesses"
-        ));
-        for &(n, fr) in reads {
-            if fr == FastRead::Scalar {
-                let d = cx.dtype(inputs[n].buffer)?;
-                let raw = format!("p{}[{}]", in_param[n], ix.lit(inputs[n].offset));
-                inner.line(format!(
-                    "const {} {} = {};",
-                    cuda::reg_type(d),
-                    scalar_name(n),
-                    cuda::load_conv(&mut h, d, &raw)
-                ));
-            }
-        }
-        inner.open(format!("for ({t} v = tid; v < {}; v += nthreads)", ix.lit(nvec as i64)));
-        inner.line(format!("const {t} i = v * {};", ix.lit(v as i64)));
-        for &(n, fr) in reads {
-            if let FastRead::Period(p) = fr {
-                let d = cx.dtype(inputs[n].buffer)?;
-                let vt = vec_type(v * d.size_bytes());
-                let idx = if p == numel {
-                    "i".to_string()
-                } else {
-                    format!("i % {}", ix.lit(p as i64))
-                };
-                let off = if inputs[n].offset != 0 {
-                    format!("{} + ", ix.lit(inputs[n].offset))
-                } else {
-                    String::new()
-                };
-                inner.line(format!("alignas(16) {} a{n}[{v}];", cuda::storage_type(d)));
-                inner.line(format!("*({vt}*)a{n} = *(const {vt}*)(p{} + {off}{idx});", in_param[n]));
-            }
-        }
-        for (k, s) in stores.iter().enumerate() {
-            let d = cx.dtype(s.access.buffer)?;
-            inner.line(format!("alignas(16) {} o{k}[{v}];", cuda::storage_type(d)));
-        }
-        inner.line("#pragma unroll");
-        inner.open(format!("for (int u = 0; u < {v}; ++u)"));
-        let is_scalar = |n: usize| reads.iter().any(|&(m, fr)| m == n && fr == FastRead::Scalar);
-        let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
-            match e {
-                Expr::Load(n) => {
-                    let n = *n as usize;
-                    if is_scalar(n) {
-                        Ok(scalar_name(n))
-                    } else {
-                        Ok(cuda::load_conv(h, d, &format!("a{n}[u]")))
-                    }
-                }
-                Expr::Index(a) => Ok(index_value(h, ix, "(i + u)", space, *a as usize, d)),
-                _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
-            }
-        };
-        cuda::emit_exprs(cx, &mut inner, &mut h, body, &live, &|id| format!("e{id}"), &mut leaf)?;
-        for (k, s) in stores.iter().enumerate() {
-            let d = cx.dtype(s.access.buffer)?;
-            check_store_dtype(cx, body, s, d)?;
-            let val = cuda::store_conv(&mut h, d, &format!("e{}", s.value));
-            inner.line(format!("o{k}[u] = {val};"));
-        }
-        inner.close();
-        for (k, s) in stores.iter().enumerate() {
-            let d = cx.dtype(s.access.buffer)?;
-            let vt = vec_type(v * d.size_bytes());
-            let off = if s.access.offset != 0 {
-                format!("{} + ", ix.lit(s.access.offset))
-            } else {
-                String::new()
-            };
-            inner.line(format!("*({vt}*)(p{} + {off}i) = *(const {vt}*)o{k};", store_param[k]));
-        }
-        inner.close();
-        // Tail: the last numel % V elements.
-        if !numel.is_multiple_of(v) {
-            inner.open(format!(
-                "for ({t} i = {} + tid; i < {}; i += nthreads)",
-                ix.lit((nvec * v) as i64),
-                ix.lit(numel as i64)
-            ));
-            let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
-                match e {
-                    Expr::Load(n) => {
-                        let n = *n as usize;
-                        match reads.iter().find(|&&(m, _)| m == n).map(|&(_, fr)| fr) {
-                            Some(FastRead::Period(p)) => {
-                                let idx = if p == numel {
-                                    "i".to_string()
-                                } else {
-                                    format!("i % {}", ix.lit(p as i64))
-                                };
-                                let off = if inputs[n].offset != 0 {
-                                    format!("{} + ", ix.lit(inputs[n].offset))
-                                } else {
-                                    String::new()
-                                };
-                                Ok(cuda::load_conv(h, d, &format!("p{}[{off}{idx}]", in_param[n])))
-                            }
-                            _ => Ok(scalar_name(n)),
-                        }
-                    }
-                    Expr::Index(a) => Ok(index_value(h, ix, "i", space, *a as usize, d)),
-                    _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
-                }
-            };
-            cuda::emit_exprs(cx, &mut inner, &mut h, body, &live, &|id| format!("e{id}"), &mut leaf)?;
-            for (k, s) in stores.iter().enumerate() {
-                let d = cx.dtype(s.access.buffer)?;
-                let val = cuda::store_conv(&mut h, d, &format!("e{}", s.value));
-                let off = if s.access.offset != 0 {
-                    format!("{} + ", ix.lit(s.access.offset))
-                } else {
-                    String::new()
-                };
-                inner.line(format!("p{}[{off}i] = {val};", store_param[k]));
-            }
-            inner.close();
-        }
-    } else {
-        work = numel;
-        let mut strides: Vec<&[i64]> = used.iter().map(|&n| &inputs[n].strides[..]).collect();
-        strides.extend(stores.iter().map(|s| &s.access.strides[..]));
-        let c = layout::collapse(space, &strides);
-        inner.line(format!("// general: collapsed space {:?}", c.dims));
-        inner.open(format!(
-            "for ({t} i = tid; i < {}; i += nthreads)",
-            ix.lit(numel as i64)
-        ));
-        layout::decompose(&mut inner, ix, "i", &c.dims, "i");
-        let used_pos = |n: usize| used.iter().position(|&m| m == n).unwrap_or(0);
-        let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
-            match e {
-                Expr::Load(n) => {
-                    let n = *n as usize;
-                    let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
-                    Ok(cuda::load_conv(h, d, &format!("p{}[{addr}]", in_param[n])))
-                }
-                Expr::Gather {
-                    input,
-                    index,
-                    stride,
-                    extent,
-                } => {
-                    let n = *input as usize;
-                    let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
-                    Ok(cuda::gather_c(
-                        h,
-                        in_param[n],
-                        &format!("(long long){addr}"),
-                        &format!("e{index}"),
-                        *stride,
-                        *extent,
-                        d,
-                    ))
-                }
-                Expr::Index(a) => Ok(index_value(h, ix, "i", space, *a as usize, d)),
-                _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
-            }
-        };
-        cuda::emit_exprs(cx, &mut inner, &mut h, body, &live, &|id| format!("e{id}"), &mut leaf)?;
-        for (k, s) in stores.iter().enumerate() {
-            let d = cx.dtype(s.access.buffer)?;
-            check_store_dtype(cx, body, s, d)?;
-            let val = cuda::store_conv(&mut h, d, &format!("e{}", s.value));
-            let addr = layout::address(ix, s.access.offset, &c.strides[used.len() + k], "i");
-            inner.line(format!("p{}[{addr}] = {val};", store_param[k]));
-        }
-        inner.close();
-    }
     for l in inner.finish().lines() {
         w.line(format!("  {l}"));
     }
     w.line("}");
     let (source, entry) = finish("ew", &h, &w.finish());
+    let numel = s.numel;
     let blocks = work.div_ceil(ELEMENTWISE_BLOCK as usize).min(u32::MAX as usize) as u32;
     Ok(CudaKernel {
         name: String::new(),
         source,
         entry,
-        params: params.list,
+        params: s.params.list,
         launch: LaunchConfig {
             block: ELEMENTWISE_BLOCK,
             grid: GridSize::PerSm {

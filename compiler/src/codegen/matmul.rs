@@ -234,110 +234,43 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
     Ok(ker)
 }
 
+/// The fields of a matmul kernel [`split`] reads, borrowed (built once there: once
+/// `KernelKind::MatMul` holds a struct, this can be that struct, borrowed).
+#[derive(Clone, Copy)]
+struct MatMulFields<'a> {
+    batch: &'a [usize],
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &'a Access,
+    b: &'a Access,
+    inputs: &'a [Access],
+    body: &'a Body,
+    stores: &'a [Store],
+}
+
 /// The GEMM of a matmul kernel and the generated epilogue's elementwise kernel (None
 /// when cuBLASLt computes the whole body).
 pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<EpilogueParts>), CodegenError> {
-    let (m, n, k) = (mk.m, mk.n, mk.k);
-    let rank = mk.batch.len() + 2;
-    let body = mk.body;
-    super::cuda::validate(cx, body, mk.inputs.len(), 0, rank, true)?;
-    let acc_ids: Vec<ExprId> = (0..body.exprs.len() as ExprId)
-        .filter(|&i| body.exprs[i as usize].0 == Expr::Acc)
-        .collect();
-    let dtype = match acc_ids.first() {
-        Some(&i) => body.dtype(i),
-        None => cx.dtype(mk.a.buffer)?,
+    let mm = MatMulFields {
+        batch: mk.batch,
+        m: mk.m,
+        n: mk.n,
+        k: mk.k,
+        a: mk.a,
+        b: mk.b,
+        inputs: mk.inputs,
+        body: mk.body,
+        stores: mk.stores,
     };
-    let compute = match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => GemmCompute::F32,
-        DType::F64 => GemmCompute::F64,
-        d => {
-            return Err(cx.unsupported(format!(
-                "a {d} matmul cannot run on cuBLASLt (integer matmuls are op kernels)"
-            )))
-        }
-    };
-    if acc_ids.iter().any(|&i| body.dtype(i) != dtype) {
-        return Err(cx.malformed("acc expressions of different types"));
-    }
-    for (nm, acc) in [("a", mk.a), ("b", mk.b)] {
-        let d = cx.dtype(acc.buffer)?;
-        if d != dtype {
-            return Err(cx.malformed(format!("matmul operand {nm} is {d}, the product {dtype}")));
-        }
-    }
-    let a = operand(cx, "a", mk.a, mk.batch, m, k, true)?;
-    let b = operand(cx, "b", mk.b, mk.batch, k, n, true)?;
-    let batch: usize = mk.batch.iter().product();
-    let space: Vec<usize> = mk.batch.iter().copied().chain([m, n]).collect();
-
-    // The native chain: acc [+ C] [+ bias] [relu | gelu_tanh].
-    let users = single_users(body, mk.stores);
-    let mut cur = acc_ids.first().copied();
-    let (mut bias, mut beta_c, mut act) = (None, None, None);
-    let mut alpha = 1.0f64;
-    let bias_shaped = |x: &Access| {
-        let r = mk.batch.len();
-        x.strides[..r].iter().zip(mk.batch).all(|(&s, &d)| s == 0 || d == 1)
-            && (m == 1 || x.strides[r] == 0)
-            && (n == 1 || x.strides[r + 1] == 1)
-            && x.offset >= 0
-    };
-    let native_ok = acc_ids.len() == 1;
-    while let (true, Some(c)) = (native_ok, cur) {
-        let Some(u) = users[c as usize] else { break };
-        match &body.exprs[u as usize].0 {
-            Expr::Binary(BinaryOp::Add, x, y) if act.is_none() => {
-                let other = if *x == c { *y } else { *x };
-                let Expr::Load(ni) = body.exprs[other as usize].0 else {
-                    break;
-                };
-                let input = &mk.inputs[ni as usize];
-                if cx.dtype(input.buffer)? != dtype {
-                    break;
-                }
-                if bias.is_none() && dtype != DType::F64 && bias_shaped(input) {
-                    bias = Some(GemmOperand {
-                        buffer: input.buffer,
-                        dtype,
-                        offset: input.offset,
-                        trans: false,
-                        ld: n as i64,
-                        batch_stride: 0,
-                    });
-                } else if beta_c.is_none() {
-                    // D = act(alpha AB + beta C + bias): C and bias both add before
-                    // the activation, in either order.
-                    match operand(cx, "c", input, mk.batch, m, n, false) {
-                        Ok(op) => beta_c = Some(op),
-                        Err(_) => break,
-                    }
-                } else {
-                    break;
-                }
-                cur = Some(u);
-            }
-            // A scale of the product before anything is added: cuBLASLt's alpha.
-            Expr::Binary(BinaryOp::Mul, x, y) if bias.is_none() && beta_c.is_none() && act.is_none() => {
-                let other = if *x == c { *y } else { *x };
-                let Expr::Const(t) = &body.exprs[other as usize].0 else {
-                    break;
-                };
-                match t.to_f64_vec().first() {
-                    Some(v) if v.is_finite() => alpha *= v,
-                    _ => break,
-                }
-                cur = Some(u);
-            }
-            Expr::Unary(op @ (UnaryOp::Relu | UnaryOp::GeluTanh), _) if act.is_none() && dtype != DType::F64 => {
-                act = Some(*op);
-                cur = Some(u);
-                break;
-            }
-            _ => break,
-        }
-    }
-    let epilogue = match (bias.is_some(), act) {
+    let (m, n, k) = (mm.m, mm.n, mm.k);
+    let (acc_ids, dtype, compute) = product_type(cx, mm)?;
+    let a = operand(cx, "a", mm.a, mm.batch, m, k, true)?;
+    let b = operand(cx, "b", mm.b, mm.batch, k, n, true)?;
+    let batch: usize = mm.batch.iter().product();
+    let space: Vec<usize> = mm.batch.iter().copied().chain([m, n]).collect();
+    let chain = native_chain(cx, mm, &acc_ids, dtype)?;
+    let epilogue = match (chain.bias.is_some(), chain.act) {
         (false, None) => GemmEpilogue::None,
         (true, None) => GemmEpilogue::Bias,
         (false, Some(UnaryOp::Relu)) => GemmEpilogue::Relu,
@@ -348,8 +281,8 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
 
     // Where D goes: the store of the native value if it is a plain contiguous write.
     let contiguous = contiguous_strides(&space);
-    let direct = cur.and_then(|c| {
-        mk.stores.iter().position(|s| {
+    let direct = chain.cur.and_then(|c| {
+        mm.stores.iter().position(|s| {
             s.value == c
                 && s.access.offset >= 0
                 && crate::kernel::strides_equal(&s.access.strides, &contiguous, &space)
@@ -358,8 +291,8 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
     });
     let (d, d_offset) = match direct {
         Some(i) => (
-            GemmOutput::Buffer(mk.stores[i].access.buffer),
-            mk.stores[i].access.offset,
+            GemmOutput::Buffer(mm.stores[i].access.buffer),
+            mm.stores[i].access.offset,
         ),
         None => (GemmOutput::Scratch, 0),
     };
@@ -375,20 +308,20 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
         batch: batch as u64,
         a,
         b,
-        beta: if beta_c.is_some() { 1.0 } else { 0.0 },
-        beta_c,
+        beta: if chain.beta_c.is_some() { 1.0 } else { 0.0 },
+        beta_c: chain.beta_c,
         d,
         d_dtype: dtype,
         d_offset,
-        alpha,
+        alpha: chain.alpha,
         epilogue,
-        bias,
+        bias: chain.bias,
         compute,
         scratch_bytes,
     };
 
     // The epilogue: the other stores, with the native value read back from D.
-    let rest: Vec<Store> = mk
+    let rest: Vec<Store> = mm
         .stores
         .iter()
         .enumerate()
@@ -398,33 +331,158 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
     if rest.is_empty() {
         return Ok((gemm, None));
     }
-    let d_buffer = match d {
-        GemmOutput::Buffer(b) => b,
-        GemmOutput::Scratch => SCRATCH,
-    };
-    let mut inputs = mk.inputs.to_vec();
-    inputs.push(Access {
-        buffer: d_buffer,
+    let d_access = Access {
+        buffer: match d {
+            GemmOutput::Buffer(b) => b,
+            GemmOutput::Scratch => SCRATCH,
+        },
         offset: d_offset,
-        strides: contiguous.clone(),
-    });
-    let load = Expr::Load((inputs.len() - 1) as u32);
-    let mut ebody = body.clone();
-    // Every `acc` reads D (those inside the native chain are dead), and so does the
-    // chain's last expression.
-    for &i in &acc_ids {
-        ebody.exprs[i as usize].0 = load.clone();
-    }
-    if let Some(c) = cur {
-        ebody.exprs[c as usize].0 = load;
-    }
+        strides: contiguous,
+    };
+    let (inputs, body) = read_back(mm, d_access, &acc_ids, chain.cur);
     Ok((
         gemm,
         Some(EpilogueParts {
             space,
             inputs,
-            body: ebody,
+            body,
             stores: rest,
         }),
     ))
+}
+
+/// The `acc` expressions of the body, the product's dtype (that of the operands) and
+/// the GEMM's accumulation for it.
+fn product_type(cx: &Ctx, mm: MatMulFields) -> Result<(Vec<ExprId>, DType, GemmCompute), CodegenError> {
+    let rank = mm.batch.len() + 2;
+    let body = mm.body;
+    super::cuda::validate(cx, body, mm.inputs.len(), 0, rank, true)?;
+    let acc_ids: Vec<ExprId> = (0..body.exprs.len() as ExprId)
+        .filter(|&i| body.exprs[i as usize].0 == Expr::Acc)
+        .collect();
+    let dtype = match acc_ids.first() {
+        Some(&i) => body.dtype(i),
+        None => cx.dtype(mm.a.buffer)?,
+    };
+    let compute = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => GemmCompute::F32,
+        DType::F64 => GemmCompute::F64,
+        d => {
+            return Err(cx.unsupported(format!(
+                "a {d} matmul cannot run on cuBLASLt (integer matmuls are op kernels)"
+            )))
+        }
+    };
+    if acc_ids.iter().any(|&i| body.dtype(i) != dtype) {
+        return Err(cx.malformed("acc expressions of different types"));
+    }
+    for (nm, acc) in [("a", mm.a), ("b", mm.b)] {
+        let d = cx.dtype(acc.buffer)?;
+        if d != dtype {
+            return Err(cx.malformed(format!("matmul operand {nm} is {d}, the product {dtype}")));
+        }
+    }
+    Ok((acc_ids, dtype, compute))
+}
+
+/// The part of the body cuBLASLt computes: `act(alpha acc [+ C] [+ bias])`.
+struct Chain {
+    /// The chain's last expression (None: the body has no `acc`).
+    cur: Option<ExprId>,
+    bias: Option<GemmOperand>,
+    beta_c: Option<GemmOperand>,
+    act: Option<UnaryOp>,
+    alpha: f64,
+}
+
+/// The native chain from the (single) `acc`: acc [* alpha] [+ C] [+ bias] [relu |
+/// gelu_tanh], each step the only user of the one before.
+fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) -> Result<Chain, CodegenError> {
+    let (body, m, n) = (mm.body, mm.m, mm.n);
+    let users = single_users(body, mm.stores);
+    let mut ch = Chain {
+        cur: acc_ids.first().copied(),
+        bias: None,
+        beta_c: None,
+        act: None,
+        alpha: 1.0,
+    };
+    let bias_shaped = |x: &Access| {
+        let r = mm.batch.len();
+        x.strides[..r].iter().zip(mm.batch).all(|(&s, &d)| s == 0 || d == 1)
+            && (m == 1 || x.strides[r] == 0)
+            && (n == 1 || x.strides[r + 1] == 1)
+            && x.offset >= 0
+    };
+    let native_ok = acc_ids.len() == 1;
+    while let (true, Some(c)) = (native_ok, ch.cur) {
+        let Some(u) = users[c as usize] else { break };
+        match &body.exprs[u as usize].0 {
+            Expr::Binary(BinaryOp::Add, x, y) if ch.act.is_none() => {
+                let other = if *x == c { *y } else { *x };
+                let Expr::Load(ni) = body.exprs[other as usize].0 else {
+                    break;
+                };
+                let input = &mm.inputs[ni as usize];
+                if cx.dtype(input.buffer)? != dtype {
+                    break;
+                }
+                if ch.bias.is_none() && dtype != DType::F64 && bias_shaped(input) {
+                    ch.bias = Some(GemmOperand {
+                        buffer: input.buffer,
+                        dtype,
+                        offset: input.offset,
+                        trans: false,
+                        ld: n as i64,
+                        batch_stride: 0,
+                    });
+                } else if ch.beta_c.is_none() {
+                    // D = act(alpha AB + beta C + bias): C and bias both add before
+                    // the activation, in either order.
+                    match operand(cx, "c", input, mm.batch, m, n, false) {
+                        Ok(op) => ch.beta_c = Some(op),
+                        Err(_) => break,
+                    }
+                } else {
+                    break;
+                }
+                ch.cur = Some(u);
+            }
+            // A scale of the product before anything is added: cuBLASLt's alpha.
+            Expr::Binary(BinaryOp::Mul, x, y) if ch.bias.is_none() && ch.beta_c.is_none() && ch.act.is_none() => {
+                let other = if *x == c { *y } else { *x };
+                let Expr::Const(t) = &body.exprs[other as usize].0 else {
+                    break;
+                };
+                match t.to_f64_vec().first() {
+                    Some(v) if v.is_finite() => ch.alpha *= v,
+                    _ => break,
+                }
+                ch.cur = Some(u);
+            }
+            Expr::Unary(op @ (UnaryOp::Relu | UnaryOp::GeluTanh), _) if ch.act.is_none() && dtype != DType::F64 => {
+                ch.act = Some(*op);
+                ch.cur = Some(u);
+                break;
+            }
+            _ => break,
+        }
+    }
+    Ok(ch)
+}
+
+/// The epilogue's inputs and body: `D` read through a new last input, by every `acc`
+/// (those inside the native chain are dead) and by the chain's last expression.
+fn read_back(mm: MatMulFields, d: Access, acc_ids: &[ExprId], cur: Option<ExprId>) -> (Vec<Access>, Body) {
+    let mut inputs = mm.inputs.to_vec();
+    inputs.push(d);
+    let load = Expr::Load((inputs.len() - 1) as u32);
+    let mut ebody = mm.body.clone();
+    for &i in acc_ids {
+        ebody.exprs[i as usize].0 = load.clone();
+    }
+    if let Some(c) = cur {
+        ebody.exprs[c as usize].0 = load;
+    }
+    (inputs, ebody)
 }

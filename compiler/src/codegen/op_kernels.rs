@@ -19,6 +19,19 @@ use crate::kernel::{Access, BufferId};
 /// Matmul tile edge of the simple tiled kernel.
 const TILE: usize = 16;
 
+/// The shapes of a tiled matmul: `[.., m, k] x [.., k, n]` of dtype `d` over the
+/// output's `batch` dims, the operands' strides over them, and the index type.
+struct TiledShapes {
+    m: usize,
+    k: usize,
+    n: usize,
+    d: DType,
+    batch: Vec<usize>,
+    sa: Vec<i64>,
+    sb: Vec<i64>,
+    ix: Ix,
+}
+
 pub(crate) fn generate(
     cx: &Ctx,
     op: &Op,
@@ -447,9 +460,9 @@ impl Gen<'_> {
         Ok("argreduce")
     }
 
-    /// `[.., M, K] x [.., K, N]` with 16x16 shared-memory tiles, batch dims broadcast
-    /// through the operands' strides. Integers accumulate in wrapping i64.
-    fn matmul(&self) -> Result<Emitted, CodegenError> {
+    /// The shapes of a tiled matmul, checked, with the operands' strides over the
+    /// output's batch dims.
+    fn matmul_shapes(&self) -> Result<TiledShapes, CodegenError> {
         let (aa, aty) = &self.inputs[0];
         let (ba, bty) = &self.inputs[1];
         let od = self.out_dims();
@@ -493,6 +506,35 @@ impl Gen<'_> {
         let ix = Ix {
             wide: self.ix().wide || Ix::for_space(batch, &[(0, &sa), (0, &sb)], nb * m.max(1) * n.max(1) * 2).wide,
         };
+        Ok(TiledShapes {
+            m,
+            k,
+            n,
+            d,
+            batch: batch.to_vec(),
+            sa,
+            sb,
+            ix,
+        })
+    }
+
+    /// `[.., M, K] x [.., K, N]` with 16x16 shared-memory tiles, batch dims broadcast
+    /// through the operands' strides. Integers accumulate in wrapping i64.
+    fn matmul(&self) -> Result<Emitted, CodegenError> {
+        let TiledShapes {
+            m,
+            k,
+            n,
+            d,
+            batch,
+            sa,
+            sb,
+            ix,
+        } = self.matmul_shapes()?;
+        let (aa, aty) = &self.inputs[0];
+        let (ba, bty) = &self.inputs[1];
+        let (ar, br) = (aty.shape.rank(), bty.shape.rank());
+        let nb: usize = batch.iter().product();
         let t = ix.ty();
         let (tm, tn) = (m.div_ceil(TILE), n.div_ceil(TILE));
         let tiles = nb * tm * tn;
@@ -524,7 +566,7 @@ impl Gen<'_> {
         w.line(format!("const {t} tr = tile % {};", ix.lit((tm * tn) as i64)));
         w.line(format!("const {t} row = (tr / {}) * {TILE} + ty;", ix.lit(tn as i64)));
         w.line(format!("const {t} col = (tr % {}) * {TILE} + tx;", ix.lit(tn as i64)));
-        layout::decompose(&mut w, ix, "bt", batch, "b");
+        layout::decompose(&mut w, ix, "bt", &batch, "b");
         w.line(format!(
             "const {t} abase = {};",
             layout::address(ix, aa.offset, &sa, "b")

@@ -112,7 +112,9 @@
 //! builder makes masks and position tables with `iota` and comparisons, not literal
 //! tensors).
 
+mod attrs;
 mod lex;
+mod literal;
 mod parse;
 mod print;
 

@@ -1,44 +1,40 @@
 //! The parser: tokens to a verified graph.
 
-use half::{bf16, f16};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::attrs::Attrs;
 use super::lex::{err, lex, snippet, Tok, Token};
-use super::print::{BF16_NAN, F16_NAN, F32_NAN, F64_NAN};
 use super::ParseError;
-use crate::{
-    ArgReduceOp, BinaryOp, DType, Graph, GraphError, Node, NodeId, Op, PadMode, ReduceOp, Shape, SliceRange, Tensor,
-    TensorData, TensorType, UnaryOp,
-};
+use crate::op::OpKind;
+use crate::{DType, Graph, GraphError, Node, NodeId, Op, Shape, TensorType};
 
-/// Largest element count of a type (zero dims counted as one) the parser accepts.
 /// Deepest nesting of brackets in attribute values.
 const MAX_DEPTH: usize = 32;
 
 /// A place in the source.
 #[derive(Clone, Copy, Debug)]
-struct Pos {
-    line: usize,
-    col: usize,
+pub(super) struct Pos {
+    pub(super) line: usize,
+    pub(super) col: usize,
 }
 
 impl Pos {
-    fn err(self, message: impl Into<String>) -> ParseError {
+    pub(super) fn err(self, message: impl Into<String>) -> ParseError {
         err(self.line, self.col, message)
     }
 }
 
 /// An attribute value, untyped, with its place and source text.
 #[derive(Clone, Debug)]
-struct Val {
-    kind: ValKind,
-    pos: Pos,
-    start: usize,
-    end: usize,
+pub(super) struct Val {
+    pub(super) kind: ValKind,
+    pub(super) pos: Pos,
+    pub(super) start: usize,
+    pub(super) end: usize,
 }
 
 #[derive(Clone, Debug)]
-enum ValKind {
+pub(super) enum ValKind {
     Int(String),
     Float(String),
     Ident(String),
@@ -213,8 +209,9 @@ impl Parser<'_> {
             _ => return Err(self.error("an op name")),
         };
         self.bump();
-        let kind = op_kind(&op_name).ok_or_else(|| op_pos.err(format!("unknown op `{}`", snippet(&op_name))))?;
-        let binding = matches!(kind, OpKind::Input | OpKind::Param);
+        let kind =
+            OpKind::from_name(&op_name).ok_or_else(|| op_pos.err(format!("unknown op `{}`", snippet(&op_name))))?;
+        let binding = matches!(kind, OpKind::Input | OpKind::Parameter);
         let mut name = None;
         let mut binding_pos = op_pos;
         if let Tok::Str(s) = &self.peek().tok {
@@ -238,7 +235,7 @@ impl Parser<'_> {
         };
         let mut node_name = if binding { None } else { name.clone() };
         let op = match kind {
-            OpKind::Input | OpKind::Param => {
+            OpKind::Input | OpKind::Parameter => {
                 if let Some(v) = attrs.take("name") {
                     node_name = Some(attrs.string(&v, "name")?);
                 }
@@ -481,456 +478,11 @@ impl Parser<'_> {
 }
 
 /// Check a shape's element count stays far from overflow.
-fn check_dims(dims: &[usize]) -> Result<(), String> {
+pub(super) fn check_dims(dims: &[usize]) -> Result<(), String> {
     let shape = Shape::new(dims.to_vec());
     match shape.checked_numel() {
         Some(_) => Ok(()),
         None => Err(format!("shape {shape} is too large")),
-    }
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum OpKind {
-    Input,
-    Param,
-    Constant,
-    Iota,
-    Unary(UnaryOp),
-    Binary(BinaryOp),
-    Select,
-    Cast,
-    Broadcast,
-    Reduce(ReduceOp),
-    ArgReduce(ArgReduceOp),
-    MatMul,
-    Reshape,
-    Transpose,
-    Slice,
-    Concat,
-    Gather,
-    Pad,
-}
-
-fn op_kind(name: &str) -> Option<OpKind> {
-    Some(match name {
-        "input" => OpKind::Input,
-        "param" => OpKind::Param,
-        "constant" => OpKind::Constant,
-        "iota" => OpKind::Iota,
-        "select" => OpKind::Select,
-        "cast" => OpKind::Cast,
-        "broadcast" => OpKind::Broadcast,
-        "matmul" => OpKind::MatMul,
-        "reshape" => OpKind::Reshape,
-        "transpose" => OpKind::Transpose,
-        "slice" => OpKind::Slice,
-        "concat" => OpKind::Concat,
-        "gather" => OpKind::Gather,
-        "pad" => OpKind::Pad,
-        "argmax" => OpKind::ArgReduce(ArgReduceOp::ArgMax),
-        "argmin" => OpKind::ArgReduce(ArgReduceOp::ArgMin),
-        _ => {
-            if let Some(u) = UnaryOp::ALL.into_iter().find(|u| u.name() == name) {
-                OpKind::Unary(u)
-            } else if let Some(b) = BinaryOp::ALL.into_iter().find(|b| b.name() == name) {
-                OpKind::Binary(b)
-            } else {
-                OpKind::Reduce(ReduceOp::ALL.into_iter().find(|r| r.name() == name)?)
-            }
-        }
-    })
-}
-
-/// The attributes of one node, taken one by one as the op needs them.
-struct Attrs<'a> {
-    src: &'a str,
-    op: &'a str,
-    op_pos: Pos,
-    list: Vec<(String, Pos, Val)>,
-}
-
-impl Attrs<'_> {
-    /// The op of a node of kind `kind` (not an input or parameter) and type `ty`, its
-    /// attributes taken from the list.
-    fn op(&mut self, kind: OpKind, ty: &TensorType) -> Result<Op, ParseError> {
-        let attrs = self;
-        Ok(match kind {
-            OpKind::Input | OpKind::Param => {
-                return Err(attrs.op_pos.err(format!("{} is bound by name", attrs.op)));
-            }
-            OpKind::Constant => {
-                let v = attrs.required("value")?;
-                Op::Constant {
-                    value: attrs.tensor(&v, ty)?,
-                }
-            }
-            OpKind::Iota => {
-                let v = attrs.required("axis")?;
-                Op::Iota {
-                    ty: ty.clone(),
-                    axis: attrs.usize(&v, "axis")?,
-                }
-            }
-            OpKind::Unary(u) => Op::Unary(u),
-            OpKind::Binary(b) => Op::Binary(b),
-            OpKind::Select => Op::Select,
-            OpKind::MatMul => Op::MatMul,
-            OpKind::Cast => {
-                let v = attrs.required("to")?;
-                Op::Cast {
-                    to: attrs.dtype(&v, "to")?,
-                }
-            }
-            OpKind::Broadcast => {
-                let v = attrs.required("shape")?;
-                Op::Broadcast {
-                    shape: attrs.shape(&v, "shape")?,
-                }
-            }
-            OpKind::Reshape => {
-                let v = attrs.required("shape")?;
-                Op::Reshape {
-                    shape: attrs.shape(&v, "shape")?,
-                }
-            }
-            OpKind::Reduce(op) => {
-                let a = attrs.required("axes")?;
-                let k = attrs.required("keepdims")?;
-                Op::Reduce {
-                    op,
-                    axes: attrs.usizes(&a, "axes")?,
-                    keepdims: attrs.bool(&k, "keepdims")?,
-                }
-            }
-            OpKind::ArgReduce(op) => {
-                let a = attrs.required("axis")?;
-                let k = attrs.required("keepdims")?;
-                Op::ArgReduce {
-                    op,
-                    axis: attrs.usize(&a, "axis")?,
-                    keepdims: attrs.bool(&k, "keepdims")?,
-                }
-            }
-            OpKind::Transpose => {
-                let v = attrs.required("perm")?;
-                Op::Transpose {
-                    perm: attrs.usizes(&v, "perm")?,
-                }
-            }
-            OpKind::Slice => {
-                let v = attrs.required("ranges")?;
-                Op::Slice {
-                    ranges: attrs.ranges(&v)?,
-                }
-            }
-            OpKind::Concat => {
-                let v = attrs.required("axis")?;
-                Op::Concat {
-                    axis: attrs.usize(&v, "axis")?,
-                }
-            }
-            OpKind::Gather => {
-                let v = attrs.required("axis")?;
-                Op::Gather {
-                    axis: attrs.usize(&v, "axis")?,
-                }
-            }
-            OpKind::Pad => {
-                let p = attrs.required("pads")?;
-                let m = attrs.required("mode")?;
-                let v = attrs.required("value")?;
-                Op::Pad {
-                    pads: attrs.pads(&p)?,
-                    mode: attrs.mode(&m)?,
-                    value: attrs.f64(&v, "value")?,
-                }
-            }
-        })
-    }
-
-    fn take(&mut self, key: &str) -> Option<Val> {
-        let i = self.list.iter().position(|(k, _, _)| k == key)?;
-        Some(self.list.remove(i).2)
-    }
-
-    fn required(&mut self, key: &str) -> Result<Val, ParseError> {
-        self.take(key)
-            .ok_or_else(|| self.op_pos.err(format!("{} needs the attribute `{key}`", self.op)))
-    }
-
-    fn finish(&self) -> Result<(), ParseError> {
-        match self.list.first() {
-            Some((k, p, _)) => Err(p.err(format!("unknown attribute `{}` for {}", snippet(k), self.op))),
-            None => Ok(()),
-        }
-    }
-
-    fn text(&self, v: &Val) -> String {
-        snippet(self.src.get(v.start..v.end).unwrap_or(""))
-    }
-
-    fn bad(&self, v: &Val, key: &str, expected: &str) -> ParseError {
-        v.pos.err(format!(
-            "attribute `{key}` expects {expected}, found `{}`",
-            self.text(v)
-        ))
-    }
-
-    fn string(&self, v: &Val, key: &str) -> Result<String, ParseError> {
-        match &v.kind {
-            ValKind::Str(s) => Ok(s.clone()),
-            _ => Err(self.bad(v, key, "a string")),
-        }
-    }
-
-    fn usize(&self, v: &Val, key: &str) -> Result<usize, ParseError> {
-        match &v.kind {
-            ValKind::Int(s) if !s.starts_with('-') => s
-                .parse::<usize>()
-                .map_err(|_| self.bad(v, key, "a non-negative integer")),
-            _ => Err(self.bad(v, key, "a non-negative integer")),
-        }
-    }
-
-    fn list<'v>(&self, v: &'v Val, key: &str, expected: &str) -> Result<&'v [Val], ParseError> {
-        match &v.kind {
-            ValKind::List(items) => Ok(items),
-            _ => Err(self.bad(v, key, expected)),
-        }
-    }
-
-    fn usizes(&self, v: &Val, key: &str) -> Result<Vec<usize>, ParseError> {
-        let items = self.list(v, key, "a list of non-negative integers like `[0,1]`")?;
-        items.iter().map(|x| self.usize(x, key)).collect()
-    }
-
-    fn shape(&self, v: &Val, key: &str) -> Result<Shape, ParseError> {
-        let dims = self.usizes(v, key)?;
-        check_dims(&dims).map_err(|m| v.pos.err(m))?;
-        Ok(Shape(dims))
-    }
-
-    fn bool(&self, v: &Val, key: &str) -> Result<bool, ParseError> {
-        match &v.kind {
-            ValKind::Ident(s) if s == "true" => Ok(true),
-            ValKind::Ident(s) if s == "false" => Ok(false),
-            _ => Err(self.bad(v, key, "`true` or `false`")),
-        }
-    }
-
-    fn dtype(&self, v: &Val, key: &str) -> Result<DType, ParseError> {
-        match &v.kind {
-            ValKind::Ident(s) => s.parse::<DType>().map_err(|_| self.bad(v, key, "a dtype")),
-            _ => Err(self.bad(v, key, "a dtype")),
-        }
-    }
-
-    fn mode(&self, v: &Val) -> Result<PadMode, ParseError> {
-        match &v.kind {
-            ValKind::Ident(s) if s == "constant" => Ok(PadMode::Constant),
-            ValKind::Ident(s) if s == "reflect" => Ok(PadMode::Reflect),
-            ValKind::Ident(s) if s == "edge" => Ok(PadMode::Edge),
-            _ => Err(self.bad(v, "mode", "`constant`, `reflect` or `edge`")),
-        }
-    }
-
-    fn i64(&self, v: &Val, key: &str) -> Result<i64, ParseError> {
-        match &v.kind {
-            ValKind::Int(s) => s
-                .parse::<i64>()
-                .map_err(|_| self.bad(v, key, "an integer in the i64 range")),
-            ValKind::Ident(s) if s == "max" => Ok(i64::MAX),
-            ValKind::Ident(s) if s == "min" => Ok(i64::MIN),
-            _ => Err(self.bad(v, key, "an integer")),
-        }
-    }
-
-    fn ranges(&self, v: &Val) -> Result<Vec<SliceRange>, ParseError> {
-        let items = self.list(v, "ranges", "a list of `start:end:step` like `[0:8:1]`")?;
-        items
-            .iter()
-            .map(|r| match &r.kind {
-                ValKind::Range(b) => {
-                    let [start, end, step] = &**b;
-                    Ok(SliceRange {
-                        start: self.i64(start, "ranges")?,
-                        end: self.i64(end, "ranges")?,
-                        step: self.i64(step, "ranges")?,
-                    })
-                }
-                _ => Err(self.bad(r, "ranges", "a range `start:end:step`")),
-            })
-            .collect()
-    }
-
-    fn pads(&self, v: &Val) -> Result<Vec<(i64, i64)>, ParseError> {
-        let items = self.list(v, "pads", "a list of pairs like `[(1,2),(0,0)]`")?;
-        items
-            .iter()
-            .map(|p| match &p.kind {
-                ValKind::Tuple(xs) => match &xs[..] {
-                    [lo, hi] => Ok((self.i64(lo, "pads")?, self.i64(hi, "pads")?)),
-                    _ => Err(self.bad(p, "pads", "a pair `(before,after)`")),
-                },
-                _ => Err(self.bad(p, "pads", "a pair `(before,after)`")),
-            })
-            .collect()
-    }
-
-    fn f64(&self, v: &Val, key: &str) -> Result<f64, ParseError> {
-        match float_lit(v)? {
-            FloatLit::Num(s) => s.parse::<f64>().map_err(|_| self.bad(v, key, "a number")),
-            FloatLit::Inf(neg) => Ok(if neg { f64::NEG_INFINITY } else { f64::INFINITY }),
-            FloatLit::Nan(neg) => Ok(f64::from_bits(F64_NAN | if neg { 1 << 63 } else { 0 })),
-            FloatLit::NanBits(bits) => nan_bits(v, bits, 64, 11).map(f64::from_bits),
-            FloatLit::Other => Err(self.bad(v, key, "a number")),
-        }
-    }
-
-    /// A constant's elements, flat, for a tensor of type `ty`.
-    fn tensor(&self, v: &Val, ty: &TensorType) -> Result<Tensor, ParseError> {
-        let items = self.list(v, "value", "a flat list of elements like `[1.0, 2.0]`")?;
-        if items.len() != ty.numel() {
-            return Err(v.pos.err(format!(
-                "constant has {} element(s) but its type {ty} has {}",
-                items.len(),
-                ty.numel()
-            )));
-        }
-        let dt = ty.dtype;
-        let data = match dt {
-            DType::F32 => TensorData::F32(self.each(items, |x| {
-                self.float(x, dt, F32_NAN, (32, 8), |b| f32::from_bits(b as u32))
-            })?),
-            DType::F64 => TensorData::F64(self.each(items, |x| self.f64(x, "value"))?),
-            DType::F16 => TensorData::F16(self.each(items, |x| {
-                self.float(x, dt, F16_NAN, (16, 5), |b| f16::from_bits(b as u16))
-                    .map(|h: Half<f16>| h.0)
-            })?),
-            DType::BF16 => TensorData::BF16(self.each(items, |x| {
-                self.float(x, dt, BF16_NAN, (16, 8), |b| bf16::from_bits(b as u16))
-                    .map(|h: Half<bf16>| h.0)
-            })?),
-            DType::I64 => TensorData::I64(self.each(items, |x| self.int(x, dt))?),
-            DType::I32 => TensorData::I32(self.each(items, |x| self.int(x, dt))?),
-            DType::I8 => TensorData::I8(self.each(items, |x| self.int(x, dt))?),
-            DType::U8 => TensorData::U8(self.each(items, |x| self.int(x, dt))?),
-            DType::Bool => TensorData::Bool(self.each(items, |x| self.bool(x, "value"))?),
-        };
-        Tensor::new(ty.shape.clone(), data).map_err(|e| v.pos.err(e.to_string()))
-    }
-
-    fn each<T>(&self, items: &[Val], f: impl Fn(&Val) -> Result<T, ParseError>) -> Result<Vec<T>, ParseError> {
-        items.iter().map(f).collect()
-    }
-
-    fn int<T: TryFrom<i128>>(&self, v: &Val, dt: DType) -> Result<T, ParseError> {
-        match &v.kind {
-            ValKind::Int(s) => s
-                .parse::<i128>()
-                .ok()
-                .and_then(|x| T::try_from(x).ok())
-                .ok_or_else(|| v.pos.err(format!("`{}` is out of range for {dt}", self.text(v)))),
-            _ => Err(self.bad(v, "value", &format!("an integer ({dt} element)"))),
-        }
-    }
-
-    /// A float element of dtype `dt` (f32, f16 or bf16): numbers parse as f32 and
-    /// convert; NaNs are built from bits `width` wide with `exp` exponent bits.
-    fn float<T: FromF32>(
-        &self,
-        v: &Val,
-        dt: DType,
-        canonical_nan: u64,
-        (width, exp): (u32, u32),
-        from_bits: impl Fn(u64) -> T::Raw,
-    ) -> Result<T, ParseError> {
-        match float_lit(v)? {
-            FloatLit::Num(s) => s
-                .parse::<f32>()
-                .map(T::from_f32)
-                .map_err(|_| self.bad(v, "value", &format!("a number ({dt} element)"))),
-            FloatLit::Inf(neg) => Ok(T::from_f32(if neg { f32::NEG_INFINITY } else { f32::INFINITY })),
-            FloatLit::Nan(neg) => Ok(T::from_raw(from_bits(
-                canonical_nan | if neg { 1 << (width - 1) } else { 0 },
-            ))),
-            FloatLit::NanBits(bits) => nan_bits(v, bits, width, exp).map(|b| T::from_raw(from_bits(b))),
-            FloatLit::Other => Err(self.bad(v, "value", &format!("a number ({dt} element)"))),
-        }
-    }
-}
-
-/// Element types a float literal converts to.
-trait FromF32: Sized {
-    type Raw;
-    fn from_f32(x: f32) -> Self;
-    fn from_raw(r: Self::Raw) -> Self;
-}
-
-impl FromF32 for f32 {
-    type Raw = f32;
-    fn from_f32(x: f32) -> f32 {
-        x
-    }
-    fn from_raw(r: f32) -> f32 {
-        r
-    }
-}
-
-struct Half<T>(T);
-
-impl FromF32 for Half<f16> {
-    type Raw = f16;
-    fn from_f32(x: f32) -> Self {
-        Half(f16::from_f32(x))
-    }
-    fn from_raw(r: f16) -> Self {
-        Half(r)
-    }
-}
-
-impl FromF32 for Half<bf16> {
-    type Raw = bf16;
-    fn from_f32(x: f32) -> Self {
-        Half(bf16::from_f32(x))
-    }
-    fn from_raw(r: bf16) -> Self {
-        Half(r)
-    }
-}
-
-enum FloatLit<'v> {
-    Num(&'v str),
-    Inf(bool),
-    Nan(bool),
-    NanBits(&'v str),
-    Other,
-}
-
-fn float_lit(v: &Val) -> Result<FloatLit<'_>, ParseError> {
-    Ok(match &v.kind {
-        ValKind::Int(s) | ValKind::Float(s) => FloatLit::Num(s),
-        ValKind::Ident(s) if s == "inf" => FloatLit::Inf(false),
-        ValKind::NegIdent(s) if s == "inf" => FloatLit::Inf(true),
-        ValKind::Ident(s) if s == "nan" => FloatLit::Nan(false),
-        ValKind::NegIdent(s) if s == "nan" => FloatLit::Nan(true),
-        ValKind::NanBits(b) => FloatLit::NanBits(b),
-        _ => FloatLit::Other,
-    })
-}
-
-/// NaN bits of a float `width` bits wide with `exp` exponent bits; they must fit and
-/// be a NaN.
-fn nan_bits(v: &Val, hex: &str, width: u32, exp: u32) -> Result<u64, ParseError> {
-    let mant = width - 1 - exp;
-    let is_nan = |b: u64| {
-        let e = (b >> mant) & ((1u64 << exp) - 1);
-        let m = b & ((1u64 << mant) - 1);
-        (width == 64 || b >> width == 0) && e == (1u64 << exp) - 1 && m != 0
-    };
-    match u64::from_str_radix(hex, 16) {
-        Ok(b) if is_nan(b) => Ok(b),
-        _ => Err(v.pos.err(format!("`nan(0x{})` is not a {width}-bit NaN", snippet(hex)))),
     }
 }
 

@@ -4,6 +4,7 @@
 mod elementwise;
 mod linalg;
 mod nn;
+mod pad;
 mod reduce;
 mod shape;
 
@@ -40,7 +41,14 @@ impl<'b> Node<'_, 'b> {
 /// Lowers one node: returns one value per ONNX output.
 pub type Lowering = for<'a, 'b> fn(&mut Importer<'b>, &Node<'a, 'b>) -> Result<Vec<Value<'b>>, String>;
 
-const TABLES: &[&[(&str, Lowering)]] = &[elementwise::OPS, reduce::OPS, linalg::OPS, shape::OPS, nn::OPS];
+const TABLES: &[&[(&str, Lowering)]] = &[
+    elementwise::OPS,
+    reduce::OPS,
+    linalg::OPS,
+    shape::OPS,
+    pad::OPS,
+    nn::OPS,
+];
 
 /// The lowering of a default-domain op type.
 pub fn find(op_type: &str) -> Option<Lowering> {

@@ -1,0 +1,419 @@
+//! Writing a row kernel's C from its [`Plan`], stage by stage: the entry and the loop
+//! over rows with each access's row base, the row-level expressions, the passes over a
+//! row's chunks (the register cache, one pass per stage with its reduction, the element
+//! stores) and the row stores.
+
+use graphc_ir::DType;
+
+use super::mode::Mode;
+use super::plan::Plan;
+use super::reduce::{acc_init, acc_type, across_threads, combine, final_value, red_array};
+use crate::codegen::cuda::{self, Writer};
+use crate::codegen::elementwise::{index_value, vec_type};
+use crate::codegen::layout;
+use crate::codegen::prelude::{Helper, Helpers};
+use crate::codegen::{CodegenError, Ctx};
+use crate::kernel::{Expr, ExprId};
+
+/// The kernel being written: its plan, the C so far and the helpers it needs.
+pub(super) struct Emit<'p, 'a> {
+    cx: &'p Ctx<'p>,
+    p: &'p Plan<'a>,
+    pub w: Writer,
+    pub h: Helpers,
+}
+
+impl<'p, 'a> Emit<'p, 'a> {
+    pub fn new(cx: &'p Ctx<'p>, p: &'p Plan<'a>) -> Emit<'p, 'a> {
+        let mut h = Helpers::new();
+        if p.vw > 1 {
+            h.need(Helper::Vec);
+        }
+        Emit {
+            cx,
+            p,
+            w: Writer::new(),
+            h,
+        }
+    }
+
+    /// The comment, the entry, the shared reduction arrays, and the loop over the rows
+    /// (left open) with the row base of every access.
+    pub fn header(&mut self) {
+        let p = self.p;
+        let (w, t, ix) = (&mut self.w, p.ix.ty(), p.ix);
+        let (rows, n_inner, vpt, vw) = (p.rows, p.n_inner, p.vpt, p.vw);
+        w.line(format!(
+            "// row kernel: {rows} rows of {n_inner}, {}, {vpt} elements per thread{}{}",
+            match p.mode {
+                Mode::Warp => "a warp per row".to_string(),
+                Mode::Block(_) => "a block per row".to_string(),
+                Mode::Columns(ws) => format!(
+                    "32 adjacent rows per block, {ws} thread{} along each row",
+                    if ws == 1 { "" } else { "s" }
+                ),
+            },
+            if p.cache { ", inputs cached in registers" } else { "" },
+            if vw > 1 {
+                format!(", vector accesses of {vw} elements")
+            } else {
+                String::new()
+            }
+        ));
+        w.open(format!(
+            "extern \"C\" __global__ void __launch_bounds__({}) {}({})",
+            p.block,
+            cuda::ENTRY_PLACEHOLDER,
+            p.params.c_decl()
+        ));
+        let mut red_types: Vec<&str> = p.k.stages.iter().map(|s| acc_type(p.k.body.dtype(s.value))).collect();
+        red_types.sort();
+        red_types.dedup();
+        let red_len = match p.mode {
+            Mode::Warp | Mode::Columns(1) => 0,
+            Mode::Block(_) => 32,
+            Mode::Columns(ws) => ws * 32,
+        };
+        if red_len > 0 {
+            for rt in &red_types {
+                w.line(format!("__shared__ {rt} {}[{red_len}];", red_array(rt)));
+            }
+        }
+        w.line("const int lane = threadIdx.x & 31;");
+        w.line("const int warp = threadIdx.x >> 5;");
+        let rpb = p.rpb;
+        match p.mode {
+            Mode::Warp => {
+                w.line("const int t = lane;");
+                w.open(format!(
+                    "for ({t} row = ({t})blockIdx.x * {rpb} + warp; row < {}; row += ({t})gridDim.x * {rpb})",
+                    ix.lit(rows as i64)
+                ));
+            }
+            Mode::Block(_) => {
+                w.line("const int t = threadIdx.x;");
+                w.open(format!(
+                    "for ({t} row = blockIdx.x; row < {}; row += gridDim.x)",
+                    ix.lit(rows as i64)
+                ));
+            }
+            Mode::Columns(_) => {
+                // Lanes take adjacent rows (contiguous in memory), warps split each row.
+                w.line("const int t = warp;");
+                w.open(format!(
+                    "for ({t} row = ({t})blockIdx.x * {rpb} + lane; row < {}; row += ({t})gridDim.x * {rpb})",
+                    ix.lit(rows as i64)
+                ));
+            }
+        }
+        layout::decompose(w, ix, "row", &p.oc.dims, "o");
+        // Row bases of every access.
+        let (inputs, n_used) = (p.k.inputs, p.used.len());
+        for (pos, &n) in p.used.iter().enumerate() {
+            w.line(format!(
+                "const {t} ib{n} = {};",
+                layout::address(ix, inputs[n].offset, &p.oc.strides[pos], "o")
+            ));
+        }
+        for (i, s) in p.k.stores.iter().enumerate() {
+            w.line(format!(
+                "const {t} sb{i} = {};",
+                layout::address(ix, s.access.offset, &p.oc.strides[n_used + i], "o")
+            ));
+        }
+        for (i, s) in p.k.row_stores.iter().enumerate() {
+            w.line(format!(
+                "const {t} rb{i} = {};",
+                layout::address(ix, s.access.offset, &p.oc.strides[n_used + p.k.stores.len() + i], "o")
+            ));
+        }
+    }
+
+    /// The row-level expressions that need exactly the stages up to `after` (None: no
+    /// stage), emitted once each when those stages are done.
+    pub fn row_exprs(&mut self, after: Option<usize>) -> Result<(), CodegenError> {
+        let (p, cx) = (self.p, self.cx);
+        let ids: Vec<ExprId> = p
+            .live
+            .iter()
+            .copied()
+            .filter(|&id| !p.elem[id as usize] && p.stage_dep[id as usize] == after)
+            .collect();
+        let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+            match e {
+                Expr::Load(n) => Ok(cuda::load_conv(h, d, &format!("p{}[ib{n}]", p.in_param[*n as usize]))),
+                Expr::Index(a) => Ok(index_value(h, p.ix, "row", p.k.outer, *a as usize, d)),
+                Expr::Stage(n) => Ok(format!("st{n}")),
+                _ => Err(cx.malformed("acc in a row kernel")),
+            }
+        };
+        cuda::emit_exprs(
+            cx,
+            &mut self.w,
+            &mut self.h,
+            p.k.body,
+            &ids,
+            &|id| p.name(id),
+            &mut leaf,
+        )
+    }
+
+    /// The C name of the chunk index: scalar (`vw == 1`), chunk `j` is element `j`;
+    /// vector, chunk `ci` is elements `ci * vw + u`, `u < vw`, moved by one access each.
+    fn chunk(&self) -> &'static str {
+        if self.p.vw == 1 {
+            "j"
+        } else {
+            "ci"
+        }
+    }
+
+    /// Open one pass over the row's chunks: unrolled (`cpt` chunks per thread, for the
+    /// register cache) or a strided loop.
+    fn open_pass(&mut self, unrolled: bool) {
+        let p = self.p;
+        let (t, chunk, tpr) = (p.ix.ty(), self.chunk(), p.tpr);
+        let w = &mut self.w;
+        if unrolled {
+            w.line("#pragma unroll");
+            w.open(format!("for (int v = 0; v < {}; ++v)", p.cpt));
+            w.line(format!("const {t} {chunk} = t + v * {tpr};"));
+            if !p.n_chunks.is_multiple_of(tpr) {
+                w.open(format!("if ({chunk} < {})", p.ix.lit(p.n_chunks as i64)));
+            }
+        } else {
+            w.open(format!(
+                "for ({t} {chunk} = t; {chunk} < {}; {chunk} += {tpr})",
+                p.ix.lit(p.n_chunks as i64)
+            ));
+        }
+    }
+
+    fn close_pass(&mut self, unrolled: bool) {
+        if unrolled && !self.p.n_chunks.is_multiple_of(self.p.tpr) {
+            self.w.close();
+        }
+        self.w.close();
+    }
+
+    /// Vector mode: open the loop over the elements of a chunk.
+    fn open_elems(&mut self) {
+        let vw = self.p.vw;
+        if vw > 1 {
+            self.w.line("#pragma unroll");
+            self.w.open(format!("for (int u = 0; u < {vw}; ++u)"));
+            self.w.line(format!(
+                "const {} j = ci * {} + u;",
+                self.p.ix.ty(),
+                self.p.ix.lit(vw as i64)
+            ));
+        }
+    }
+
+    fn close_elems(&mut self) {
+        if self.p.vw > 1 {
+            self.w.close();
+        }
+    }
+
+    /// Vector mode: `alignas(16) T vx{n}[vw]` loaded with one access.
+    fn vector_load(&mut self, n: usize) -> Result<(), CodegenError> {
+        let p = self.p;
+        let d = self.cx.dtype(p.k.inputs[n].buffer)?;
+        let vt = vec_type(p.vw * d.size_bytes());
+        let addr = self.p.chunk_addr(&format!("ib{n}"));
+        self.w
+            .line(format!("alignas(16) {} vx{n}[{}];", cuda::storage_type(d), p.vw));
+        self.w
+            .line(format!("*({vt}*)vx{n} = *(const {vt}*)(p{} + {addr});", p.in_param[n]));
+        Ok(())
+    }
+
+    /// The register-cache slot of the current element.
+    fn cache_slot(&self) -> String {
+        if self.p.vw == 1 {
+            "v".to_string()
+        } else {
+            format!("v * {} + u", self.p.vw)
+        }
+    }
+
+    /// With the register cache: declare it and load every multi-pass input into it.
+    pub fn load_cache(&mut self) -> Result<(), CodegenError> {
+        let p = self.p;
+        if !p.cache {
+            return Ok(());
+        }
+        for &n in &p.multi_pass {
+            let d = self.cx.dtype(p.k.inputs[n].buffer)?;
+            self.w.line(format!("{} c{n}[{}];", cuda::reg_type(d), p.vpt));
+        }
+        self.open_pass(true);
+        if p.vw > 1 {
+            for &n in &p.multi_pass {
+                self.vector_load(n)?;
+            }
+            self.w.line("#pragma unroll");
+            self.w.open(format!("for (int u = 0; u < {}; ++u)", p.vw));
+            let slot = self.cache_slot();
+            for &n in &p.multi_pass {
+                let d = self.cx.dtype(p.k.inputs[n].buffer)?;
+                let v = cuda::load_conv(&mut self.h, d, &format!("vx{n}[u]"));
+                self.w.line(format!("c{n}[{slot}] = {v};"));
+            }
+            self.w.close();
+        } else {
+            layout::decompose(&mut self.w, p.ix, "j", &p.ic.dims, "j");
+            for &n in &p.multi_pass {
+                let d = self.cx.dtype(p.k.inputs[n].buffer)?;
+                let raw = format!("p{}[{}]", p.in_param[n], self.p.inner_addr(n));
+                let v = cuda::load_conv(&mut self.h, d, &raw);
+                self.w.line(format!("c{n}[v] = {v};"));
+            }
+        }
+        self.close_pass(true);
+        Ok(())
+    }
+
+    /// The vector loads of a pass: its element inputs not in registers.
+    fn pass_vector_loads(&mut self, ids: &[ExprId]) -> Result<(), CodegenError> {
+        let p = self.p;
+        if p.vw > 1 {
+            for n in p.k.loads_of(ids) {
+                if p.elem_inputs.contains(&n) && !p.cached(n) {
+                    self.vector_load(n)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The expressions of a pass that vary along the row, for element `j`.
+    fn pass_body(&mut self, ids: &[ExprId]) -> Result<(), CodegenError> {
+        let (p, cx) = (self.p, self.cx);
+        layout::decompose(&mut self.w, p.ix, "j", &p.ic.dims, "j");
+        let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| p.elem[id as usize]).collect();
+        let slot = self.cache_slot();
+        let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+            match e {
+                Expr::Load(n) => {
+                    let n = *n as usize;
+                    if p.cached(n) {
+                        Ok(format!("c{n}[{slot}]"))
+                    } else if p.vw > 1 {
+                        Ok(cuda::load_conv(h, d, &format!("vx{n}[u]")))
+                    } else {
+                        Ok(cuda::load_conv(
+                            h,
+                            d,
+                            &format!("p{}[{}]", p.in_param[n], p.inner_addr(n)),
+                        ))
+                    }
+                }
+                Expr::Index(a) => Ok(index_value(h, p.ix, "j", p.k.inner, *a as usize - p.ro, d)),
+                _ => Err(cx.malformed("stage or acc varying along a row")),
+            }
+        };
+        cuda::emit_exprs(
+            cx,
+            &mut self.w,
+            &mut self.h,
+            p.k.body,
+            &elem_ids,
+            &|id| p.name(id),
+            &mut leaf,
+        )
+    }
+
+    /// Stage `si`: its pass over the row, the reduction across threads, its result
+    /// `st<si>` and the row-level expressions that were waiting for it.
+    pub fn stage(&mut self, si: usize) -> Result<(), CodegenError> {
+        let p = self.p;
+        let Some(stage) = p.k.stages.get(si) else {
+            return Ok(());
+        };
+        let ids = p.passes.get(si).map(Vec::as_slice).unwrap_or_default();
+        let d = p.k.body.dtype(stage.value);
+        let at = acc_type(d);
+        let acc = format!("a{si}");
+        self.w.line(format!("// stage {si}: {} over the row", stage.op.name()));
+        self.w.line(format!("{at} {acc} = {};", acc_init(stage.op, d)));
+        self.open_pass(p.cache);
+        self.pass_vector_loads(ids)?;
+        self.open_elems();
+        self.pass_body(ids)?;
+        let x = if at == cuda::reg_type(d) {
+            p.name(stage.value)
+        } else {
+            format!("({at}){}", p.name(stage.value))
+        };
+        self.w.line(combine(stage.op, d, &acc, &x));
+        self.close_elems();
+        self.close_pass(p.cache);
+        across_threads(&mut self.w, p.mode, stage.op, d, &acc);
+        let fin = final_value(&mut self.h, stage.op, d, &acc, p.n_inner);
+        self.w.line(format!("const {} st{si} = {fin};", cuda::reg_type(d)));
+        self.row_exprs(Some(si))
+    }
+
+    /// The row stores, by the row's first thread.
+    pub fn row_stores(&mut self) -> Result<(), CodegenError> {
+        let p = self.p;
+        if p.k.row_stores.is_empty() {
+            return Ok(());
+        }
+        self.w.open("if (t == 0)");
+        for (i, s) in p.k.row_stores.iter().enumerate() {
+            let d = self.cx.dtype(s.access.buffer)?;
+            let v = cuda::store_conv(&mut self.h, d, &p.name(s.value));
+            self.w.line(format!("p{}[rb{i}] = {v};", p.rs_param[i]));
+        }
+        self.w.close();
+        Ok(())
+    }
+
+    /// The last pass: the element stores (vector mode: gathered in `vo<i>` and written
+    /// with one access per chunk).
+    pub fn stores(&mut self) -> Result<(), CodegenError> {
+        let p = self.p;
+        if p.k.stores.is_empty() {
+            return Ok(());
+        }
+        let vw = p.vw;
+        self.w.line("// stores");
+        self.open_pass(p.cache);
+        let ids = p.passes.last().map(Vec::as_slice).unwrap_or_default();
+        self.pass_vector_loads(ids)?;
+        if vw > 1 {
+            for (i, s) in p.k.stores.iter().enumerate() {
+                let d = self.cx.dtype(s.access.buffer)?;
+                self.w
+                    .line(format!("alignas(16) {} vo{i}[{vw}];", cuda::storage_type(d)));
+            }
+        }
+        self.open_elems();
+        self.pass_body(ids)?;
+        for (i, s) in p.k.stores.iter().enumerate() {
+            let d = self.cx.dtype(s.access.buffer)?;
+            let v = cuda::store_conv(&mut self.h, d, &p.name(s.value));
+            if vw > 1 {
+                self.w.line(format!("vo{i}[u] = {v};"));
+            } else {
+                let a = layout::address(p.ix, 0, &p.ic.strides[p.elem_inputs.len() + i], "j");
+                self.w.line(format!("p{}[sb{i} + {a}] = {v};", p.st_param[i]));
+            }
+        }
+        self.close_elems();
+        if vw > 1 {
+            for (i, s) in p.k.stores.iter().enumerate() {
+                let d = self.cx.dtype(s.access.buffer)?;
+                let vt = vec_type(vw * d.size_bytes());
+                let addr = self.p.chunk_addr(&format!("sb{i}"));
+                self.w
+                    .line(format!("*({vt}*)(p{} + {addr}) = *(const {vt}*)vo{i};", p.st_param[i]));
+            }
+        }
+        self.close_pass(p.cache);
+        Ok(())
+    }
+}

@@ -1,0 +1,86 @@
+//! The thread mapping of a row kernel ([`Mode`]) and its vector width, chosen from the
+//! static shapes and strides.
+
+use graphc_ir::DType;
+
+use super::{BLOCK_PER_THREAD, COLUMN_PER_THREAD, WARP_ROW_LIMIT};
+use crate::codegen::layout;
+
+/// How threads map to rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// A warp per row, 8 rows per 256-thread block.
+    Warp,
+    /// A block of this many threads (a multiple of 32) per row.
+    Block(usize),
+    /// 32 adjacent rows per block, one per lane, and this many warps splitting each row
+    /// (the reduced axis is strided, the rows' elements adjacent: coalesced).
+    Columns(usize),
+}
+
+/// The thread mapping for `rows` rows of `n_inner` elements moved `vw` at a time
+/// ([`vector_width`]; the split-row mode is never vectorized). `elem` lists the accesses
+/// varying along the row as `(dtype, offset, outer position, inner position)`.
+pub(super) fn choose_mode(
+    rows: usize,
+    n_inner: usize,
+    vw: usize,
+    elem: &[(DType, i64, usize, usize)],
+    oc: &layout::Collapsed,
+    ic: &layout::Collapsed,
+) -> Mode {
+    // Columns: the innermost outer dim steps every access by 0 or 1 element (some
+    // varying access by 1), while no varying access is contiguous along the row.
+    let columns = match oc.dims.len().checked_sub(1) {
+        Some(l) if rows.is_multiple_of(32) && n_inner > 1 && oc.dims[l] >= 32 && !elem.is_empty() => {
+            oc.strides.iter().all(|s| s[l] == 0 || s[l] == 1)
+                && elem.iter().any(|&(_, _, po, _)| oc.strides[po][l] == 1)
+                && elem
+                    .iter()
+                    .all(|&(_, _, _, pi)| ic.strides[pi].last().is_some_and(|s| s.unsigned_abs() != 1))
+        }
+        _ => false,
+    };
+    if columns {
+        Mode::Columns(n_inner.div_ceil(COLUMN_PER_THREAD).next_power_of_two().clamp(1, 16))
+    } else if n_inner <= WARP_ROW_LIMIT {
+        Mode::Warp
+    } else {
+        // About BLOCK_PER_THREAD elements per thread, then as few threads as give each
+        // the same number of chunks (in whole warps), so few threads idle.
+        let n_chunks = n_inner / vw;
+        let target = (BLOCK_PER_THREAD / vw).max(1);
+        let threads = n_chunks.div_ceil(target).next_multiple_of(32).clamp(64, 1024);
+        let cpt = n_chunks.div_ceil(threads);
+        Mode::Block(n_chunks.div_ceil(cpt).next_multiple_of(32).clamp(64, 1024))
+    }
+}
+
+/// Elements per vector access (16 bytes of the widest type), or 1: every access varying
+/// along the row must read it as one contiguous run (stride 1), start every row at a
+/// multiple of the width (offset and outer strides), and the row must be whole vectors.
+pub(super) fn vector_width(
+    elem: &[(DType, i64, usize, usize)],
+    n_inner: usize,
+    outer: &[Vec<i64>],
+    ic: &layout::Collapsed,
+) -> usize {
+    let Some(max_size) = elem.iter().map(|e| e.0.size_bytes()).max() else {
+        return 1;
+    };
+    let v = 16 / max_size.clamp(1, 16);
+    let ok = v > 1
+        && ic.dims.len() == 1
+        && n_inner >= v
+        && n_inner.is_multiple_of(v)
+        && elem.iter().all(|&(_, off, po, pi)| {
+            ic.strides[pi] == [1]
+                && off.rem_euclid(v as i64) == 0
+                && outer[po].iter().all(|s| s.rem_euclid(v as i64) == 0)
+        });
+    if ok {
+        v
+    } else {
+        1
+    }
+}
