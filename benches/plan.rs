@@ -128,7 +128,7 @@ fn main() -> ExitCode {
             for t in p.peak_live.iter().take(6) {
                 println!(
                     "  b{} {} ({} {}): {:.1} MiB",
-                    t.buffer,
+                    t.buffer.0,
                     t.name.as_deref().unwrap_or("-"),
                     t.kernel,
                     t.op,

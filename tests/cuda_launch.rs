@@ -148,7 +148,7 @@ fn launch_arguments_are_the_planned_places() {
                         let arg = step
                             .args
                             .iter()
-                            .find(|x| x.buffer == b.0)
+                            .find(|x| x.buffer == b)
                             .expect("the plan lists the argument");
                         match arg.place {
                             Place::Arena { offset } => assert_eq!(*a, DevAddr::new(Region::Arena, offset)),

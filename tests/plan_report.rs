@@ -4,9 +4,12 @@
 
 use graphc::models::{gpt, GptConfig};
 use graphc::{CompileOptions, Compiled, MemoryOptions};
-use graphc_compiler::kernel::Program;
+use graphc_compiler::kernel::{BufferId, Program};
 use graphc_compiler::plan::report::{self, human_bytes};
-use graphc_compiler::plan::{check_budget, over_budget_diagnosis, MemoryPlan, PlanStep, PlannedBuffer};
+use graphc_compiler::plan::{
+    check_budget, over_budget_diagnosis, Arch, Device, MemoryPlan, PlanJson, PlanStep, PlannedBuffer, Remedy,
+    Scheduler, StepKind, Strategy,
+};
 
 fn block() -> Compiled {
     graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap()
@@ -111,12 +114,12 @@ fn svg_is_well_formed_with_one_rect_per_buffer() {
     assert!(!c.plan.buffers.is_empty());
     assert!(svg.contains("stroke-dasharray=\"6 4\""), "the lower-bound line");
     for b in &c.plan.buffers {
-        let tip = format!("<title>b{}", b.buffer);
+        let tip = format!("<title>b{}", b.buffer.0);
         assert!(
             svg.match_indices(&tip)
                 .any(|(i, _)| !svg[i + tip.len()..].starts_with(|c: char| c.is_ascii_digit())),
             "tooltip of b{}",
-            b.buffer
+            b.buffer.0
         );
     }
 }
@@ -125,9 +128,9 @@ fn svg_is_well_formed_with_one_rect_per_buffer() {
 fn tiny_plan(name: &str, kernels: usize, buffers: Vec<PlannedBuffer>) -> MemoryPlan {
     let arena = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
     MemoryPlan {
-        arch: "sm_89".into(),
+        arch: Arch::default(),
         kernels,
-        schedule: "program".into(),
+        schedule: Scheduler::Program,
         align: 256,
         arena_bytes: arena,
         lower_bound_bytes: arena,
@@ -137,7 +140,7 @@ fn tiny_plan(name: &str, kernels: usize, buffers: Vec<PlannedBuffer>) -> MemoryP
         workspace_bytes: 0,
         budget_bytes: 1 << 30,
         total_bytes: arena,
-        strategy: "greedy:size".into(),
+        strategy: Strategy::GreedySize,
         greedy_arena_bytes: arena,
         in_place: 0,
         aliases: 0,
@@ -147,7 +150,7 @@ fn tiny_plan(name: &str, kernels: usize, buffers: Vec<PlannedBuffer>) -> MemoryP
         steps: (0..kernels)
             .map(|k| PlanStep {
                 kernel: format!("k{k}_{name}"),
-                kind: "elementwise".into(),
+                kind: StepKind::Elementwise,
                 args: Vec::new(),
                 scratch: None,
             })
@@ -165,7 +168,7 @@ fn svg_escapes_names() {
         nasty,
         1,
         vec![PlannedBuffer {
-            buffer: 0,
+            buffer: BufferId(0),
             name: Some(nasty.into()),
             offset: 0,
             bytes: 1024,
@@ -197,7 +200,7 @@ fn pictures_of_empty_and_one_kernel_arenas() {
         1,
         vec![
             PlannedBuffer {
-                buffer: 3,
+                buffer: BufferId(3),
                 name: Some("t".into()),
                 offset: 0,
                 bytes: 512,
@@ -206,7 +209,7 @@ fn pictures_of_empty_and_one_kernel_arenas() {
                 reuses: None,
             },
             PlannedBuffer {
-                buffer: 4,
+                buffer: BufferId(4),
                 name: None,
                 offset: 512,
                 bytes: 512,
@@ -226,7 +229,7 @@ fn pictures_of_empty_and_one_kernel_arenas() {
         "x",
         1000,
         vec![PlannedBuffer {
-            buffer: 0,
+            buffer: BufferId(0),
             name: None,
             offset: 0,
             bytes: 256,
@@ -357,7 +360,7 @@ fn recomputation_names_tensors_idle_across_the_peak() {
             .plan
             .peak_live
             .iter()
-            .filter(|t| line.contains(&format!("(b{}, ", t.buffer)))
+            .filter(|t| line.contains(&format!("(b{}, ", t.buffer.0)))
             .collect();
         assert!(!named.is_empty(), "{name}: {line}");
         for t in named {
@@ -366,4 +369,264 @@ fn recomputation_names_tensors_idle_across_the_peak() {
         }
     }
     assert!(found > 0, "no fixture's diagnosis offers recomputation");
+}
+
+/// A model compiled with `opts` and a budget halfway between its weights + workspace
+/// and its total: over, with every activation remedy open.
+fn half_over(graph: &graphc_ir::Graph, opts: &CompileOptions) -> Compiled {
+    let fits = graphc::compile_with(graph, opts).unwrap();
+    let fixed = fits.plan.weights_bytes + fits.plan.workspace_bytes;
+    let mut opts = opts.clone();
+    opts.memory.budget_bytes = fixed + (fits.plan.total_bytes - fixed) / 2;
+    let c = graphc::compile_with(graph, &opts).unwrap();
+    assert!(!c.plan.fits());
+    c
+}
+
+fn bf16() -> CompileOptions {
+    CompileOptions {
+        precision: graphc_compiler::passes::precision::Precision::Bf16,
+        ..Default::default()
+    }
+}
+
+fn fixture(name: &str) -> graphc_ir::Graph {
+    graphc::load_model(
+        &std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/onnx/{name}/model.onnx")),
+        &[],
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_bf16_model_is_not_told_to_use_bf16() {
+    let c = half_over(&gpt(&GptConfig::default()).unwrap(), &bf16());
+    let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+    assert!(
+        !d.remedies.iter().any(|r| matches!(r, Remedy::LowerPrecision(_))),
+        "{:?}",
+        d.remedies
+    );
+    let text = d.to_string();
+    assert!(!text.contains("bf16/fp16 instead of f32"), "{text}");
+    assert!(text.contains("a smaller batch or sequence length"), "{text}");
+    // Weights over the budget can only shrink by quantization then.
+    let mut opts = bf16();
+    opts.memory.budget_bytes = 64 << 10;
+    let tiny = graphc::compile_with(&gpt(&GptConfig::default()).unwrap(), &opts).unwrap();
+    let text = over_budget_diagnosis(&tiny.program, &tiny.plan, &[]).unwrap();
+    assert!(text.contains("the weights alone"), "{text}");
+    assert!(text.contains("must shrink (quantization)"), "{text}");
+    assert!(!text.contains("bf16/fp16"), "{text}");
+    // The f32 model is offered it.
+    let f32 = half_over(&gpt(&GptConfig::default()).unwrap(), &Default::default());
+    let d = report::diagnose(&f32.program, &f32.plan, &[]).unwrap();
+    assert!(d.remedies.iter().any(|r| matches!(r, Remedy::LowerPrecision(_))));
+}
+
+#[test]
+fn weights_are_labelled_by_their_real_dtypes() {
+    // After a bf16 compile most weights are bf16: the breakdown says so, by dtype, and
+    // the dtypes add up to the weights row.
+    let c = half_over(&gpt(&GptConfig::default()).unwrap(), &bf16());
+    let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+    let by = &d.breakdown.weights_by_dtype;
+    assert_eq!(by.iter().map(|x| x.bytes).sum::<u64>(), c.plan.weights_bytes);
+    assert_eq!(by[0].dtype, graphc_ir::DType::BF16, "{by:?}");
+    let text = d.to_string();
+    let row = text.lines().find(|l| l.trim_start().starts_with("weights")).unwrap();
+    assert!(row.contains(&format!("bf16 {}", human_bytes(by[0].bytes))), "{row}");
+    assert!(!text.contains("f32 weights"), "{text}");
+
+    // An f32 model: the precision remedy gives the f32 weights out of all of them.
+    let c = half_over(&gpt(&GptConfig::default()).unwrap(), &Default::default());
+    let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+    let Some(Remedy::LowerPrecision(p)) = d.remedies.iter().find(|r| matches!(r, Remedy::LowerPrecision(_))) else {
+        panic!("{:?}", d.remedies)
+    };
+    assert_eq!(p.weights_bytes, c.plan.weights_bytes);
+    let text = d.to_string();
+    assert!(
+        text.contains(&format!(
+            "weights in f32 {} of {}",
+            human_bytes(p.f32_weights_bytes),
+            human_bytes(c.plan.weights_bytes)
+        )),
+        "{text}"
+    );
+    let row = text.lines().find(|l| l.trim_start().starts_with("weights")).unwrap();
+    assert!(
+        row.contains(&format!("f32 {}", human_bytes(p.f32_weights_bytes))),
+        "{row}"
+    );
+}
+
+/// The peak table's rows of a diagnosis: from the `peak:` line to `what would help:`.
+fn peak_rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("peak: "))
+        .skip(1)
+        .take_while(|l| !l.starts_with("what would help") && !l.starts_with("  and "))
+        .collect()
+}
+
+#[test]
+fn the_recomputation_line_uses_the_peak_tables_bytes() {
+    let mut found = 0;
+    for name in ["bert", "llama", "gpt2", "vit"] {
+        let c = half_over(&fixture(name), &Default::default());
+        let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+        let Some(Remedy::Recompute(r)) = d.remedies.iter().find(|r| matches!(r, Remedy::Recompute(_))) else {
+            continue;
+        };
+        found += 1;
+        let text = d.to_string();
+        let rows = peak_rows(&text);
+        let line = text.lines().find(|l| l.contains("recomputation (")).unwrap();
+        for t in r.tensors.iter().take(5) {
+            let live = c.plan.peak_live.iter().find(|x| x.buffer == t.buffer).unwrap();
+            assert_eq!(t.bytes, live.bytes, "{name}");
+            assert_eq!(t.frees_bytes + t.kept_bytes, t.bytes, "{name}");
+            let tag = format!("b{}", t.buffer.0);
+            if let Some(row) = rows.iter().find(|l| l.split_whitespace().any(|w| w == tag)) {
+                assert!(row.contains(&human_bytes(t.bytes)), "{name}: {row} / {line}");
+            }
+            assert!(
+                line.contains(&format!("({tag}, {} by", human_bytes(t.bytes))),
+                "{name}: {line}"
+            );
+        }
+        let frees: u64 = r.tensors.iter().map(|t| t.frees_bytes).sum();
+        assert_eq!(r.frees_bytes, frees);
+        assert!(
+            line.contains(&format!("frees about {} at the peak", human_bytes(frees))),
+            "{line}"
+        );
+    }
+    assert!(found > 0, "no fixture's diagnosis offers recomputation");
+}
+
+#[test]
+fn the_live_count_agrees_with_the_peak_table() {
+    for c in [
+        half_over(&gpt(&GptConfig::default()).unwrap(), &Default::default()),
+        half_over(&fixture("llama"), &Default::default()),
+    ] {
+        let plan = &c.plan;
+        assert!(plan.peak_scratch_bytes > 0, "a peak with GEMM scratch");
+        let n = plan.peak_live.len();
+        let words = format!(
+            "{n} tensors and {} of GEMM scratch live",
+            human_bytes(plan.peak_scratch_bytes)
+        );
+        let text = over_budget_diagnosis(&c.program, plan, &[]).unwrap();
+        assert!(text.contains(&words), "{text}");
+        // One row per tensor (up to 8) and one for the scratch.
+        assert_eq!(peak_rows(&text).len(), n.min(8) + 1, "{text}");
+        let summary = report::summary(&c.program, plan);
+        assert!(summary.contains(&words), "{summary}");
+        let table: Vec<&str> = summary
+            .lines()
+            .skip_while(|l| !l.starts_with("tensors live at the peak"))
+            .skip(2)
+            .take_while(|l| l.starts_with("  ") && !l.starts_with("  and "))
+            .collect();
+        assert_eq!(table.len(), n.min(10) + 1, "{summary}");
+    }
+}
+
+#[test]
+fn the_plan_notes_say_the_lower_bound_adds_the_gemm_scratch() {
+    let c = block();
+    let scratch = c.plan.peak_scratch_bytes;
+    assert!(scratch > 0);
+    assert_eq!(c.plan.lower_bound_bytes, c.schedule.peak + scratch);
+    let notes = report::plan_notes(&c.schedule, &c.plan);
+    assert_eq!(notes.len(), 2);
+    assert!(notes[0].starts_with(&format!("schedule program (peak {} bytes; program ", c.schedule.peak)));
+    assert!(
+        notes[1].contains(&format!(
+            "the lower bound is the schedule's peak plus the {scratch} bytes of GEMM scratch live at step {}",
+            c.plan.peak_step
+        )),
+        "{}",
+        notes[1]
+    );
+    let summary = report::summary(&c.program, &c.plan);
+    assert!(
+        summary.contains(&format!(
+            "most arena bytes live at once, {} of it GEMM scratch",
+            human_bytes(scratch)
+        )),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_cpu_run_needs_no_cublaslt_workspace() {
+    let c = block();
+    let p = &c.plan;
+    assert!(p.workspace_bytes > 0);
+    assert_eq!(p.total_bytes_for(Device::Cuda), p.total_bytes);
+    assert_eq!(p.total_bytes_for(Device::Cpu), p.total_bytes - p.workspace_bytes);
+    let cpu = report::summary_for(&c.program, p, Device::Cpu);
+    assert!(cpu.contains("none on the CPU"), "{cpu}");
+    let total = p.total_bytes_for(Device::Cpu);
+    let row = cpu.lines().find(|l| l.starts_with("total")).unwrap();
+    assert!(row.contains(&format!(" {total} B")), "{row}");
+    assert_eq!(
+        report::summary_for(&c.program, p, Device::Cuda),
+        report::summary(&c.program, p)
+    );
+    // A budget between the two totals fits on the CPU only.
+    let c = with_budget(total + 1024);
+    assert!(!c.plan.fits() && c.plan.fits_on(Device::Cpu));
+    let json = serde_json::to_value(PlanJson::new(&c.program, &c.plan, Device::Cpu, &[])).unwrap();
+    assert_eq!(json["summary"]["fits"], true);
+    assert_eq!(json["summary"]["total_bytes"], total);
+    assert!(json.get("diagnosis").is_none());
+}
+
+#[test]
+fn the_plan_json_keeps_the_plans_fields_and_adds_a_summary_and_the_diagnosis() {
+    let c = block();
+    let plan = serde_json::to_value(&c.plan).unwrap();
+    // The enums serialize as the strings they replaced.
+    assert_eq!(plan["schedule"], "program");
+    assert_eq!(plan["strategy"], "greedy:size");
+    assert_eq!(plan["arch"], "sm_89");
+    assert_eq!(plan["steps"][11]["kind"], "matmul");
+    assert!(plan["buffers"][0]["buffer"].is_u64());
+    let round: MemoryPlan = serde_json::from_value(plan.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&round).unwrap(), plan);
+
+    let json = serde_json::to_value(PlanJson::new(&c.program, &c.plan, Device::Cuda, &[])).unwrap();
+    for (k, v) in plan.as_object().unwrap() {
+        assert_eq!(&json[k], v, "{k}");
+    }
+    assert_eq!(json["summary"]["fits"], true);
+    assert_eq!(json["summary"]["total_bytes"], c.plan.total_bytes);
+    assert!(json.get("diagnosis").is_none());
+
+    let over = half_over(&gpt(&GptConfig::default()).unwrap(), &Default::default());
+    let dims = vec!["batch".to_string()];
+    let json = serde_json::to_value(PlanJson::new(&over.program, &over.plan, Device::Cuda, &dims)).unwrap();
+    let d = &json["diagnosis"];
+    assert_eq!(d["over_by"], over.plan.total_bytes - over.plan.budget_bytes);
+    assert_eq!(d["peak"]["step"], over.plan.peak_step);
+    let remedies: Vec<&str> = d["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["remedy"].as_str().unwrap())
+        .collect();
+    assert!(
+        remedies.contains(&"smaller_dim") && remedies.contains(&"lower_precision"),
+        "{remedies:?}"
+    );
+    assert_eq!(d["remedies"][0]["dim"], "batch");
+    // The text is rendered from the same value.
+    let err = check_budget(&over.program, &over.plan, &dims).unwrap_err();
+    assert_eq!(err.details.to_string(), err.diagnosis);
+    assert_eq!(serde_json::to_value(&*err.details).unwrap(), *d);
 }

@@ -26,7 +26,7 @@ fn heaviest_subtree_first_beats_the_program_order() {
     let g = two_branches();
     let c = graphc::compile(&g).unwrap();
     let program_peak = c.schedule.candidates[0].1;
-    assert_eq!(c.schedule.candidates[0].0, "program");
+    assert_eq!(c.schedule.candidates[0].0, graphc_compiler::plan::Scheduler::Program);
     assert!(
         c.schedule.peak < program_peak,
         "{} {:?}",

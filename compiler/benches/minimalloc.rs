@@ -1,10 +1,12 @@
 //! The offset planner on MiniMalloc's benchmark instances A–K (`id,lower,upper,size`
-//! CSVs; capacity 1 MiB; see shared/data/minimalloc/README.md).
+//! CSVs; capacity 1 MiB), vendored in `compiler/tests/data/minimalloc` (see its README.md
+//! for the source and license).
 //!
 //! `cargo bench -p graphc-compiler --bench minimalloc` prints a markdown table: per
 //! instance the lower bound, the best greedy arena, the final arena (all / 1 MiB), whether
-//! it fits in 1 MiB, and the time. The data folder is `$GRAPHC_MINIMALLOC_DIR`, else
-//! `shared/data/minimalloc` beside the repository; without it the bench prints "skipped".
+//! it fits in 1 MiB, and the time. The data folder is `$GRAPHC_MINIMALLOC_DIR`, else the
+//! vendored `compiler/tests/data/minimalloc`; a missing folder, a folder without CSVs or
+//! an instance that cannot be read or planned is an error (the bench exits with status 1).
 //! `$GRAPHC_MINIMALLOC_SECONDS` sets the per-instance time budget (default 5).
 
 use std::path::PathBuf;
@@ -37,24 +39,26 @@ fn load(path: &std::path::Path) -> Result<Vec<Interval>, String> {
     Ok(out)
 }
 
+/// Reports a fatal problem with the data and exits with status 1.
+fn fail(why: &str) -> ! {
+    eprintln!("minimalloc: {why}");
+    std::process::exit(1)
+}
+
 fn main() {
     let dir = std::env::var_os("GRAPHC_MINIMALLOC_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/minimalloc")));
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/minimalloc")));
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "csv"))
             .collect(),
-        Err(_) => {
-            println!("minimalloc: skipped ({} not found)", dir.display());
-            return;
-        }
+        Err(e) => fail(&format!("{}: {e}", dir.display())),
     };
     files.sort();
     if files.is_empty() {
-        println!("minimalloc: skipped (no CSV in {})", dir.display());
-        return;
+        fail(&format!("no CSV in {}", dir.display()));
     }
     let secs: f64 = std::env::var("GRAPHC_MINIMALLOC_SECONDS")
         .ok()
@@ -71,6 +75,7 @@ fn main() {
     println!("| instance | buffers | lower bound / 1 MiB | best greedy / 1 MiB (order) | final / 1 MiB | fits 1 MiB | search states | time |");
     println!("|---|---|---|---|---|---|---|---|");
     let (mut lg, mut gg, mut fg, mut count, mut fits) = (0.0f64, 0.0f64, 0.0f64, 0usize, 0usize);
+    let mut failed = 0usize;
     for path in &files {
         let name = path
             .file_stem()
@@ -79,6 +84,7 @@ fn main() {
             Ok(b) => b,
             Err(e) => {
                 println!("| {name} | error: {e} | | | | | | |");
+                failed += 1;
                 continue;
             }
         };
@@ -86,11 +92,13 @@ fn main() {
             Ok(p) => p,
             Err(e) => {
                 println!("| {name} | {} | error: {e} | | | | | |", bufs.len());
+                failed += 1;
                 continue;
             }
         };
         if let Err(e) = verify(&bufs, &p, opts.align) {
             println!("| {name} | {} | VERIFY FAILED: {e} | | | | | |", bufs.len());
+            failed += 1;
             continue;
         }
         let r = |b: u64| b as f64 / MIB as f64;
@@ -100,7 +108,7 @@ fn main() {
             bufs.len(),
             r(p.lower_bound),
             r(p.greedy_arena),
-            p.greedy_strategy.trim_start_matches("greedy:"),
+            p.greedy_strategy.name().trim_start_matches("greedy:"),
             r(p.arena),
             p.strategy,
             if fit { "yes" } else { "no" },
@@ -121,5 +129,8 @@ fn main() {
             (gg / c).exp(),
             (fg / c).exp()
         );
+    }
+    if failed > 0 {
+        fail(&format!("{failed} of {} instances failed", files.len()));
     }
 }

@@ -25,7 +25,7 @@ use crate::nvrtc::{self, NvrtcError, NvrtcOptions, OutputKind};
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
 use crate::passes::precision::{apply_precision, Precision, PrecisionReport};
-use crate::plan::{apply_schedule, plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
+use crate::plan::{plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 
 pub use report::{Pass, PassDetail, PassReport};
 
@@ -210,13 +210,9 @@ fn run_plan(
 ) -> Result<(Program, Schedule, MemoryPlan, PassReport), CompileError> {
     let start = Instant::now();
     let order = schedule(&program);
-    let program = if order.name == "program" {
-        program
-    } else {
-        apply_schedule(&program, &order.order)
-    };
+    let program = order.apply(program);
     let mut plan = plan_memory(&program, &opts.memory)?;
-    plan.schedule = order.name.to_string();
+    plan.schedule = order.name;
     if cfg!(debug_assertions) || opts.verify_each_pass {
         verify_plan(&program, &plan).map_err(CompileError::PlanInvalid)?;
     }
@@ -256,7 +252,7 @@ fn account_precision(
     precision.weights_bytes_before = optimize.weight_bytes_before as u64;
     precision.weights_bytes_after = optimize.weight_bytes_after as u64;
     for b in &plan.buffers {
-        let ty = &program.buffers[b.buffer as usize].ty;
+        let ty = &program.buffers[b.buffer.index()].ty;
         let bytes = ty.size_bytes() as u64;
         precision.intermediates_bytes = precision.intermediates_bytes.saturating_add(bytes);
         let f32_bytes = if Some(ty.dtype) == low {

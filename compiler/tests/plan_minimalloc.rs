@@ -1,6 +1,6 @@
 //! The offset planner on MiniMalloc's benchmark instances A–K (`id,lower,upper,size`,
-//! capacity 1 MiB; see shared/data/minimalloc/README.md). Skipped, with a message, when the
-//! data folder is absent.
+//! capacity 1 MiB), vendored in `compiler/tests/data/minimalloc` (see its README.md for
+//! the source and license). The tests fail when that folder is missing.
 //!
 //! Node limits, not time, bound the search here, so the results are deterministic and
 //! do not depend on the machine's load (the time budget is only a far safety stop).
@@ -16,14 +16,15 @@ use graphc_compiler::plan::{assign_offsets, verify, Interval, PlanOptions};
 
 const MIB: u64 = 1 << 20;
 
-fn dir() -> Option<PathBuf> {
-    let d = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/minimalloc"));
-    if d.join("A.csv").is_file() {
-        Some(d)
-    } else {
-        eprintln!("minimalloc: skipped ({} not found)", d.display());
-        None
-    }
+/// The vendored instances; panics (the test fails) when they are missing.
+fn dir() -> PathBuf {
+    let d = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/minimalloc"));
+    assert!(
+        d.join("A.csv").is_file(),
+        "minimalloc: the vendored instances are missing ({} has no A.csv)",
+        d.display()
+    );
+    d
 }
 
 fn load(path: &Path) -> Vec<Interval> {
@@ -82,7 +83,7 @@ const ALL: [&str; 11] = ["A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K"];
 
 #[test]
 fn minimalloc_all_fit() {
-    let Some(d) = dir() else { return };
+    let d = dir();
     let mut fit = Vec::new();
     for name in ALL {
         if plan(&d, name, 2_000_000) <= MIB {
@@ -94,7 +95,7 @@ fn minimalloc_all_fit() {
 
 #[test]
 fn minimalloc_small_budget_beats_greedy() {
-    let Some(d) = dir() else { return };
+    let d = dir();
     for name in ALL {
         plan(&d, name, 20_000);
     }

@@ -57,7 +57,7 @@ fn timed(g: &Graph) -> (Compiled, Duration) {
     let first = t.elapsed();
     let t = Instant::now();
     let c2 = compile(g, &CompileOptions::default()).unwrap();
-    let key = |c: &Compiled| (c.plan.arena_bytes, c.plan.buffers.clone(), c.plan.schedule.clone());
+    let key = |c: &Compiled| (c.plan.arena_bytes, c.plan.buffers.clone(), c.plan.schedule);
     assert!(key(&c2) == key(&c), "the plan is deterministic");
     (c, first.min(t.elapsed()))
 }

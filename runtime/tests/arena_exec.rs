@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use graphc_compiler::fuse::fuse;
-use graphc_compiler::kernel::{BufferKind, Program};
+use graphc_compiler::kernel::{BufferId, BufferKind, Program};
 use graphc_compiler::plan::{plan_memory, MemoryOptions, MemoryPlan, PlannedBuffer};
 use graphc_ir::nn::{self, GeluApprox};
 use graphc_ir::{interpret, DType, Graph, GraphBuilder, Tensor, TensorType, UnaryOp};
@@ -192,10 +192,10 @@ fn an_overlap_of_live_buffers_gives_wrong_numbers() {
                 Ok(got) => assert!(
                     !all_same(&got, &c.want),
                     "b{} moved onto b{} (read after it is clobbered) but the outputs did not change",
-                    b.buffer,
-                    a.buffer
+                    b.buffer.0,
+                    a.buffer.0
                 ),
-                Err(e) => eprintln!("b{} onto b{}: {e}", b.buffer, a.buffer),
+                Err(e) => eprintln!("b{} onto b{}: {e}", b.buffer.0, a.buffer.0),
             }
             tried += 1;
         }
@@ -223,7 +223,7 @@ fn an_output_on_the_bytes_of_its_last_read_input_is_correct() {
                     continue;
                 }
                 let got = c.run(&plan).unwrap();
-                assert!(all_same(&got, &c.want), "b{} in place of b{}", b.buffer, a.buffer);
+                assert!(all_same(&got, &c.want), "b{} in place of b{}", b.buffer.0, a.buffer.0);
                 tried += 1;
             }
         }
@@ -245,7 +245,7 @@ fn temp_read_later(c: &Case) -> (usize, PlannedBuffer) {
         .plan
         .buffers
         .iter()
-        .position(|b| b.end > b.start + 1 && c.program.buffers[b.buffer as usize].ty.dtype == DType::F32)
+        .position(|b| b.end > b.start + 1 && c.program.buffers[b.buffer.index()].ty.dtype == DType::F32)
         .expect("an f32 buffer read after the kernel that writes it");
     (i, c.plan.buffers[i].clone())
 }
@@ -255,7 +255,7 @@ fn malformed_plans_are_errors_naming_the_buffer() {
     let c = case(transformer(1));
     assert!(c.run(&c.plan).is_ok());
     let (i, pb) = temp_read_later(&c);
-    let name = format!("b{} (temp", pb.buffer);
+    let name = format!("b{} (temp", pb.buffer.0);
 
     // An offset past the arena.
     let mut p = c.plan.clone();
@@ -296,7 +296,7 @@ fn malformed_plans_are_errors_naming_the_buffer() {
     ] {
         let mut p = c.plan.clone();
         p.buffers.push(PlannedBuffer {
-            buffer: id,
+            buffer: BufferId(id),
             offset: 0,
             ..pb.clone()
         });
@@ -306,7 +306,7 @@ fn malformed_plans_are_errors_naming_the_buffer() {
     // A buffer that does not exist; one planned twice.
     let mut p = c.plan.clone();
     p.buffers.push(PlannedBuffer {
-        buffer: 9999,
+        buffer: BufferId(9999),
         ..pb.clone()
     });
     expect_plan_error(&c, &p, &["b9999", "does not exist"]);

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use super::offsets::Problem;
+use super::offsets::{Problem, Strategy};
 
 /// The orders greedy best-fit is run in. Ties go by index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,12 +22,13 @@ pub(crate) enum Order {
 impl Order {
     pub const ALL: [Order; 4] = [Order::Size, Order::Duration, Order::Area, Order::Start];
 
-    pub fn name(self) -> &'static str {
+    /// The placement strategy this order is.
+    pub fn strategy(self) -> Strategy {
         match self {
-            Order::Size => "greedy:size",
-            Order::Duration => "greedy:duration",
-            Order::Area => "greedy:area",
-            Order::Start => "greedy:start",
+            Order::Size => Strategy::GreedySize,
+            Order::Duration => Strategy::GreedyDuration,
+            Order::Area => Strategy::GreedyArea,
+            Order::Start => Strategy::GreedyStart,
         }
     }
 

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{assign_offsets, Interval, PlanError, PlanOptions};
+use super::{assign_offsets, Arch, Interval, PlanError, PlanOptions, Scheduler, Strategy};
 use crate::kernel::{strides_equal, Access, BufferId, BufferKind, KindRef, Program, Store};
 
 /// 24 GiB, an RTX 4090D.
@@ -48,7 +48,7 @@ pub struct MemoryOptions {
     /// A safety stop on the offset search.
     pub time_budget: Duration,
     /// The target GPU architecture the plan is for (recorded in the plan).
-    pub arch: String,
+    pub arch: Arch,
     /// Let outputs take their inputs' storage (see the module doc).
     pub in_place: bool,
 }
@@ -59,7 +59,7 @@ impl Default for MemoryOptions {
             budget_bytes: DEFAULT_BUDGET,
             align: 256,
             time_budget: Duration::from_millis(200),
-            arch: "sm_89".into(),
+            arch: Arch::sm_89(),
             in_place: true,
         }
     }
@@ -68,7 +68,7 @@ impl Default for MemoryOptions {
 /// One arena buffer: its place and lifetime (kernel indices, `end` exclusive).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedBuffer {
-    pub buffer: u32,
+    pub buffer: BufferId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub offset: u64,
@@ -80,19 +80,19 @@ pub struct PlannedBuffer {
     /// The buffer whose storage this one takes over, in place, at kernel `start` (that
     /// kernel is the other buffer's last reader; both have this offset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reuses: Option<u32>,
+    pub reuses: Option<BufferId>,
 }
 
 /// A tensor live at the peak, for reports and the over-budget diagnosis.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveTensor {
-    pub buffer: u32,
+    pub buffer: BufferId,
     /// The IR node that defined it, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The kernel that produces it (its name) and that kernel's kind.
     pub kernel: String,
-    pub op: String,
+    pub op: StepKind,
     pub bytes: u64,
 }
 
@@ -115,7 +115,7 @@ pub enum Place {
 /// One buffer argument of a kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanArg {
-    pub buffer: u32,
+    pub buffer: BufferId,
     /// `read` or `write`.
     pub access: ArgAccess,
     #[serde(flatten)]
@@ -129,12 +129,84 @@ pub enum ArgAccess {
     Write,
 }
 
+/// The kind of a kernel, serialized as `elementwise`, `row`, `matmul` or the op's name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum StepKind {
+    Elementwise,
+    Row,
+    Matmul,
+    /// A kernel that runs one IR op, by the op's name.
+    Op(String),
+}
+
+impl StepKind {
+    /// The kind of `kernel`.
+    pub fn of(kernel: &crate::kernel::Kernel) -> StepKind {
+        StepKind::from(kernel.kind_name())
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            StepKind::Elementwise => "elementwise",
+            StepKind::Row => "row",
+            StepKind::Matmul => "matmul",
+            StepKind::Op(name) => name,
+        }
+    }
+
+    /// An elementwise or row kernel: cheap to run again (recomputation).
+    pub fn is_cheap(&self) -> bool {
+        matches!(self, StepKind::Elementwise | StepKind::Row)
+    }
+}
+
+impl From<&str> for StepKind {
+    fn from(s: &str) -> StepKind {
+        match s {
+            "elementwise" => StepKind::Elementwise,
+            "row" => StepKind::Row,
+            "matmul" => StepKind::Matmul,
+            op => StepKind::Op(op.to_string()),
+        }
+    }
+}
+
+impl From<String> for StepKind {
+    fn from(s: String) -> StepKind {
+        StepKind::from(s.as_str())
+    }
+}
+
+impl From<StepKind> for String {
+    fn from(k: StepKind) -> String {
+        k.as_str().to_string()
+    }
+}
+
+impl std::fmt::Display for StepKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a program runs, for the bytes it needs ([`MemoryPlan::total_bytes_for`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Device {
+    /// A CUDA GPU: the cuBLASLt workspace counts when the program has GEMMs.
+    #[default]
+    Cuda,
+    /// The CPU executor: no cuBLASLt workspace.
+    Cpu,
+}
+
 /// One kernel of the schedule, with where each of its arguments is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanStep {
     pub kernel: String,
     /// `elementwise`, `row`, `matmul` or the op's name.
-    pub kind: String,
+    pub kind: StepKind,
     pub args: Vec<PlanArg>,
     /// The arena offset of this step's GEMM scratch, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,11 +225,11 @@ pub struct PlannedScratch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryPlan {
     /// The GPU architecture the plan is for.
-    pub arch: String,
+    pub arch: Arch,
     /// Number of kernels (steps).
     pub kernels: usize,
     /// Which kernel order won (`program`, `dfs`, `list:free-largest`, ...).
-    pub schedule: String,
+    pub schedule: Scheduler,
     /// Every arena offset is a multiple of this.
     pub align: u64,
     pub arena_bytes: u64,
@@ -169,10 +241,11 @@ pub struct MemoryPlan {
     /// Library workspace (cuBLASLt) the run reserves.
     pub workspace_bytes: u64,
     pub budget_bytes: u64,
-    /// weights + inputs + outputs + workspace + arena.
+    /// weights + inputs + outputs + workspace + arena: what a GPU run needs
+    /// ([`MemoryPlan::total_bytes_for`] gives a CPU run's).
     pub total_bytes: u64,
     /// Which offset heuristic won (`greedy:size`, `search`, ...).
-    pub strategy: String,
+    pub strategy: Strategy,
     /// The best greedy arena, for comparison.
     pub greedy_arena_bytes: u64,
     /// Buffers that took over an input's storage.
@@ -219,8 +292,22 @@ impl MemoryPlan {
     }
 
     /// The planned arena buffer of program buffer `id`, if it is in the arena.
-    pub fn buffer(&self, id: u32) -> Option<&PlannedBuffer> {
+    pub fn buffer(&self, id: BufferId) -> Option<&PlannedBuffer> {
         self.buffers.iter().find(|b| b.buffer == id)
+    }
+
+    /// The bytes a run on `device` needs: [`MemoryPlan::total_bytes`] on a GPU; without
+    /// the cuBLASLt workspace on the CPU.
+    pub fn total_bytes_for(&self, device: Device) -> u64 {
+        match device {
+            Device::Cuda => self.total_bytes,
+            Device::Cpu => self.total_bytes.saturating_sub(self.workspace_bytes),
+        }
+    }
+
+    /// Whether a run on `device` fits the budget ([`MemoryPlan::total_bytes_for`]).
+    pub fn fits_on(&self, device: Device) -> bool {
+        self.total_bytes_for(device) <= self.budget_bytes
     }
 }
 
@@ -322,7 +409,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
             continue;
         };
         buffers.push(PlannedBuffer {
-            buffer: i as u32,
+            buffer: BufferId(i as u32),
             name: program.buffers[i].name.clone(),
             offset: placement.offsets[slot_of[i]],
             bytes: program.buffers[i].ty.size_bytes() as u64,
@@ -358,7 +445,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     Ok(MemoryPlan {
         arch: opts.arch.clone(),
         kernels: nk,
-        schedule: "program".into(),
+        schedule: Scheduler::Program,
         align: opts.align,
         arena_bytes: placement.arena,
         lower_bound_bytes: placement.lower_bound,
@@ -389,10 +476,10 @@ fn in_place(
     first: &[Option<u32>],
     last: &[Option<u32>],
     in_arena: &dyn Fn(usize) -> bool,
-) -> (Vec<usize>, Vec<Option<u32>>) {
+) -> (Vec<usize>, Vec<Option<BufferId>>) {
     let n = program.buffers.len();
     let mut parent: Vec<usize> = (0..n).collect();
-    let mut reuses: Vec<Option<u32>> = vec![None; n];
+    let mut reuses: Vec<Option<BufferId>> = vec![None; n];
     let mut taken = vec![false; n];
     for (k, kernel) in program.kernels.iter().enumerate() {
         let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match kernel.kind.view() {
@@ -428,7 +515,7 @@ fn in_place(
             });
             if let Some(a) = candidate {
                 taken[a] = true;
-                reuses[out] = Some(a as u32);
+                reuses[out] = Some(BufferId(a as u32));
                 let (ra, ro) = (root(&mut parent, a), root(&mut parent, out));
                 parent[ro] = ra;
             }
@@ -476,7 +563,7 @@ fn peak(
     // Of two buffers sharing a slot at the peak (the step that writes in place), the
     // newer one stands for the slot.
     at_peak.sort_by_key(|b| std::cmp::Reverse(b.start));
-    at_peak.retain(|b| !std::mem::replace(&mut seen_slot[slot_of[b.buffer as usize]], true));
+    at_peak.retain(|b| !std::mem::replace(&mut seen_slot[slot_of[b.buffer.index()]], true));
     let mut peak_live: Vec<LiveTensor> = at_peak
         .iter()
         .map(|b| {
@@ -485,7 +572,7 @@ fn peak(
                 buffer: b.buffer,
                 name: b.name.clone(),
                 kernel: kernel.name.clone(),
-                op: kernel.kind_name().to_string(),
+                op: StepKind::of(kernel),
                 bytes: b.bytes,
             }
         })
@@ -528,11 +615,11 @@ fn plan_steps(
             let writes = kernel.writes().into_iter().map(|b| (b, ArgAccess::Write));
             PlanStep {
                 kernel: kernel.name.clone(),
-                kind: kernel.kind_name().to_string(),
+                kind: StepKind::of(kernel),
                 args: reads
                     .chain(writes)
                     .map(|(b, access)| PlanArg {
-                        buffer: b.0,
+                        buffer: b,
                         access,
                         place: place(b),
                     })
@@ -586,5 +673,24 @@ fn view_reads(program: &Program, kernel: &crate::kernel::Kernel) -> usize {
                 + mm.inputs.iter().filter(|a| !plain(a, &dims(mm.m, mm.n))).count()
         }
         KindRef::Op { inputs, .. } => inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepKind;
+
+    #[test]
+    fn step_kinds_serialize_as_their_names() {
+        for (k, name) in [
+            (StepKind::Elementwise, "elementwise"),
+            (StepKind::Row, "row"),
+            (StepKind::Matmul, "matmul"),
+            (StepKind::Op("conv2d".into()), "conv2d"),
+        ] {
+            assert_eq!(k.to_string(), name);
+            assert_eq!(serde_json::to_string(&k).ok(), Some(format!("\"{name}\"")));
+            assert_eq!(serde_json::from_str::<StepKind>(&format!("\"{name}\"")).ok(), Some(k));
+        }
     }
 }

@@ -1,9 +1,10 @@
 //! Memory planning: the schedule, liveness, in-place reuse and the offsets of every
 //! intermediate in one arena.
 //!
-//! - `schedule.rs` — [`schedule`]: several valid kernel orders (program, three DFS variants, a list
-//!   scheduler that frees big buffers first, BFS); the lowest peak of live bytes wins.
-//!   The pipeline applies it ([`apply_schedule`]) before planning.
+//! - `schedule.rs` — [`schedule`]: several valid kernel orders ([`Scheduler`]: program,
+//!   three DFS variants, a list scheduler that frees big buffers first, BFS); the lowest
+//!   peak of live bytes wins. The pipeline applies it ([`Schedule::apply`]) before
+//!   planning.
 //! - `offsets.rs` — the API, input validation and the driver: greedy best-fit in several
 //!   orders (`greedy.rs`); if that is above `max(lower bound, capacity target)`, the
 //!   exact search (`search.rs`) for that goal, then a bisection over targets between the
@@ -20,9 +21,11 @@
 //!   (liveness over the kernel order; in-place reuse; inputs, weights and outputs
 //!   outside the arena; the budget), as a serde [`MemoryPlan`] with every kernel's
 //!   arguments and where they live.
-//! - `report.rs` — [`report::summary`], [`report::picture`] (terminal) and
-//!   [`report::svg`] of a plan; [`over_budget_diagnosis`] / [`check_budget`]: why a plan
-//!   does not fit and what would help.
+//! - `report/` — [`report::summary`], [`report::picture`] (terminal) and
+//!   [`report::svg`] of a plan; [`report::diagnose`] (a serializable [`Diagnosis`]),
+//!   [`over_budget_diagnosis`] / [`check_budget`]: why a plan does not fit and what would
+//!   help; [`PlanJson`]: what `graphc plan --json` prints.
+//! - `arch.rs` — [`Arch`], the `sm_XX` a plan is for.
 //! - `verify.rs` — [`verify`] (a placement: alignment, no overlap in time and address,
 //!   arena covers every buffer, at least the lower bound) and [`verify_plan`] (a
 //!   [`MemoryPlan`] against its program).
@@ -30,6 +33,7 @@
 //! The offset core works in units of the alignment: sizes are rounded up to `align` and
 //! offsets are multiples of it, so the arena is a multiple of `align` too.
 
+mod arch;
 mod greedy;
 mod memory;
 mod offsets;
@@ -38,13 +42,14 @@ mod schedule;
 mod search;
 mod verify;
 
+pub use arch::{Arch, ArchError};
 pub use memory::{
-    plan_memory, ArgAccess, LiveTensor, MemoryOptions, MemoryPlan, Place, PlanArg, PlanStep, PlannedBuffer,
-    PlannedScratch, DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
+    plan_memory, ArgAccess, Device, LiveTensor, MemoryOptions, MemoryPlan, Place, PlanArg, PlanStep, PlannedBuffer,
+    PlannedScratch, StepKind, DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
 };
 pub use offsets::{
-    assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions, EXACT_MAX_BUFFERS,
+    assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions, Strategy, EXACT_MAX_BUFFERS,
 };
-pub use report::{check_budget, over_budget_diagnosis, OverBudget};
-pub use schedule::{apply_schedule, candidate_orders, schedule, Schedule};
+pub use report::{check_budget, over_budget_diagnosis, Diagnosis, OverBudget, PlanJson, Remedy};
+pub use schedule::{apply_schedule, candidate_orders, schedule, Schedule, Scheduler};
 pub use verify::{verify, verify_plan};

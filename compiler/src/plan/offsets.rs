@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use super::greedy::{best_fit, best_fit_by_start, local_search, Order};
 use super::search::{Outcome, Solver};
 
@@ -20,6 +22,62 @@ pub struct Interval {
 impl Interval {
     pub fn new(start: u32, end: u32, size: u64) -> Interval {
         Interval { start, end, size }
+    }
+}
+
+/// Which method gave a placement; serialized as its name (`greedy:size`, `search`, ...).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Strategy {
+    /// Nothing occupies memory.
+    #[default]
+    #[serde(rename = "empty")]
+    Empty,
+    /// Greedy best-fit, size descending.
+    #[serde(rename = "greedy:size")]
+    GreedySize,
+    /// Greedy best-fit, lifetime length descending.
+    #[serde(rename = "greedy:duration")]
+    GreedyDuration,
+    /// Greedy best-fit, size x lifetime descending.
+    #[serde(rename = "greedy:area")]
+    GreedyArea,
+    /// Greedy best-fit, start ascending (also the sweep for very large inputs).
+    #[serde(rename = "greedy:start")]
+    GreedyStart,
+    /// The exact search.
+    #[serde(rename = "search")]
+    Search,
+    /// The local search over greedy orders.
+    #[serde(rename = "local")]
+    Local,
+}
+
+impl Strategy {
+    /// The strategy's name, as serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Empty => "empty",
+            Strategy::GreedySize => "greedy:size",
+            Strategy::GreedyDuration => "greedy:duration",
+            Strategy::GreedyArea => "greedy:area",
+            Strategy::GreedyStart => "greedy:start",
+            Strategy::Search => "search",
+            Strategy::Local => "local",
+        }
+    }
+
+    /// One of the greedy best-fit orders.
+    pub fn is_greedy(self) -> bool {
+        matches!(
+            self,
+            Strategy::GreedySize | Strategy::GreedyDuration | Strategy::GreedyArea | Strategy::GreedyStart
+        )
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -61,13 +119,12 @@ pub struct Placement {
     pub arena: u64,
     /// [`lower_bound`] of the input at the same alignment.
     pub lower_bound: u64,
-    /// Which method gave the final placement: `greedy:size`, `greedy:duration`,
-    /// `greedy:area`, `greedy:start`, `search` or `local` (the local search over greedy
-    /// orders). `empty` when nothing occupies memory.
-    pub strategy: String,
-    /// The best greedy arena (bytes) and its order's name, for reports.
+    /// Which method gave the final placement: a greedy order, the search or the local
+    /// search over greedy orders; [`Strategy::Empty`] when nothing occupies memory.
+    pub strategy: Strategy,
+    /// The best greedy arena (bytes) and its order, for reports.
     pub greedy_arena: u64,
-    pub greedy_strategy: String,
+    pub greedy_strategy: Strategy,
     /// Budget used by the improvement phase: states the search visited plus, for the
     /// local search, the number of buffers per best-fit evaluation (0 if neither ran).
     pub search_nodes: u64,
@@ -289,9 +346,9 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
             offsets: vec![0; bufs.len()],
             arena: 0,
             lower_bound: 0,
-            strategy: "empty".into(),
+            strategy: Strategy::Empty,
             greedy_arena: 0,
-            greedy_strategy: "empty".into(),
+            greedy_strategy: Strategy::Empty,
             search_nodes: 0,
             time: t0.elapsed(),
         });
@@ -301,29 +358,30 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
         // Too large for the orders that cost O(n^2) and for the search: the sweep.
         let off = best_fit_by_start(&p);
         let arena = p.arena(&off) * align;
-        let name = Order::Start.name();
+        let name = Order::Start.strategy();
         return Ok(Placement {
             offsets: to_bytes(&off),
             arena,
             lower_bound: p.lower * align,
-            strategy: name.into(),
+            strategy: name,
             greedy_arena: arena,
-            greedy_strategy: name.into(),
+            greedy_strategy: name,
             search_nodes: 0,
             time: t0.elapsed(),
         });
     }
-    let (mut greedy_arena, mut off, mut greedy_name, mut greedy_order) = (u64::MAX, Vec::new(), "", Vec::new());
+    let (mut greedy_arena, mut off, mut greedy_name, mut greedy_order) =
+        (u64::MAX, Vec::new(), Strategy::Empty, Vec::new());
     for order in Order::ALL {
         let seq = order.sequence(&p);
         let o = best_fit(&p, &seq);
         let a = p.arena(&o);
         if a < greedy_arena {
-            (greedy_arena, off, greedy_name, greedy_order) = (a, o, order.name(), seq);
+            (greedy_arena, off, greedy_name, greedy_order) = (a, o, order.strategy(), seq);
         }
     }
     let mut arena = greedy_arena;
-    let mut strategy = greedy_name.to_string();
+    let mut strategy = greedy_name;
 
     // Improvement: the exact search (`search.rs`) for the goal, then for targets between
     // the best arena known not to fit and the best found; the local search over greedy
@@ -338,7 +396,7 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
             let a = p.arena(&o);
             if a < arena && valid(&p, &o) {
                 (arena, off) = (a, o);
-                strategy = "search".into();
+                strategy = Strategy::Search;
             }
         }
     }
@@ -348,7 +406,7 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
         if let Some((o, a)) = better {
             if a < arena {
                 (arena, off) = (a, o);
-                strategy = "local".into();
+                strategy = Strategy::Local;
             }
         }
     }
@@ -359,7 +417,7 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
         lower_bound: p.lower * align,
         strategy,
         greedy_arena: greedy_arena * align,
-        greedy_strategy: greedy_name.into(),
+        greedy_strategy: greedy_name,
         search_nodes: nodes,
         time: t0.elapsed(),
     })
@@ -441,7 +499,10 @@ pub fn greedy_arena(bufs: &[Interval], align: u64, order: &str) -> Result<Option
         return Err(PlanError::ZeroAlign);
     }
     let p = Problem::new(bufs, align)?;
-    let Some(o) = Order::ALL.into_iter().find(|o| o.name() == format!("greedy:{order}")) else {
+    let Some(o) = Order::ALL
+        .into_iter()
+        .find(|o| o.strategy().name().strip_prefix("greedy:") == Some(order))
+    else {
         return Ok(None);
     };
     Ok(Some(p.arena(&best_fit(&p, &o.sequence(&p))) * align))

@@ -21,19 +21,112 @@
 //! whole run). Ties go to the earlier candidate in the list above, so the program order
 //! is kept unless another order is strictly better.
 
+use serde::{Deserialize, Serialize};
+
 use crate::kernel::{BufferKind, Program};
+
+/// A candidate kernel order (see the module doc); serialized as its name (`program`,
+/// `dfs`, `dfs:largest-first`, `dfs:heaviest-first`, `list:free-largest`, `bfs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Scheduler {
+    /// The order fusion emitted.
+    #[default]
+    #[serde(rename = "program")]
+    Program,
+    #[serde(rename = "dfs")]
+    Dfs,
+    #[serde(rename = "dfs:largest-first")]
+    DfsLargestFirst,
+    #[serde(rename = "dfs:heaviest-first")]
+    DfsHeaviestFirst,
+    #[serde(rename = "list:free-largest")]
+    ListFreeLargest,
+    #[serde(rename = "bfs")]
+    Bfs,
+}
+
+impl Scheduler {
+    /// Every candidate, in the order [`schedule`] tries them (ties go to the earlier).
+    pub const ALL: [Scheduler; 6] = [
+        Scheduler::Program,
+        Scheduler::Dfs,
+        Scheduler::DfsLargestFirst,
+        Scheduler::DfsHeaviestFirst,
+        Scheduler::ListFreeLargest,
+        Scheduler::Bfs,
+    ];
+
+    /// The candidate's name, as serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheduler::Program => "program",
+            Scheduler::Dfs => "dfs",
+            Scheduler::DfsLargestFirst => "dfs:largest-first",
+            Scheduler::DfsHeaviestFirst => "dfs:heaviest-first",
+            Scheduler::ListFreeLargest => "list:free-largest",
+            Scheduler::Bfs => "bfs",
+        }
+    }
+
+    /// The order this candidate gives.
+    fn order(self, deps: &Deps, k: usize) -> Vec<usize> {
+        match self {
+            Scheduler::Program => (0..k).collect(),
+            Scheduler::Dfs => deps.dfs(Visit::InOrder),
+            Scheduler::DfsLargestFirst => deps.dfs(Visit::LargestFirst),
+            Scheduler::DfsHeaviestFirst => deps.dfs(Visit::HeaviestFirst),
+            Scheduler::ListFreeLargest => deps.list(),
+            Scheduler::Bfs => deps.bfs(),
+        }
+    }
+}
+
+impl std::fmt::Display for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Scheduler {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Scheduler, String> {
+        Scheduler::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown schedule `{s}`"))
+    }
+}
 
 /// The chosen order and how every candidate did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
-    /// Kernel indices of the input program, in the order to run them.
+    /// Kernel indices of the input program, in the order to run them: `order[pos]` is
+    /// the original index of the kernel that runs at position `pos`.
     pub order: Vec<usize>,
-    /// The winning candidate's name.
-    pub name: &'static str,
+    /// The winning candidate.
+    pub name: Scheduler,
     /// Its peak of live intermediate bytes (unaligned; the plan's lower bound aligns).
     pub peak: u64,
     /// Every candidate tried, with its peak, in the order tried.
-    pub candidates: Vec<(&'static str, u64)>,
+    pub candidates: Vec<(Scheduler, u64)>,
+}
+
+impl Schedule {
+    /// Whether the order is the program's own (every kernel at its original position).
+    pub fn is_identity(&self) -> bool {
+        self.order.iter().enumerate().all(|(pos, &i)| pos == i)
+    }
+
+    /// `program` (the one this schedule was computed for) with its kernels in this
+    /// order: the program itself when the order is its own, else [`apply_schedule`].
+    pub fn apply(&self, program: Program) -> Program {
+        if self.is_identity() {
+            program
+        } else {
+            apply_schedule(&program, &self.order)
+        }
+    }
 }
 
 /// Who writes and reads what: the dependency structure the schedulers share.
@@ -335,21 +428,14 @@ enum Visit {
     HeaviestFirst,
 }
 
-/// Every candidate order, by name, in the order [`schedule`] tries them (an order of a
-/// malformed program may be incomplete).
-pub fn candidate_orders(program: &Program) -> Vec<(&'static str, Vec<usize>)> {
+/// Every candidate order, in the order [`schedule`] tries them (an order of a malformed
+/// program may be incomplete).
+pub fn candidate_orders(program: &Program) -> Vec<(Scheduler, Vec<usize>)> {
     candidates(&Deps::new(program), program.kernels.len())
 }
 
-fn candidates(deps: &Deps, k: usize) -> Vec<(&'static str, Vec<usize>)> {
-    vec![
-        ("program", (0..k).collect()),
-        ("dfs", deps.dfs(Visit::InOrder)),
-        ("dfs:largest-first", deps.dfs(Visit::LargestFirst)),
-        ("dfs:heaviest-first", deps.dfs(Visit::HeaviestFirst)),
-        ("list:free-largest", deps.list()),
-        ("bfs", deps.bfs()),
-    ]
+fn candidates(deps: &Deps, k: usize) -> Vec<(Scheduler, Vec<usize>)> {
+    Scheduler::ALL.into_iter().map(|c| (c, c.order(deps, k))).collect()
 }
 
 /// Try every candidate order and keep the lowest peak (see the module doc).
@@ -372,7 +458,10 @@ pub fn schedule(program: &Program) -> Schedule {
         }
     }
     let (peak, c) = best.unwrap_or((0, 0));
-    let (name, order) = candidates.into_iter().nth(c).unwrap_or(("program", (0..k).collect()));
+    let (name, order) = candidates
+        .into_iter()
+        .nth(c)
+        .unwrap_or((Scheduler::Program, (0..k).collect()));
     Schedule {
         order,
         name,
@@ -381,8 +470,9 @@ pub fn schedule(program: &Program) -> Schedule {
     }
 }
 
-/// `program` with its kernels in `order` (a permutation of its kernel indices), renamed
-/// so that kernel names still start with their position (`k3_...`).
+/// `program` with its kernels in `order` (a permutation of its kernel indices: `order[pos]`
+/// is the original index of the kernel to run at `pos`), renamed so that kernel names
+/// still start with their position (`k3_...`).
 pub fn apply_schedule(program: &Program, order: &[usize]) -> Program {
     let mut out = program.clone();
     out.kernels = order
@@ -390,28 +480,66 @@ pub fn apply_schedule(program: &Program, order: &[usize]) -> Program {
         .enumerate()
         .map(|(pos, &i)| {
             let mut kernel = program.kernels[i].clone();
-            kernel.name = rename(&kernel.name, pos);
+            kernel.name = rename(&kernel.name, i, pos);
             kernel
         })
         .collect();
     out
 }
 
-/// `k12_row_softmax` at position 3 -> `k3_row_softmax`; other names get a `k3_` prefix.
-fn rename(name: &str, pos: usize) -> String {
+/// The name of the kernel at original index `from`, moved to position `to`: fusion names
+/// kernels by their index (`k12_row_softmax` at 12), so that prefix becomes the new
+/// position (`k3_row_softmax`); a name without it gets a `k3_` prefix.
+fn rename(name: &str, from: usize, to: usize) -> String {
     let rest = name
-        .strip_prefix('k')
-        .map(|r| r.trim_start_matches(|c: char| c.is_ascii_digit()))
-        .filter(|r| r.len() < name.len() - 1);
+        .strip_prefix(&format!("k{from}"))
+        .filter(|r| !r.starts_with(|c: char| c.is_ascii_digit()));
     match rest {
-        Some(r) => format!("k{pos}{r}"),
-        None => format!("k{pos}_{name}"),
+        Some(r) => format!("k{to}{r}"),
+        None => format!("k{to}_{name}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{rename, Deps};
+    use super::{rename, Deps, Scheduler};
+    use crate::plan::Strategy;
+
+    /// The enums serialize as the names they replaced, and parse back.
+    #[test]
+    fn scheduler_and_strategy_names_are_the_serialized_strings() {
+        let names: Vec<&str> = Scheduler::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "program",
+                "dfs",
+                "dfs:largest-first",
+                "dfs:heaviest-first",
+                "list:free-largest",
+                "bfs"
+            ]
+        );
+        for c in Scheduler::ALL {
+            assert_eq!(serde_json::to_string(&c).ok(), Some(format!("\"{c}\"")));
+            assert_eq!(c.name().parse::<Scheduler>(), Ok(c));
+            assert_eq!(serde_json::from_str::<Scheduler>(&format!("\"{c}\"")).ok(), Some(c));
+        }
+        assert!("nope".parse::<Scheduler>().is_err());
+        for (s, name) in [
+            (Strategy::Empty, "empty"),
+            (Strategy::GreedySize, "greedy:size"),
+            (Strategy::GreedyDuration, "greedy:duration"),
+            (Strategy::GreedyArea, "greedy:area"),
+            (Strategy::GreedyStart, "greedy:start"),
+            (Strategy::Search, "search"),
+            (Strategy::Local, "local"),
+        ] {
+            assert_eq!(s.to_string(), name);
+            assert_eq!(serde_json::to_string(&s).ok(), Some(format!("\"{name}\"")));
+            assert_eq!(s.is_greedy(), name.starts_with("greedy:"));
+        }
+    }
 
     /// The list scheduler as first written: a scan of every ready kernel per step.
     fn list_by_scan(d: &Deps) -> Vec<usize> {
@@ -500,8 +628,11 @@ mod tests {
 
     #[test]
     fn renames_keep_the_suffix() {
-        assert_eq!(rename("k12_row_softmax", 3), "k3_row_softmax");
-        assert_eq!(rename("k0", 7), "k7");
-        assert_eq!(rename("kernel", 2), "k2_kernel");
+        assert_eq!(rename("k12_row_softmax", 12, 3), "k3_row_softmax");
+        assert_eq!(rename("k0", 0, 7), "k7");
+        assert_eq!(rename("kernel", 4, 2), "k2_kernel");
+        // Only the kernel's own index is its position prefix.
+        assert_eq!(rename("k12_x", 1, 2), "k2_k12_x");
+        assert_eq!(rename("k5_x", 6, 2), "k2_k5_x");
     }
 }

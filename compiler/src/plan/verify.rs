@@ -2,7 +2,7 @@
 
 use super::memory::{MemoryPlan, Place, PlannedBuffer};
 use super::offsets::{lower_bound, units, Interval, Placement};
-use crate::kernel::{BufferKind, Program};
+use crate::kernel::{BufferId, BufferKind, Program};
 
 /// Checks a placement of `bufs` at alignment `align`:
 /// - one offset per buffer, each a multiple of `align`;
@@ -154,7 +154,7 @@ fn planned_buffers<'p>(
     let (align, nk, n) = (plan.align, program.kernels.len(), program.buffers.len());
     let mut planned: Vec<Option<&PlannedBuffer>> = vec![None; n];
     for pb in &plan.buffers {
-        let i = pb.buffer as usize;
+        let i = pb.buffer.index();
         let buf = program
             .buffers
             .get(i)
@@ -242,24 +242,27 @@ fn check_steps(
         }
         for arg in &step.args {
             if let (Place::Arena { offset }, Some(pb)) =
-                (&arg.place, planned.get(arg.buffer as usize).copied().flatten())
+                (&arg.place, planned.get(arg.buffer.index()).copied().flatten())
             {
                 if *offset != pb.offset {
                     return Err(format!(
                         "step {k}: b{} at offset {offset}, but the buffer is planned at {}",
-                        arg.buffer, pb.offset
+                        arg.buffer.0, pb.offset
                     ));
                 }
             } else if matches!(arg.place, Place::Arena { .. }) {
                 return Err(format!(
                     "step {k}: b{} is placed in the arena but not planned",
-                    arg.buffer
+                    arg.buffer.0
                 ));
             }
         }
     }
     Ok(())
 }
+
+/// The buffer id of a GEMM scratch span in the overlap sweep (no program buffer).
+const SCRATCH: BufferId = BufferId(u32::MAX);
 
 /// The GEMM scratch areas, checked, as spans for the overlap sweep.
 fn scratch_spans(plan: &MemoryPlan) -> Result<Vec<PlannedBuffer>, String> {
@@ -292,7 +295,7 @@ fn scratch_spans(plan: &MemoryPlan) -> Result<Vec<PlannedBuffer>, String> {
             ));
         }
         scratch_spans.push(PlannedBuffer {
-            buffer: u32::MAX,
+            buffer: SCRATCH,
             name: Some(format!("the GEMM scratch of step {}", s.step)),
             offset: s.offset,
             bytes: s.bytes,
@@ -309,8 +312,8 @@ fn scratch_spans(plan: &MemoryPlan) -> Result<Vec<PlannedBuffer>, String> {
 fn check_overlaps(plan: &MemoryPlan, scratch_spans: &[PlannedBuffer]) -> Result<Vec<u64>, String> {
     let (align, nk) = (plan.align, plan.steps.len());
     let label = |b: &PlannedBuffer| match (&b.name, b.buffer) {
-        (Some(n), u32::MAX) => n.clone(),
-        _ => format!("b{}", b.buffer),
+        (Some(n), SCRATCH) => n.clone(),
+        _ => format!("b{}", b.buffer.0),
     };
 
     // Overlaps: sweep over time (see [`verify`]). An in-place pair shares its range at

@@ -133,9 +133,9 @@ pub(crate) fn validate(program: &Program, plan: &MemoryPlan) -> Result<Vec<Optio
 
     let mut places: Vec<Option<Place>> = vec![None; n];
     for pb in &plan.buffers {
-        let id = BufferId(pb.buffer);
+        let id = pb.buffer;
         let Some(buf) = program.buffers.get(id.index()) else {
-            return err(format!("planned buffer b{} does not exist ({n} buffers)", pb.buffer));
+            return err(format!("planned buffer b{} does not exist ({n} buffers)", id.0));
         };
         let what = describe(id, buf);
         if !matches!(buf.kind, BufferKind::Temp) {

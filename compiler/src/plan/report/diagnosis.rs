@@ -1,0 +1,709 @@
+//! Why a plan does not fit its budget and what would help: [`diagnose`] computes a
+//! serializable [`Diagnosis`] (by how much, the breakdown, the peak step and its
+//! tensors, the [`Remedy`]s with their estimates); its `Display` renders the text that
+//! [`over_budget_diagnosis`] and [`check_budget`] / [`OverBudget`] give.
+//!
+//! The remedies, each offered only where it applies:
+//! - a smaller symbolic dimension (or, for static shapes, a smaller batch or sequence),
+//!   with the share of the activations that fits if they scale linearly;
+//! - bf16/fp16 instead of f32, unless the program already stores tensors in bf16 or
+//!   fp16 (a low-precision compile keeps some tensors in f32 on purpose; the planner
+//!   cannot estimate int8/int4 weights, so it offers no further precision);
+//! - recomputation of tensors that cheap kernels produced and that are idle across the
+//!   peak, with the same bytes as the peak table, less the operands that would have to
+//!   stay live instead;
+//! - and, when the weights (or the weights and the cuBLASLt workspace) alone exceed the
+//!   budget, that no activation remedy can help.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write};
+
+use graphc_ir::DType;
+use serde::Serialize;
+
+use super::{budget_arg, display_name, human_bytes, live_words, peak_bytes, plural, size_row, table};
+use crate::kernel::{BufferId, BufferKind, Program};
+use crate::plan::{ArgAccess, LiveTensor, MemoryPlan, PlannedBuffer, StepKind};
+
+/// Bytes of one element type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DTypeBytes {
+    pub dtype: DType,
+    pub bytes: u64,
+}
+
+/// Where the plan's total goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Breakdown {
+    pub weights_bytes: u64,
+    /// The weights (and constants) by element type, largest first.
+    pub weights_by_dtype: Vec<DTypeBytes>,
+    pub arena_bytes: u64,
+    /// Arena buffers.
+    pub intermediates: usize,
+    pub lower_bound_bytes: u64,
+    pub inputs_bytes: u64,
+    pub outputs_bytes: u64,
+    /// The cuBLASLt workspace (0 without GEMMs).
+    pub workspace_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// The step where the most arena bytes are live, and what is live there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PeakReport {
+    pub step: u32,
+    /// Steps in all.
+    pub kernels: usize,
+    pub kernel: String,
+    pub kind: StepKind,
+    /// The tensors live there, largest first (the plan's `peak_live`).
+    pub tensors: Vec<LiveTensor>,
+    /// GEMM scratch live there.
+    pub scratch_bytes: u64,
+    /// Tensors and scratch together.
+    pub bytes: u64,
+}
+
+/// A tensor that could be recomputed instead of kept across the peak.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Remat {
+    pub buffer: BufferId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The kernel that produces it, and its kind.
+    pub kernel: String,
+    pub kind: StepKind,
+    /// Its bytes (as in the peak table).
+    pub bytes: u64,
+    /// Bytes of its producer's arena operands that would have to stay live across the
+    /// peak to recompute it.
+    pub kept_bytes: u64,
+    /// `bytes - kept_bytes`.
+    pub frees_bytes: u64,
+    /// The step that produces it and the first step after the peak that reads it.
+    pub produced: u32,
+    pub next_read: u32,
+}
+
+/// A smaller dimension: the activations scale with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DimEstimate {
+    /// The symbolic dimension; absent for a model with static shapes (a smaller batch or
+    /// sequence then means re-exporting it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dim: Option<String>,
+    /// Arena, inputs and outputs.
+    pub activations_bytes: u64,
+    /// The percentage of the current size that fits if they scale linearly (at most 99;
+    /// 0: less than 1%).
+    pub fits_percent: u32,
+}
+
+/// bf16/fp16 instead of f32: what is in f32 and what halving it saves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PrecisionEstimate {
+    pub f32_weights_bytes: u64,
+    pub weights_bytes: u64,
+    /// The f32 tensors live at the peak, of all bytes live there.
+    pub peak_f32_bytes: u64,
+    pub peak_bytes: u64,
+    pub f32_io_bytes: u64,
+    /// Halving the f32 weights, inputs, outputs and the f32 share of the arena.
+    pub saves_bytes: u64,
+    pub total_after_bytes: u64,
+}
+
+/// Recomputing tensors idle across the peak just before their next read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RecomputeEstimate {
+    /// Every candidate, in peak-table order.
+    pub tensors: Vec<Remat>,
+    pub frees_bytes: u64,
+    pub total_after_bytes: u64,
+}
+
+/// What would help a plan over its budget, with its estimate (or why nothing in the
+/// model can help). Serialized with a `remedy` tag beside the fields.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "remedy", rename_all = "snake_case")]
+pub enum Remedy {
+    /// The weights alone exceed the budget: no activation remedy can help.
+    WeightsExceedBudget { weights_bytes: u64 },
+    /// The cuBLASLt workspace alone exceeds the budget: nothing in the model can help.
+    WorkspaceExceedsBudget { workspace_bytes: u64, weights_bytes: u64 },
+    /// The weights and the workspace together exceed the budget.
+    FixedExceedBudget { weights_bytes: u64, workspace_bytes: u64 },
+    /// A smaller symbolic dimension, or batch or sequence.
+    SmallerDim(DimEstimate),
+    /// bf16/fp16 instead of f32 (offered only when no tensor is in bf16 or fp16 yet).
+    LowerPrecision(PrecisionEstimate),
+    /// Recomputation of tensors idle across the peak.
+    Recompute(RecomputeEstimate),
+}
+
+/// A plan over its budget: by how much, where the bytes go, the peak, what would help.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Diagnosis {
+    pub total_bytes: u64,
+    pub budget_bytes: u64,
+    pub over_by: u64,
+    /// Some tensors are stored in bf16 or fp16 already (a low-precision compile, or a
+    /// model that came so): then no remedy proposes bf16/fp16.
+    pub low_precision: bool,
+    pub breakdown: Breakdown,
+    /// `None` when the arena is empty (nothing to shrink there).
+    pub peak: Option<PeakReport>,
+    pub remedies: Vec<Remedy>,
+}
+
+/// A plan over its budget, with what [`over_budget_diagnosis`] says about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverBudget {
+    /// Bytes over the budget.
+    pub over_by: u64,
+    pub total_bytes: u64,
+    pub budget_bytes: u64,
+    /// The full diagnosis (what `Display` prints).
+    pub diagnosis: String,
+    /// The same, as data.
+    pub details: Box<Diagnosis>,
+}
+
+impl fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.diagnosis.trim_end())
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
+/// `Ok` when the plan fits its budget, else [`OverBudget`] with the diagnosis.
+pub fn check_budget(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Result<(), OverBudget> {
+    match diagnose(program, plan, symbolic_dims) {
+        None => Ok(()),
+        Some(d) => Err(OverBudget {
+            over_by: d.over_by,
+            total_bytes: d.total_bytes,
+            budget_bytes: d.budget_bytes,
+            diagnosis: d.to_string(),
+            details: Box::new(d),
+        }),
+    }
+}
+
+/// Why a plan does not fit and what would help, as text ([`Diagnosis`]'s `Display`);
+/// `None` when it fits.
+pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Option<String> {
+    diagnose(program, plan, symbolic_dims).map(|d| d.to_string())
+}
+
+/// Why a plan does not fit and what would help; `None` when it fits.
+///
+/// `symbolic_dims` names the model's symbolic dimensions (e.g. ONNX `--dim` names), each
+/// offered as a remedy. The totals are the plan's own (a GPU run's, with the cuBLASLt
+/// workspace).
+pub fn diagnose(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Option<Diagnosis> {
+    let over_by = plan.over_budget()?;
+    let peak = plan
+        .steps
+        .get(plan.peak_step as usize)
+        .filter(|_| !plan.peak_live.is_empty())
+        .map(|step| PeakReport {
+            step: plan.peak_step,
+            kernels: plan.kernels,
+            kernel: step.kernel.clone(),
+            kind: step.kind.clone(),
+            tensors: plan.peak_live.clone(),
+            scratch_bytes: plan.peak_scratch_bytes,
+            bytes: peak_bytes(plan),
+        });
+    Some(Diagnosis {
+        total_bytes: plan.total_bytes,
+        budget_bytes: plan.budget_bytes,
+        over_by,
+        low_precision: low_precision(program),
+        breakdown: breakdown(program, plan),
+        peak,
+        remedies: remedies(program, plan, symbolic_dims),
+    })
+}
+
+fn breakdown(program: &Program, plan: &MemoryPlan) -> Breakdown {
+    let mut by_dtype: HashMap<DType, u64> = HashMap::new();
+    for b in &program.buffers {
+        if matches!(b.kind, BufferKind::Weight { .. } | BufferKind::Constant { .. }) {
+            let e = by_dtype.entry(b.ty.dtype).or_default();
+            *e = e.saturating_add(b.ty.size_bytes() as u64);
+        }
+    }
+    let mut weights_by_dtype: Vec<DTypeBytes> = by_dtype
+        .into_iter()
+        .map(|(dtype, bytes)| DTypeBytes { dtype, bytes })
+        .collect();
+    weights_by_dtype.sort_by_key(|d| (std::cmp::Reverse(d.bytes), d.dtype));
+    Breakdown {
+        weights_bytes: plan.weights_bytes,
+        weights_by_dtype,
+        arena_bytes: plan.arena_bytes,
+        intermediates: plan.buffers.len(),
+        lower_bound_bytes: plan.lower_bound_bytes,
+        inputs_bytes: plan.inputs_bytes,
+        outputs_bytes: plan.outputs_bytes,
+        workspace_bytes: plan.workspace_bytes,
+        total_bytes: plan.total_bytes,
+    }
+}
+
+/// The remedies that apply, in the order the text lists them.
+fn remedies(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Vec<Remedy> {
+    let budget = plan.budget_bytes;
+    let mut out = Vec::new();
+    let weights_over = plan.weights_bytes > budget;
+    if weights_over {
+        out.push(Remedy::WeightsExceedBudget {
+            weights_bytes: plan.weights_bytes,
+        });
+    }
+    let fixed = plan.weights_bytes.saturating_add(plan.workspace_bytes);
+    let fixed_over = !weights_over && fixed > budget;
+    if fixed_over && plan.workspace_bytes > budget {
+        out.push(Remedy::WorkspaceExceedsBudget {
+            workspace_bytes: plan.workspace_bytes,
+            weights_bytes: plan.weights_bytes,
+        });
+    } else if fixed_over {
+        out.push(Remedy::FixedExceedBudget {
+            weights_bytes: plan.weights_bytes,
+            workspace_bytes: plan.workspace_bytes,
+        });
+    }
+    let activations = plan
+        .arena_bytes
+        .saturating_add(plan.inputs_bytes)
+        .saturating_add(plan.outputs_bytes);
+    if !weights_over && !fixed_over && activations > 0 {
+        let share = (budget - fixed) as f64 / activations as f64;
+        let fits_percent = if share < 0.01 {
+            0
+        } else {
+            (share * 100.0).floor().min(99.0) as u32
+        };
+        let dims: Vec<Option<String>> = if symbolic_dims.is_empty() {
+            vec![None]
+        } else {
+            symbolic_dims.iter().cloned().map(Some).collect()
+        };
+        out.extend(dims.into_iter().map(|dim| {
+            Remedy::SmallerDim(DimEstimate {
+                dim,
+                activations_bytes: activations,
+                fits_percent,
+            })
+        }));
+    }
+    if plan.workspace_bytes <= budget {
+        out.extend(lower_precision(program, plan));
+    }
+    if !weights_over && !fixed_over {
+        let tensors = remat_candidates(plan);
+        if !tensors.is_empty() {
+            let frees = tensors.iter().map(|r| r.frees_bytes).fold(0, u64::saturating_add);
+            out.push(Remedy::Recompute(RecomputeEstimate {
+                tensors,
+                frees_bytes: frees,
+                total_after_bytes: plan.total_bytes.saturating_sub(frees),
+            }));
+        }
+    }
+    out
+}
+
+/// Whether some buffer of the program is stored in bf16 or fp16.
+fn low_precision(program: &Program) -> bool {
+    program
+        .buffers
+        .iter()
+        .any(|b| matches!(b.ty.dtype, DType::BF16 | DType::F16))
+}
+
+/// bf16/fp16 instead of f32, when there is f32 to halve and no tensor is in bf16 or
+/// fp16 already (then the precision was chosen; what stays f32 stays on purpose, and the
+/// planner cannot estimate int8/int4 weights).
+fn lower_precision(program: &Program, plan: &MemoryPlan) -> Option<Remedy> {
+    if low_precision(program) {
+        return None;
+    }
+    let mut is_output = vec![false; program.buffers.len()];
+    for (_, b) in &program.outputs {
+        if let Some(o) = is_output.get_mut(b.index()) {
+            *o = true;
+        }
+    }
+    let (mut f32_weights, mut f32_io) = (0u64, 0u64);
+    for (i, b) in program.buffers.iter().enumerate() {
+        if b.ty.dtype != DType::F32 {
+            continue;
+        }
+        let bytes = b.ty.size_bytes() as u64;
+        match b.kind {
+            BufferKind::Weight { .. } | BufferKind::Constant { .. } => f32_weights = f32_weights.saturating_add(bytes),
+            BufferKind::Input { .. } => f32_io = f32_io.saturating_add(bytes),
+            BufferKind::Temp if is_output[i] => f32_io = f32_io.saturating_add(bytes),
+            BufferKind::Temp => {}
+        }
+    }
+    let peak_total = peak_bytes(plan);
+    let peak_f32: u64 = plan
+        .peak_live
+        .iter()
+        .filter(|t| {
+            program
+                .buffers
+                .get(t.buffer.index())
+                .is_some_and(|b| b.ty.dtype == DType::F32)
+        })
+        .map(|t| t.bytes)
+        .fold(0, u64::saturating_add);
+    let arena_f32 = if peak_total == 0 {
+        0
+    } else {
+        (u128::from(plan.arena_bytes) * u128::from(peak_f32) / u128::from(peak_total)) as u64
+    };
+    if f32_weights == 0 && arena_f32 == 0 {
+        return None;
+    }
+    let saves = f32_weights / 2 + f32_io / 2 + arena_f32 / 2;
+    Some(Remedy::LowerPrecision(PrecisionEstimate {
+        f32_weights_bytes: f32_weights,
+        weights_bytes: plan.weights_bytes,
+        peak_f32_bytes: peak_f32,
+        peak_bytes: peak_total,
+        f32_io_bytes: f32_io,
+        saves_bytes: saves,
+        total_after_bytes: plan.total_bytes.saturating_sub(saves),
+    }))
+}
+
+/// Tensors live at the peak that a cheap kernel (elementwise, row) produced at least two
+/// steps earlier and that nothing touches at the peak step (read again only later).
+fn remat_candidates(plan: &MemoryPlan) -> Vec<Remat> {
+    let peak = plan.peak_step;
+    let mut accesses: HashMap<BufferId, Vec<u32>> = HashMap::new();
+    for (k, step) in plan.steps.iter().enumerate() {
+        for a in &step.args {
+            accesses.entry(a.buffer).or_default().push(k as u32);
+        }
+    }
+    // By id, once: a lookup per argument of a scan of all buffers would be quadratic.
+    let by_id: HashMap<BufferId, &PlannedBuffer> = plan.buffers.iter().map(|b| (b.buffer, b)).collect();
+    let buffer = |id: BufferId| by_id.get(&id).copied();
+    let live_at_peak = |id: BufferId| buffer(id).is_some_and(|b| b.start <= peak && peak < b.end);
+    let mut out = Vec::new();
+    for t in &plan.peak_live {
+        let Some(b) = buffer(t.buffer) else { continue };
+        if !t.op.is_cheap() || b.start + 2 > peak {
+            continue;
+        }
+        let steps = accesses.get(&t.buffer).map(Vec::as_slice).unwrap_or_default();
+        if steps.contains(&peak) {
+            continue;
+        }
+        let Some(&next_read) = steps.iter().filter(|&&k| k > peak).min() else {
+            continue;
+        };
+        // The producer's operands that live in the arena and would have to outlive the
+        // peak (weights and inputs are always there).
+        let kept: u64 = plan
+            .steps
+            .get(b.start as usize)
+            .map_or(&[][..], |s| s.args.as_slice())
+            .iter()
+            .filter(|a| a.access == ArgAccess::Read && a.buffer != t.buffer)
+            .filter_map(|a| buffer(a.buffer))
+            .filter(|ob| !live_at_peak(ob.buffer))
+            .map(|ob| ob.bytes)
+            .fold(0, u64::saturating_add);
+        let frees = t.bytes.saturating_sub(kept);
+        if frees == 0 {
+            continue;
+        }
+        out.push(Remat {
+            buffer: t.buffer,
+            name: t.name.clone(),
+            kernel: t.kernel.clone(),
+            kind: t.op.clone(),
+            bytes: t.bytes,
+            kept_bytes: kept,
+            frees_bytes: frees,
+            produced: b.start,
+            next_read,
+        });
+    }
+    out
+}
+
+/// `fits, N to spare` or `still over by N`.
+fn verdict(total: u64, budget: u64) -> String {
+    if total <= budget {
+        format!("fits, {} to spare", human_bytes(budget - total))
+    } else {
+        format!("still over by {}", human_bytes(total - budget))
+    }
+}
+
+impl Breakdown {
+    fn render(&self, f: &mut String) {
+        let weights_note = if self.weights_by_dtype.len() > 1 {
+            self.weights_by_dtype
+                .iter()
+                .map(|d| format!("{} {}", d.dtype.name(), human_bytes(d.bytes)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            self.weights_by_dtype
+                .first()
+                .map_or(String::new(), |d| format!("all {}", d.dtype.name()))
+        };
+        let rows = vec![
+            size_row("weights", self.weights_bytes, weights_note),
+            size_row(
+                "arena",
+                self.arena_bytes,
+                format!(
+                    "{}; lower bound {}",
+                    plural(self.intermediates, "intermediate", "intermediates"),
+                    human_bytes(self.lower_bound_bytes)
+                ),
+            ),
+            size_row("inputs", self.inputs_bytes, String::new()),
+            size_row("outputs", self.outputs_bytes, String::new()),
+            size_row(
+                "workspace",
+                self.workspace_bytes,
+                if self.workspace_bytes > 0 {
+                    "cuBLASLt".into()
+                } else {
+                    String::new()
+                },
+            ),
+            size_row("total", self.total_bytes, String::new()),
+        ];
+        f.push_str(&table("  ", &rows, &[false, true, true, false]));
+    }
+}
+
+impl PeakReport {
+    /// The peak line, then its tensors (the top 8, the GEMM scratch, then a count).
+    fn render(&self, f: &mut String) {
+        // The same words as the summary's peak line (the count covers the scratch row).
+        let _ = writeln!(
+            f,
+            "peak: step {} of {}, kernel {} ({}): {} live in the arena, {}",
+            self.step,
+            self.kernels,
+            self.kernel,
+            self.kind,
+            live_words(self.tensors.len(), self.scratch_bytes),
+            human_bytes(self.bytes)
+        );
+        const TOP: usize = 8;
+        let mut rows: Vec<Vec<String>> = self
+            .tensors
+            .iter()
+            .take(TOP)
+            .map(|t| {
+                vec![
+                    display_name(&t.name).to_string(),
+                    format!("b{}", t.buffer.0),
+                    format!("{} ({})", t.kernel, t.op),
+                    human_bytes(t.bytes),
+                    format!("{} B", t.bytes),
+                ]
+            })
+            .collect();
+        if self.scratch_bytes > 0 {
+            rows.push(vec![
+                "(GEMM scratch)".into(),
+                "-".into(),
+                format!("{} ({})", self.kernel, self.kind),
+                human_bytes(self.scratch_bytes),
+                format!("{} B", self.scratch_bytes),
+            ]);
+        }
+        f.push_str(&table("  ", &rows, &[false, false, false, true, true]));
+        if let Some(rest) = self.tensors.get(TOP..).filter(|r| !r.is_empty()) {
+            let _ = writeln!(
+                f,
+                "  and {} more totalling {}",
+                rest.len(),
+                human_bytes(rest.iter().map(|t| t.bytes).fold(0, u64::saturating_add))
+            );
+        }
+    }
+}
+
+impl Remedy {
+    /// The remedy in words (one line), its estimate against `budget`; `low_precision`:
+    /// the program is in bf16/fp16 already (see [`Diagnosis::low_precision`]), so the
+    /// weights can only shrink by quantization.
+    pub fn text(&self, budget: u64, low_precision: bool) -> String {
+        let shrink = if low_precision {
+            "quantization"
+        } else {
+            "bf16/fp16, quantization"
+        };
+        match self {
+            Remedy::WeightsExceedBudget { weights_bytes } => format!(
+                "the weights alone ({}) exceed the budget ({}): no activation remedy (a smaller batch or \
+                 sequence, recomputation) can help; the weights themselves must shrink ({shrink}) \
+                 or be split across devices",
+                human_bytes(*weights_bytes),
+                human_bytes(budget)
+            ),
+            Remedy::WorkspaceExceedsBudget {
+                workspace_bytes,
+                weights_bytes,
+            } => format!(
+                "the cuBLASLt workspace the GEMMs reserve ({}) alone exceeds the budget ({}): no remedy in \
+                 the model can help; the budget must cover the workspace plus the weights ({}) and activations",
+                human_bytes(*workspace_bytes),
+                human_bytes(budget),
+                human_bytes(*weights_bytes)
+            ),
+            Remedy::FixedExceedBudget {
+                weights_bytes,
+                workspace_bytes,
+            } => format!(
+                "the weights ({}) and the cuBLASLt workspace ({}) together exceed the budget ({}): no \
+                 activation remedy (a smaller batch or sequence, recomputation) can help; the weights must shrink \
+                 ({shrink}) or the budget grow",
+                human_bytes(*weights_bytes),
+                human_bytes(*workspace_bytes),
+                human_bytes(budget)
+            ),
+            Remedy::SmallerDim(e) => e.text(budget),
+            Remedy::LowerPrecision(e) => e.text(budget),
+            Remedy::Recompute(e) => e.text(budget),
+        }
+    }
+}
+
+impl DimEstimate {
+    fn text(&self, budget: u64) -> String {
+        let estimate = if self.fits_percent == 0 {
+            "even if they scale linearly, less than 1% of the current size fits".to_string()
+        } else {
+            format!(
+                "if they scale linearly, about {}% of the current size fits",
+                self.fits_percent
+            )
+        };
+        match &self.dim {
+            None => format!(
+                "a smaller batch or sequence length: activations (arena, inputs, outputs: {}) scale with \
+                 them; {estimate}; this model's shapes are static, so that means re-exporting it smaller or \
+                 with a symbolic dimension",
+                human_bytes(self.activations_bytes)
+            ),
+            Some(name) => format!(
+                "a smaller {name}: activations (arena, inputs, outputs: {}) scale with it; {estimate}; \
+                 `graphc fit MODEL --dim {name} --budget {}` finds the largest {name} that fits",
+                human_bytes(self.activations_bytes),
+                budget_arg(budget)
+            ),
+        }
+    }
+}
+
+impl PrecisionEstimate {
+    fn text(&self, budget: u64) -> String {
+        format!(
+            "bf16/fp16 instead of f32 (`--precision bf16`): weights in f32 {} of {}, intermediates in f32 at \
+             the peak {} of {}, inputs and outputs in f32 {}; halving them saves about {} (total about {}: {})",
+            human_bytes(self.f32_weights_bytes),
+            human_bytes(self.weights_bytes),
+            human_bytes(self.peak_f32_bytes),
+            human_bytes(self.peak_bytes),
+            human_bytes(self.f32_io_bytes),
+            human_bytes(self.saves_bytes),
+            human_bytes(self.total_after_bytes),
+            verdict(self.total_after_bytes, budget)
+        )
+    }
+}
+
+impl RecomputeEstimate {
+    fn text(&self, budget: u64) -> String {
+        let named: Vec<String> = self.tensors.iter().take(5).map(Remat::text).collect();
+        format!(
+            "recomputation (rematerialization): {} produced by cheap kernels and idle across the peak; \
+             recomputing each just before its next read frees about {} at the peak (total about {}: {}): \
+             {}{}",
+            plural(self.tensors.len(), "tensor", "tensors"),
+            human_bytes(self.frees_bytes),
+            human_bytes(self.total_after_bytes),
+            verdict(self.total_after_bytes, budget),
+            named.join("; "),
+            if self.tensors.len() > 5 {
+                format!("; and {} more", self.tensors.len() - 5)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+impl Remat {
+    /// `name (b3, 2.00 KiB by k9_ew (elementwise) at step 9, next read at step 25)`: its
+    /// bytes as in the peak table, and what it frees when operands must stay live.
+    fn text(&self) -> String {
+        let kept = if self.kept_bytes > 0 {
+            format!(
+                "; its operands ({}) would stay live instead: frees {}",
+                human_bytes(self.kept_bytes),
+                human_bytes(self.frees_bytes)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{} (b{}, {} by {} ({}) at step {}, next read at step {}{kept})",
+            display_name(&self.name),
+            self.buffer.0,
+            human_bytes(self.bytes),
+            self.kernel,
+            self.kind,
+            self.produced,
+            self.next_read
+        )
+    }
+}
+
+impl fmt::Display for Diagnosis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "the model needs {} ({} B) but the budget is {} ({} B): over by {} ({} B)",
+            human_bytes(self.total_bytes),
+            self.total_bytes,
+            human_bytes(self.budget_bytes),
+            self.budget_bytes,
+            human_bytes(self.over_by),
+            self.over_by
+        );
+        self.breakdown.render(&mut s);
+        match &self.peak {
+            Some(peak) => peak.render(&mut s),
+            None => {
+                let _ = writeln!(s, "peak: the arena is empty (nothing to shrink there)");
+            }
+        }
+        let _ = writeln!(s, "what would help:");
+        for r in &self.remedies {
+            let _ = writeln!(s, "  - {}", r.text(self.budget_bytes, self.low_precision));
+        }
+        f.write_str(&s)
+    }
+}
