@@ -146,6 +146,22 @@ pub fn check_budget(model: &Compiled, symbolic_dims: &[String]) -> Result<(), Er
     )?)
 }
 
+/// [`check_budget`] for a run on `device`: on the CPU the cuBLASLt workspace does not
+/// count ([`MemoryPlan::total_bytes_for`](graphc_compiler::plan::MemoryPlan::total_bytes_for)),
+/// in the check or in the diagnosis.
+pub fn check_budget_on(
+    model: &Compiled,
+    symbolic_dims: &[String],
+    device: graphc_compiler::plan::Device,
+) -> Result<(), Error> {
+    Ok(graphc_compiler::plan::check_budget_for(
+        &model.program,
+        &model.plan,
+        symbolic_dims,
+        device,
+    )?)
+}
+
 /// Host bytes the CPU executor allocates to run `model`: its arena, inputs and outputs
 /// (the weights are already in memory, in the graph).
 pub fn cpu_run_bytes(model: &Compiled) -> u64 {

@@ -7,8 +7,8 @@ use graphc::{CompileOptions, Compiled, MemoryOptions};
 use graphc_compiler::kernel::{BufferId, Program};
 use graphc_compiler::plan::report::{self, human_bytes};
 use graphc_compiler::plan::{
-    check_budget, over_budget_diagnosis, Arch, Device, MemoryPlan, PlanJson, PlanStep, PlannedBuffer, Remedy,
-    Scheduler, StepKind, Strategy,
+    check_budget, check_budget_for, over_budget_diagnosis, Arch, Device, MemoryPlan, PlanJson, PlanStep, PlannedBuffer,
+    Remedy, Scheduler, StepKind, Strategy,
 };
 
 fn block() -> Compiled {
@@ -536,21 +536,19 @@ fn the_live_count_agrees_with_the_peak_table() {
 }
 
 #[test]
-fn the_plan_notes_say_the_lower_bound_adds_the_gemm_scratch() {
+fn the_plan_pass_says_the_lower_bound_adds_the_gemm_scratch() {
     let c = block();
     let scratch = c.plan.peak_scratch_bytes;
     assert!(scratch > 0);
+    // The schedule's peak counts tensors only; the lower bound adds the scratch.
     assert_eq!(c.plan.lower_bound_bytes, c.schedule.peak + scratch);
-    let notes = report::plan_notes(&c.schedule, &c.plan);
-    assert_eq!(notes.len(), 2);
-    assert!(notes[0].starts_with(&format!("schedule program (peak {} bytes; program ", c.schedule.peak)));
+    let plan = c.passes.iter().find(|p| p.pass.name() == "plan").unwrap().to_string();
     assert!(
-        notes[1].contains(&format!(
-            "the lower bound is the schedule's peak plus the {scratch} bytes of GEMM scratch live at step {}",
+        plan.contains(&format!(
+            "the lower bound includes the {scratch} bytes of GEMM scratch live at step {}",
             c.plan.peak_step
         )),
-        "{}",
-        notes[1]
+        "{plan}"
     );
     let summary = report::summary(&c.program, &c.plan);
     assert!(
@@ -585,6 +583,17 @@ fn a_cpu_run_needs_no_cublaslt_workspace() {
     assert_eq!(json["summary"]["fits"], true);
     assert_eq!(json["summary"]["total_bytes"], total);
     assert!(json.get("diagnosis").is_none());
+    assert!(check_budget_for(&c.program, &c.plan, &[], Device::Cpu).is_ok());
+    assert!(check_budget(&c.program, &c.plan, &[]).is_err());
+    // Below the CPU's total: its diagnosis counts no workspace.
+    let small = with_budget(total / 2);
+    let d = report::diagnose_for(&small.program, &small.plan, &[], Device::Cpu).unwrap();
+    assert_eq!(d.total_bytes, total);
+    assert_eq!(d.over_by, total - total / 2);
+    assert_eq!(d.breakdown.workspace_bytes, 0);
+    assert!(!d.to_string().contains("cuBLASLt"), "{d}");
+    let err = check_budget_for(&small.program, &small.plan, &[], Device::Cpu).unwrap_err();
+    assert_eq!((err.total_bytes, err.diagnosis), (total, d.to_string()));
 }
 
 #[test]
@@ -629,4 +638,17 @@ fn the_plan_json_keeps_the_plans_fields_and_adds_a_summary_and_the_diagnosis() {
     let err = check_budget(&over.program, &over.plan, &dims).unwrap_err();
     assert_eq!(err.details.to_string(), err.diagnosis);
     assert_eq!(serde_json::to_value(&*err.details).unwrap(), *d);
+}
+
+#[test]
+fn the_library_checks_a_cpu_budget_without_the_workspace() {
+    let c = block();
+    let cpu = c.plan.total_bytes_for(Device::Cpu);
+    let c = with_budget(cpu);
+    assert!(graphc::check_budget(&c, &[]).is_err());
+    assert!(graphc::check_budget_on(&c, &[], Device::Cpu).is_ok());
+    assert!(matches!(
+        graphc::check_budget_on(&c, &[], Device::Cuda),
+        Err(graphc::Error::OverBudget(_))
+    ));
 }

@@ -226,8 +226,10 @@ fn run_plan(
             arena_bytes: plan.arena_bytes,
             lower_bound_bytes: plan.lower_bound_bytes,
             ratio: plan.ratio(),
-            strategy: plan.strategy.clone(),
+            strategy: plan.strategy.to_string(),
             in_place: plan.in_place,
+            peak_scratch_bytes: plan.peak_scratch_bytes,
+            peak_step: plan.peak_step,
         },
     ];
     let report = PassReport {

@@ -130,7 +130,16 @@ pub enum PassDetail {
         ratio: f64,
         strategy: String,
         in_place: usize,
+        /// GEMM scratch live at the peak step (`peak_step`): part of the lower bound, not
+        /// of the schedule's peak (which counts tensors only), so the two differ by it.
+        #[serde(skip_serializing_if = "is_zero")]
+        peak_scratch_bytes: u64,
+        peak_step: u32,
     },
+}
+
+fn is_zero(b: &u64) -> bool {
+    *b == 0
 }
 
 impl fmt::Display for PassDetail {
@@ -180,10 +189,22 @@ impl fmt::Display for PassDetail {
                 ratio,
                 strategy,
                 in_place,
-            } => write!(
-                f,
-                "arena {arena_bytes} bytes, lower bound {lower_bound_bytes} ({ratio:.3}x, {strategy}), {in_place} in place"
-            ),
+                peak_scratch_bytes,
+                peak_step,
+            } => {
+                write!(
+                    f,
+                    "arena {arena_bytes} bytes, lower bound {lower_bound_bytes} ({ratio:.3}x, {strategy}), {in_place} in place"
+                )?;
+                if *peak_scratch_bytes > 0 {
+                    write!(
+                        f,
+                        "; the lower bound includes the {peak_scratch_bytes} bytes of GEMM scratch live at step \
+                         {peak_step}, which the schedule's peak (tensors only) leaves out"
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -226,6 +247,8 @@ mod tests {
                     ratio: 1.0,
                     strategy: "greedy by size".into(),
                     in_place: 1,
+                    peak_scratch_bytes: 0,
+                    peak_step: 0,
                 },
             ],
         };
@@ -233,6 +256,20 @@ mod tests {
             r.to_string(),
             "plan: 3 kernels -> 2 arena buffers in 1.50 ms; schedule greedy (peak 64 bytes; program 96, greedy 64); \
              arena 512 bytes, lower bound 512 (1.000x, greedy by size), 1 in place"
+        );
+        let scratch = PassDetail::Arena {
+            arena_bytes: 768,
+            lower_bound_bytes: 768,
+            ratio: 1.0,
+            strategy: "search".into(),
+            in_place: 0,
+            peak_scratch_bytes: 256,
+            peak_step: 2,
+        };
+        assert_eq!(
+            scratch.to_string(),
+            "arena 768 bytes, lower bound 768 (1.000x, search), 0 in place; the lower bound includes the 256 \
+             bytes of GEMM scratch live at step 2, which the schedule's peak (tensors only) leaves out"
         );
     }
 }

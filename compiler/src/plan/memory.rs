@@ -354,20 +354,11 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         ((0..n).collect(), vec![None; n])
     };
 
-    let (mut weights, mut inputs, mut outputs) = (0u64, 0u64, 0u64);
+    let (weights, inputs, outputs) = outside_bytes(program, &output_name);
     // Slots: one interval per union-find root.
     let mut slot_of = vec![usize::MAX; n];
     let mut root_slot = vec![usize::MAX; n];
     let mut slots: Vec<Interval> = Vec::new();
-    for (i, b) in program.buffers.iter().enumerate() {
-        let bytes = b.ty.size_bytes() as u64;
-        match (&b.kind, output_name[i].is_some()) {
-            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights = weights.saturating_add(bytes),
-            (BufferKind::Input { .. }, _) => inputs = inputs.saturating_add(bytes),
-            (BufferKind::Temp, true) => outputs = outputs.saturating_add(bytes),
-            (BufferKind::Temp, false) => {}
-        }
-    }
     for i in 0..n {
         if !in_arena(i) {
             continue;
@@ -467,6 +458,22 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         scratch,
         time: t0.elapsed(),
     })
+}
+
+/// The bytes outside the arena: weights (and constants), graph inputs, graph outputs.
+fn outside_bytes(program: &Program, output_name: &[Option<&str>]) -> (u64, u64, u64) {
+    let (mut weights, mut inputs, mut outputs) = (0u64, 0u64, 0u64);
+    for (i, b) in program.buffers.iter().enumerate() {
+        let bytes = b.ty.size_bytes() as u64;
+        let is_output = output_name.get(i).is_some_and(Option::is_some);
+        match (&b.kind, is_output) {
+            (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights = weights.saturating_add(bytes),
+            (BufferKind::Input { .. }, _) => inputs = inputs.saturating_add(bytes),
+            (BufferKind::Temp, true) => outputs = outputs.saturating_add(bytes),
+            (BufferKind::Temp, false) => {}
+        }
+    }
+    (weights, inputs, outputs)
 }
 
 /// In-place reuse (see the module doc): per buffer, the buffer whose storage it takes

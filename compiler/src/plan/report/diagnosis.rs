@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{budget_arg, display_name, human_bytes, live_words, peak_bytes, plural, size_row, table};
 use crate::kernel::{BufferId, BufferKind, Program};
-use crate::plan::{ArgAccess, LiveTensor, MemoryPlan, PlannedBuffer, StepKind};
+use crate::plan::{ArgAccess, Device, LiveTensor, MemoryPlan, PlannedBuffer, StepKind};
 
 /// Bytes of one element type.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -178,9 +178,21 @@ impl fmt::Display for OverBudget {
 
 impl std::error::Error for OverBudget {}
 
-/// `Ok` when the plan fits its budget, else [`OverBudget`] with the diagnosis.
+/// `Ok` when the plan fits its budget, else [`OverBudget`] with the diagnosis (of a GPU
+/// run: [`check_budget_for`] [`Device::Cuda`]).
 pub fn check_budget(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Result<(), OverBudget> {
-    match diagnose(program, plan, symbolic_dims) {
+    check_budget_for(program, plan, symbolic_dims, Device::Cuda)
+}
+
+/// `Ok` when a run of the plan on `device` fits its budget, else [`OverBudget`] with
+/// [`diagnose_for`] that device.
+pub fn check_budget_for(
+    program: &Program,
+    plan: &MemoryPlan,
+    symbolic_dims: &[String],
+    device: Device,
+) -> Result<(), OverBudget> {
+    match diagnose_for(program, plan, symbolic_dims, device) {
         None => Ok(()),
         Some(d) => Err(OverBudget {
             over_by: d.over_by,
@@ -202,8 +214,36 @@ pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims
 ///
 /// `symbolic_dims` names the model's symbolic dimensions (e.g. ONNX `--dim` names), each
 /// offered as a remedy. The totals are the plan's own (a GPU run's, with the cuBLASLt
-/// workspace).
+/// workspace): [`diagnose_for`] [`Device::Cuda`].
 pub fn diagnose(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Option<Diagnosis> {
+    diagnose_for(program, plan, symbolic_dims, Device::Cuda)
+}
+
+/// [`diagnose`] for a run on `device`: on the CPU the total has no cuBLASLt workspace
+/// ([`MemoryPlan::total_bytes_for`]), and neither do the breakdown and the remedies.
+pub fn diagnose_for(
+    program: &Program,
+    plan: &MemoryPlan,
+    symbolic_dims: &[String],
+    device: Device,
+) -> Option<Diagnosis> {
+    if plan.fits_on(device) {
+        return None;
+    }
+    match device {
+        Device::Cuda => over_budget(program, plan, symbolic_dims),
+        Device::Cpu => {
+            // The plan as the CPU executor sees it (cloned only when it is over).
+            let mut cpu = plan.clone();
+            cpu.total_bytes = plan.total_bytes_for(Device::Cpu);
+            cpu.workspace_bytes = 0;
+            over_budget(program, &cpu, symbolic_dims)
+        }
+    }
+}
+
+/// The diagnosis of a plan whose own total is over its budget.
+fn over_budget(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Option<Diagnosis> {
     let over_by = plan.over_budget()?;
     let peak = plan
         .steps

@@ -8,9 +8,8 @@
 //!   estimates), rendered as text by its `Display`; [`over_budget_diagnosis`],
 //!   [`check_budget`] / [`OverBudget`] for callers that want the text or an error.
 //!
-//! This file holds what they share (sizes in words, tables), [`plan_notes`] (the plan
-//! pass's notes in the compile report) and [`PlanJson`] (what `graphc plan --json`
-//! prints). Everything is computed from the plan and its program, deterministically (no
+//! This file holds what they share (sizes in words, tables) and [`PlanJson`] (what
+//! `graphc plan --json` prints). Everything is computed from the plan and its program, deterministically (no
 //! times), so the text can be snapshot-tested.
 
 mod diagnosis;
@@ -21,14 +20,14 @@ mod svg;
 use serde::Serialize;
 
 pub use diagnosis::{
-    check_budget, diagnose, over_budget_diagnosis, Breakdown, DTypeBytes, Diagnosis, DimEstimate, OverBudget,
-    PeakReport, PrecisionEstimate, RecomputeEstimate, Remat, Remedy,
+    check_budget, check_budget_for, diagnose, diagnose_for, over_budget_diagnosis, Breakdown, DTypeBytes, Diagnosis,
+    DimEstimate, OverBudget, PeakReport, PrecisionEstimate, RecomputeEstimate, Remat, Remedy,
 };
 pub use picture::picture;
 pub use summary::{summary, summary_for};
 pub use svg::{svg, xml_escape};
 
-use super::{Device, MemoryPlan, PlanStep, PlannedBuffer, Schedule};
+use super::{Device, MemoryPlan, PlanStep, PlannedBuffer};
 use crate::kernel::Program;
 
 /// `1536` -> `1.50 KiB`; below 1 KiB, exact bytes (`512 B`). Two decimals below 10 of
@@ -150,46 +149,6 @@ fn live_words(tensors: usize, scratch: u64) -> String {
     }
 }
 
-/// The plan pass's notes for the compile report: the schedule that won (its peak and
-/// every candidate's), then the arena against its lower bound. When GEMM scratch is live
-/// at the peak, the second note says so: the schedule's peak counts tensors only, the
-/// lower bound adds the scratch (and aligns sizes), so the two differ by it.
-pub fn plan_notes(order: &Schedule, plan: &MemoryPlan) -> Vec<String> {
-    let candidates: Vec<String> = order.candidates.iter().map(|(n, p)| format!("{n} {p}")).collect();
-    let mut arena = format!(
-        "arena {} bytes, lower bound {} ({:.3}x, {}), {} in place",
-        plan.arena_bytes,
-        plan.lower_bound_bytes,
-        plan.ratio(),
-        plan.strategy,
-        plan.in_place
-    );
-    let scratch = plan.peak_scratch_bytes;
-    if scratch > 0 {
-        if plan.lower_bound_bytes == order.peak.saturating_add(scratch) {
-            arena.push_str(&format!(
-                "; the lower bound is the schedule's peak plus the {scratch} bytes of GEMM scratch live at step {}",
-                plan.peak_step
-            ));
-        } else {
-            arena.push_str(&format!(
-                "; the lower bound counts the {scratch} bytes of GEMM scratch live at step {}, which the \
-                 schedule's peak (tensors only, unaligned) leaves out",
-                plan.peak_step
-            ));
-        }
-    }
-    vec![
-        format!(
-            "schedule {} (peak {} bytes; {})",
-            order.name,
-            order.peak,
-            candidates.join(", ")
-        ),
-        arena,
-    ]
-}
-
 /// The figures of [`summary`] for tools (part of [`PlanJson`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SummaryJson {
@@ -221,8 +180,8 @@ pub struct PlanJson<'a> {
 }
 
 impl<'a> PlanJson<'a> {
-    /// The JSON of `plan` for a run on `device` (the summary's totals are that device's);
-    /// `symbolic_dims` as for [`diagnose`].
+    /// The JSON of `plan` for a run on `device` (the summary's totals and the diagnosis
+    /// are that device's: [`diagnose_for`]); `symbolic_dims` as for [`diagnose`].
     pub fn new(program: &Program, plan: &'a MemoryPlan, device: Device, symbolic_dims: &[String]) -> PlanJson<'a> {
         let total = plan.total_bytes_for(device);
         let fits = total <= plan.budget_bytes;
@@ -237,12 +196,7 @@ impl<'a> PlanJson<'a> {
                 arena_ratio: plan.ratio(),
                 peak_bytes: peak_bytes(plan),
             },
-            // The diagnosis is of the plan's own (GPU) total; none when the run fits.
-            diagnosis: if fits {
-                None
-            } else {
-                diagnose(program, plan, symbolic_dims)
-            },
+            diagnosis: diagnose_for(program, plan, symbolic_dims, device),
         }
     }
 }
