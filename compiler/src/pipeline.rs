@@ -218,15 +218,15 @@ fn run_plan(
     }
     let details = vec![
         PassDetail::Schedule {
-            name: order.name.to_string(),
+            name: order.name,
             peak: order.peak,
-            candidates: order.candidates.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
+            candidates: order.candidates.clone(),
         },
         PassDetail::Arena {
             arena_bytes: plan.arena_bytes,
             lower_bound_bytes: plan.lower_bound_bytes,
             ratio: plan.ratio(),
-            strategy: plan.strategy.to_string(),
+            strategy: plan.strategy,
             in_place: plan.in_place,
             peak_scratch_bytes: plan.peak_scratch_bytes,
             peak_step: plan.peak_step,

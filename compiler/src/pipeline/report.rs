@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::passes::precision::Precision;
+use crate::plan::{Scheduler, Strategy};
 
 /// A stage of the pipeline. Displayed (and serialized) as its lowercase name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -119,16 +120,16 @@ pub enum PassDetail {
     },
     /// plan: the kernel order chosen, its peak, and every candidate with its peak.
     Schedule {
-        name: String,
+        name: Scheduler,
         peak: u64,
-        candidates: Vec<(String, u64)>,
+        candidates: Vec<(Scheduler, u64)>,
     },
     /// plan: the arena against its lower bound.
     Arena {
         arena_bytes: u64,
         lower_bound_bytes: u64,
         ratio: f64,
-        strategy: String,
+        strategy: Strategy,
         in_place: usize,
         /// GEMM scratch live at the peak step (`peak_step`): part of the lower bound, not
         /// of the schedule's peak (which counts tensors only), so the two differ by it.
@@ -237,15 +238,15 @@ mod tests {
             time: Duration::from_micros(1500),
             details: vec![
                 PassDetail::Schedule {
-                    name: "greedy".into(),
+                    name: Scheduler::Dfs,
                     peak: 64,
-                    candidates: vec![("program".into(), 96), ("greedy".into(), 64)],
+                    candidates: vec![(Scheduler::Program, 96), (Scheduler::Dfs, 64)],
                 },
                 PassDetail::Arena {
                     arena_bytes: 512,
                     lower_bound_bytes: 512,
                     ratio: 1.0,
-                    strategy: "greedy by size".into(),
+                    strategy: Strategy::GreedySize,
                     in_place: 1,
                     peak_scratch_bytes: 0,
                     peak_step: 0,
@@ -254,14 +255,14 @@ mod tests {
         };
         assert_eq!(
             r.to_string(),
-            "plan: 3 kernels -> 2 arena buffers in 1.50 ms; schedule greedy (peak 64 bytes; program 96, greedy 64); \
-             arena 512 bytes, lower bound 512 (1.000x, greedy by size), 1 in place"
+            "plan: 3 kernels -> 2 arena buffers in 1.50 ms; schedule dfs (peak 64 bytes; program 96, dfs 64); \
+             arena 512 bytes, lower bound 512 (1.000x, greedy:size), 1 in place"
         );
         let scratch = PassDetail::Arena {
             arena_bytes: 768,
             lower_bound_bytes: 768,
             ratio: 1.0,
-            strategy: "search".into(),
+            strategy: Strategy::Search,
             in_place: 0,
             peak_scratch_bytes: 256,
             peak_step: 2,
