@@ -435,7 +435,12 @@ fn plan_over_budget_names_the_peak_and_remedies_and_writes_nothing() {
         assert!(err.contains("- bf16/fp16 instead of f32"), "{err}");
         assert!(!svg.exists(), "no SVG for a plan over budget");
         if json {
-            assert!(stdout(&o).is_empty(), "nothing on stdout: {}", stdout(&o));
+            // The whole plan, with the diagnosis as data.
+            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stdout is only JSON");
+            assert_eq!(v["summary"]["fits"], serde_json::json!(false), "{v}");
+            let d = &v["diagnosis"];
+            assert!(d["over_by"].as_u64().is_some_and(|b| b > 0), "{d}");
+            assert!(d["remedies"].as_array().is_some_and(|r| !r.is_empty()), "{d}");
         } else {
             assert!(stdout(&o).contains("OVER BUDGET by"), "{}", stdout(&o));
         }

@@ -80,6 +80,17 @@ pub enum Device {
     Auto,
 }
 
+impl Device {
+    /// What the budget is checked for before anything runs: the CPU's total leaves out
+    /// the cuBLASLt workspace; `cuda` and `auto` are planned for the GPU.
+    pub fn planned_for(self) -> graphc_compiler::plan::Device {
+        match self {
+            Device::Cpu => graphc_compiler::plan::Device::Cpu,
+            Device::Cuda | Device::Auto => graphc_compiler::plan::Device::Cuda,
+        }
+    }
+}
+
 /// Options of the CUDA executor.
 #[derive(clap::Args, Clone, Copy)]
 pub struct GpuArgs {

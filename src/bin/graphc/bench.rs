@@ -84,15 +84,16 @@ struct PlanBytes {
 }
 
 impl PlanBytes {
-    fn of(compiled: &Compiled) -> PlanBytes {
+    fn of(compiled: &Compiled, device: graphc_compiler::plan::Device) -> PlanBytes {
         let p = &compiled.plan;
+        let cpu = device == graphc_compiler::plan::Device::Cpu;
         PlanBytes {
             arena_bytes: p.arena_bytes,
             weights_bytes: p.weights_bytes,
             inputs_bytes: p.inputs_bytes,
             outputs_bytes: p.outputs_bytes,
-            workspace_bytes: p.workspace_bytes,
-            total_bytes: p.total_bytes,
+            workspace_bytes: if cpu { 0 } else { p.workspace_bytes },
+            total_bytes: p.total_bytes_for(device),
         }
     }
 }
@@ -108,7 +109,7 @@ struct Times {
 pub fn run(args: BenchArgs) -> Result<()> {
     let graph = args.model.load()?;
     let compiled = graphc::compile_with(&graph, &args.budget.options())?;
-    graphc::check_budget(&compiled, &args.model.symbolic())?;
+    graphc::check_budget_on(&compiled, &args.model.symbolic(), args.device.device.planned_for())?;
     if args.device.device == Device::Cpu {
         graphc::check_host_memory(&compiled)?;
     }
@@ -191,7 +192,7 @@ fn report_cpu(args: &BenchArgs, compiled: &Compiled, t: &Times) -> Result<()> {
             launches: counts.launches,
             gemms: counts.gemms(),
             modules: counts.modules(),
-            plan: PlanBytes::of(compiled),
+            plan: PlanBytes::of(compiled, graphc_compiler::plan::Device::Cpu),
             device_bytes: None,
             free_bytes_at_load: None,
             per_kernel: &[],
@@ -233,7 +234,7 @@ fn report_cuda(
             launches: counts.launches,
             gemms: counts.gemms(),
             modules: counts.modules(),
-            plan: PlanBytes::of(compiled),
+            plan: PlanBytes::of(compiled, graphc_compiler::plan::Device::Cuda),
             device_bytes: Some(mem.device_bytes),
             free_bytes_at_load: Some(mem.free_at_load),
             per_kernel: &r.per_kernel,

@@ -12,7 +12,8 @@ use crate::args::{BudgetArgs, ModelArgs};
 pub struct PlanArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Print the plan as JSON (nothing on stdout when it does not fit).
+    /// Print the plan as JSON: every step and buffer, the summary's numbers and, when
+    /// it does not fit, the diagnosis as data (the command then fails).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -40,9 +41,17 @@ pub fn run(args: PlanArgs) -> Result<()> {
             print!("{}", report::picture(plan, 64, 16));
         }
     };
-    if let Err(over) = graphc::check_budget(&compiled, &args.model.symbolic()) {
-        // The summary (text mode only), then the diagnosis; no SVG is written.
-        if !args.json {
+    let symbolic = args.model.symbolic();
+    let json = || {
+        let planned = graphc_compiler::plan::Device::Cuda;
+        serde_json::to_string_pretty(&report::PlanJson::new(program, plan, planned, &symbolic))
+    };
+    if let Err(over) = graphc::check_budget(&compiled, &symbolic) {
+        // The summary (or the JSON, with the diagnosis as data), then the diagnosis
+        // as the error; no SVG is written.
+        if args.json {
+            println!("{}", json()?);
+        } else {
             print_summary();
         }
         return Err(over.into());
@@ -51,7 +60,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         graphc::ir::files::write_file(path, report::svg(program, plan).as_bytes()).context("writing the SVG")?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(plan)?);
+        println!("{}", json()?);
     } else {
         print_summary();
         if let Some(path) = &args.svg {

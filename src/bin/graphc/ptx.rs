@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use graphc_compiler::nvrtc::{self, NvrtcOptions, OutputKind};
 
 use crate::args::ModelArgs;
@@ -37,12 +37,8 @@ pub fn run(args: PtxArgs) -> Result<()> {
         no_cache,
         cache_dir,
     } = args;
-    if !arch
-        .strip_prefix("sm_")
-        .is_some_and(|v| v.len() >= 2 && v.chars().all(|c| c.is_ascii_digit()))
-    {
-        bail!("--arch {arch}: expected sm_XX, e.g. sm_89 or sm_90");
-    }
+    let arch: graphc_compiler::plan::Arch = arch.parse().map_err(|e| anyhow::anyhow!("--arch {e}"))?;
+    let arch = arch.to_string();
     let graph = model.load()?;
     let compiled = graphc::compile(&graph)?;
     let kernels = graphc_compiler::codegen::generate_all(&compiled.program)?;

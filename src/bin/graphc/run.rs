@@ -55,20 +55,26 @@ pub fn run(args: RunArgs) -> Result<()> {
     // Plan and budget first: nothing sized by the model is allocated before the
     // plan says it fits.
     let compiled = graphc::compile_with(&graph, &budget.options())?;
-    graphc::check_budget(&compiled, &model.symbolic())?;
+    graphc::check_budget_on(&compiled, &model.symbolic(), device.device.planned_for())?;
     print_passes(&compiled);
     if budget.precision.low_type().is_some() {
         println!("precision {}", compiled.precision.summary());
     }
+    let target = open_device(&compiled, device)?;
+    // The totals of the device that runs it (the CPU has no cuBLASLt workspace).
+    let planned = match target {
+        Target::Cpu(_) => graphc_compiler::plan::Device::Cpu,
+        Target::Gpu(_) => graphc_compiler::plan::Device::Cuda,
+    };
     println!("plan     the static memory plan (`graphc plan MODEL --picture` draws it):");
-    for line in report::summary(&compiled.program, &compiled.plan).lines() {
+    for line in report::summary_for(&compiled.program, &compiled.plan, planned).lines() {
         if line.is_empty() {
             println!();
         } else {
             println!("         {line}");
         }
     }
-    let session = match open_device(&compiled, device)? {
+    let session = match target {
         Target::Gpu(s) => Some(s),
         Target::Cpu(why) => {
             if let Some(e) = why {
