@@ -260,11 +260,11 @@ pub(crate) fn validate(
     for (i, (e, d)) in body.exprs.iter().enumerate() {
         let bad = |m: String| Err(cx.malformed(format!("expression {i}: {m}")));
         for o in operands(e) {
-            if o as usize >= i {
+            if o.index() >= i {
                 return bad(format!("operand {o} does not precede it"));
             }
         }
-        let od = |k: ExprId| body.exprs[k as usize].1;
+        let od = |k: ExprId| body.exprs[k.index()].1;
         match e {
             Expr::Load(n) if *n as usize >= n_inputs => return bad(format!("loads input {n} of {n_inputs}")),
             Expr::Gather { input, .. } if *input as usize >= n_inputs => {
@@ -303,7 +303,7 @@ pub(crate) fn check_loads(
     inputs: &[crate::kernel::Access],
 ) -> Result<(), CodegenError> {
     for &id in ids {
-        if let (Expr::Load(n) | Expr::Gather { input: n, .. }, d) = &body.exprs[id as usize] {
+        if let (Expr::Load(n) | Expr::Gather { input: n, .. }, d) = &body.exprs[id.index()] {
             let bd = cx.dtype(inputs[*n as usize].buffer)?;
             if bd != *d {
                 return Err(cx.malformed(format!("expression {id} loads a {bd} buffer as {d}")));
@@ -319,15 +319,15 @@ pub(crate) fn closure(body: &Body, roots: &[ExprId], stop: &dyn Fn(ExprId) -> bo
     let mut seen = vec![false; body.exprs.len()];
     let mut stack: Vec<ExprId> = roots.to_vec();
     while let Some(id) = stack.pop() {
-        let Some(s) = seen.get_mut(id as usize) else { continue };
+        let Some(s) = seen.get_mut(id.index()) else { continue };
         if std::mem::replace(s, true) {
             continue;
         }
         if !stop(id) {
-            stack.extend(operands(&body.exprs[id as usize].0));
+            stack.extend(operands(&body.exprs[id.index()].0));
         }
     }
-    (0..body.exprs.len() as ExprId).filter(|&i| seen[i as usize]).collect()
+    body.ids().filter(|i| seen[i.index()]).collect()
 }
 
 /// Gives the C expression of a leaf (Load/Index/Stage/Acc) of a given type.
@@ -343,7 +343,7 @@ pub(crate) fn expr_c(
     name: &dyn Fn(ExprId) -> String,
     leaf: &mut Leaf,
 ) -> Result<String, CodegenError> {
-    let (e, d) = &body.exprs[id as usize];
+    let (e, d) = &body.exprs[id.index()];
     let d = *d;
     match e {
         Expr::Const(t) => tensor_lit(cx, t.data()),

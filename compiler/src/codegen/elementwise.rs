@@ -68,7 +68,7 @@ pub(crate) fn generate(
                 s.access.strides.len()
             )));
         }
-        if s.value as usize >= body.exprs.len() {
+        if s.value.index() >= body.exprs.len() {
             return Err(cx.malformed(format!("store {i} of missing expression {}", s.value)));
         }
     }
@@ -77,7 +77,7 @@ pub(crate) fn generate(
     cuda::check_loads(cx, body, &live, inputs)?;
     let mut used: Vec<usize> = live
         .iter()
-        .filter_map(|&id| match body.exprs[id as usize].0 {
+        .filter_map(|&id| match body.exprs[id.index()].0 {
             Expr::Load(n) | Expr::Gather { input: n, .. } => Some(n as usize),
             _ => None,
         })
@@ -86,7 +86,7 @@ pub(crate) fn generate(
     used.dedup();
     let gathers = live
         .iter()
-        .any(|&id| matches!(body.exprs[id as usize].0, Expr::Gather { .. }));
+        .any(|&id| matches!(body.exprs[id.index()].0, Expr::Gather { .. }));
 
     let mut params = Params::new();
     let mut in_param = vec![usize::MAX; inputs.len()];

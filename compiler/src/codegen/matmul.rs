@@ -107,7 +107,7 @@ pub struct GemmDesc {
     pub scratch_bytes: u64,
 }
 
-pub(crate) use crate::kernel::MatMulRef as MatMulKernel;
+pub(crate) use crate::kernel::MatMulKernel;
 
 /// A `rows x cols` operand (last two dims of `a`) with its batch dims collapsed.
 fn operand(
@@ -190,12 +190,12 @@ fn single_users(body: &Body, stores: &[Store]) -> Vec<Option<ExprId>> {
     let mut user = vec![None; n];
     for (i, (e, _)) in body.exprs.iter().enumerate() {
         for o in super::cuda::operands(e) {
-            count[o as usize] += 1;
-            user[o as usize] = Some(i as ExprId);
+            count[o.index()] += 1;
+            user[o.index()] = Some(ExprId(i as u32));
         }
     }
     for s in stores {
-        if let Some(c) = count.get_mut(s.value as usize) {
+        if let Some(c) = count.get_mut(s.value.index()) {
             *c += 1;
         }
     }
@@ -239,11 +239,9 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
 pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<EpilogueParts>), CodegenError> {
     let (m, n, k) = (mk.m, mk.n, mk.k);
     let rank = mk.batch.len() + 2;
-    let body = mk.body;
+    let body = &mk.body;
     super::cuda::validate(cx, body, mk.inputs.len(), 0, rank, true)?;
-    let acc_ids: Vec<ExprId> = (0..body.exprs.len() as ExprId)
-        .filter(|&i| body.exprs[i as usize].0 == Expr::Acc)
-        .collect();
+    let acc_ids: Vec<ExprId> = body.ids().filter(|i| body.exprs[i.index()].0 == Expr::Acc).collect();
     let dtype = match acc_ids.first() {
         Some(&i) => body.dtype(i),
         None => cx.dtype(mk.a.buffer)?,
@@ -260,36 +258,36 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
     if acc_ids.iter().any(|&i| body.dtype(i) != dtype) {
         return Err(cx.malformed("acc expressions of different types"));
     }
-    for (nm, acc) in [("a", mk.a), ("b", mk.b)] {
+    for (nm, acc) in [("a", &mk.a), ("b", &mk.b)] {
         let d = cx.dtype(acc.buffer)?;
         if d != dtype {
             return Err(cx.malformed(format!("matmul operand {nm} is {d}, the product {dtype}")));
         }
     }
-    let a = operand(cx, "a", mk.a, mk.batch, m, k, true)?;
-    let b = operand(cx, "b", mk.b, mk.batch, k, n, true)?;
+    let a = operand(cx, "a", &mk.a, &mk.batch, m, k, true)?;
+    let b = operand(cx, "b", &mk.b, &mk.batch, k, n, true)?;
     let batch: usize = mk.batch.iter().product();
     let space: Vec<usize> = mk.batch.iter().copied().chain([m, n]).collect();
 
     // The native chain: acc [+ C] [+ bias] [relu | gelu_tanh].
-    let users = single_users(body, mk.stores);
+    let users = single_users(body, &mk.stores);
     let mut cur = acc_ids.first().copied();
     let (mut bias, mut beta_c, mut act) = (None, None, None);
     let mut alpha = 1.0f64;
     let bias_shaped = |x: &Access| {
         let r = mk.batch.len();
-        x.strides[..r].iter().zip(mk.batch).all(|(&s, &d)| s == 0 || d == 1)
+        x.strides[..r].iter().zip(&mk.batch).all(|(&s, &d)| s == 0 || d == 1)
             && (m == 1 || x.strides[r] == 0)
             && (n == 1 || x.strides[r + 1] == 1)
             && x.offset >= 0
     };
     let native_ok = acc_ids.len() == 1;
     while let (true, Some(c)) = (native_ok, cur) {
-        let Some(u) = users[c as usize] else { break };
-        match &body.exprs[u as usize].0 {
+        let Some(u) = users[c.index()] else { break };
+        match &body.exprs[u.index()].0 {
             Expr::Binary(BinaryOp::Add, x, y) if act.is_none() => {
                 let other = if *x == c { *y } else { *x };
-                let Expr::Load(ni) = body.exprs[other as usize].0 else {
+                let Expr::Load(ni) = body.exprs[other.index()].0 else {
                     break;
                 };
                 let input = &mk.inputs[ni as usize];
@@ -308,7 +306,7 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
                 } else if beta_c.is_none() {
                     // D = act(alpha AB + beta C + bias): C and bias both add before
                     // the activation, in either order.
-                    match operand(cx, "c", input, mk.batch, m, n, false) {
+                    match operand(cx, "c", input, &mk.batch, m, n, false) {
                         Ok(op) => beta_c = Some(op),
                         Err(_) => break,
                     }
@@ -320,7 +318,7 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
             // A scale of the product before anything is added: cuBLASLt's alpha.
             Expr::Binary(BinaryOp::Mul, x, y) if bias.is_none() && beta_c.is_none() && act.is_none() => {
                 let other = if *x == c { *y } else { *x };
-                let Expr::Const(t) = &body.exprs[other as usize].0 else {
+                let Expr::Const(t) = &body.exprs[other.index()].0 else {
                     break;
                 };
                 match t.to_f64_vec().first() {
@@ -413,10 +411,10 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
     // Every `acc` reads D (those inside the native chain are dead), and so does the
     // chain's last expression.
     for &i in &acc_ids {
-        ebody.exprs[i as usize].0 = load.clone();
+        ebody.exprs[i.index()].0 = load.clone();
     }
     if let Some(c) = cur {
-        ebody.exprs[c as usize].0 = load;
+        ebody.exprs[c.index()].0 = load;
     }
     Ok((
         gemm,

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use graphc_ir::DType;
 
-use crate::kernel::{BufferId, KernelKind, KindRef, Program};
+use crate::kernel::{BufferId, ElementwiseKernel, KernelKind, Program};
 
 pub use matmul::{GemmCompute, GemmDesc, GemmEpilogue, GemmOperand, GemmOutput};
 
@@ -172,16 +172,11 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         kernel: name.clone(),
         scratch: None,
     };
-    let mut out = match kernel.kind.view() {
-        KindRef::Elementwise {
-            space,
-            inputs,
-            body,
-            stores,
-        } => elementwise::generate(&cx, space, inputs, body, stores)?,
-        KindRef::Row(r) => row::generate(&cx, &r)?,
-        KindRef::MatMul(mm) => matmul::generate(&cx, &mm)?,
-        KindRef::Op { op, inputs, output } => op_kernels::generate(&cx, op, inputs, output)?,
+    let mut out = match &kernel.kind {
+        KernelKind::Elementwise(e) => elementwise::generate(&cx, &e.space, &e.inputs, &e.body, &e.stores)?,
+        KernelKind::Row(r) => row::generate(&cx, r)?,
+        KernelKind::MatMul(mm) => matmul::generate(&cx, mm)?,
+        KernelKind::Op(o) => op_kernels::generate(&cx, &o.op, &o.inputs, o.output)?,
     };
     out.name = name;
     Ok(out)
@@ -208,7 +203,7 @@ pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<Mat
         .kernels
         .get(kernel_index)
         .ok_or(CodegenError::NoSuchKernel(kernel_index, program.kernels.len()))?;
-    let KindRef::MatMul(mm) = kernel.kind.view() else {
+    let KernelKind::MatMul(mm) = &kernel.kind else {
         return Ok(None);
     };
     let cx = Ctx {
@@ -216,14 +211,16 @@ pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<Mat
         kernel: format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name())),
         scratch: None,
     };
-    let (gemm, parts) = matmul::split(&cx, &mm)?;
+    let (gemm, parts) = matmul::split(&cx, mm)?;
     Ok(Some(MatMulSplit {
         gemm,
-        epilogue: parts.map(|p| KernelKind::Elementwise {
-            space: p.space,
-            inputs: p.inputs,
-            body: p.body,
-            stores: p.stores,
+        epilogue: parts.map(|p| {
+            KernelKind::Elementwise(ElementwiseKernel {
+                space: p.space,
+                inputs: p.inputs,
+                body: p.body,
+                stores: p.stores,
+            })
         }),
     }))
 }

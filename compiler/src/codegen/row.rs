@@ -41,7 +41,7 @@ const MAX_CACHED_PER_THREAD: usize = 32;
 /// And at most this many registers for cached inputs in all.
 const MAX_CACHE_REGS: usize = 64;
 
-pub(crate) use crate::kernel::RowRef as RowKernel;
+pub(crate) use crate::kernel::RowKernel;
 
 /// The accumulator C type of a reduction of dtype `d`.
 fn acc_type(d: DType) -> &'static str {
@@ -111,7 +111,7 @@ fn combine(op: ReduceOp, d: DType, acc: &str, x: &str) -> String {
 }
 
 pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenError> {
-    let (outer, inner, inputs, body) = (k.outer, k.inner, k.inputs, k.body);
+    let (outer, inner, inputs, body) = (&k.outer[..], &k.inner[..], &k.inputs[..], &k.body);
     let ro = outer.len();
     let rank = ro + inner.len();
     cuda::validate(cx, body, inputs.len(), k.stages.len(), rank, false)?;
@@ -122,7 +122,7 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         }
     }
     for (i, s) in k.stores.iter().enumerate() {
-        if s.access.strides.len() != rank || s.value as usize >= n_exprs {
+        if s.access.strides.len() != rank || s.value.index() >= n_exprs {
             return Err(cx.malformed(format!(
                 "store {i} has rank {} or a missing value",
                 s.access.strides.len()
@@ -130,7 +130,7 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         }
     }
     for (i, s) in k.row_stores.iter().enumerate() {
-        if s.access.strides.len() != ro || s.value as usize >= n_exprs {
+        if s.access.strides.len() != ro || s.value.index() >= n_exprs {
             return Err(cx.malformed(format!(
                 "row store {i} has rank {} or a missing value",
                 s.access.strides.len()
@@ -138,7 +138,7 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         }
     }
     for (i, s) in k.stages.iter().enumerate() {
-        if s.value as usize >= n_exprs {
+        if s.value.index() >= n_exprs {
             return Err(cx.malformed(format!("stage {i} of a missing expression")));
         }
         if body.dtype(s.value) == DType::Bool {
@@ -155,26 +155,26 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         elem[i] = match e {
             Expr::Load(n) => inner_varies(&inputs[*n as usize]),
             Expr::Index(a) => *a as usize >= ro,
-            _ => ops.iter().any(|&o| elem[o as usize]),
+            _ => ops.iter().any(|&o| elem[o.index()]),
         };
         stage_dep[i] = match e {
             Expr::Stage(n) => Some(*n as usize),
-            _ => ops.iter().filter_map(|&o| stage_dep[o as usize]).max(),
+            _ => ops.iter().filter_map(|&o| stage_dep[o.index()]).max(),
         };
     }
     for (i, s) in k.stages.iter().enumerate() {
-        if stage_dep[s.value as usize].is_some_and(|d| d >= i) {
+        if stage_dep[s.value.index()].is_some_and(|d| d >= i) {
             return Err(cx.malformed(format!("stage {i} uses its own or a later stage's result")));
         }
     }
     for (i, s) in k.row_stores.iter().enumerate() {
-        if elem[s.value as usize] {
+        if elem[s.value.index()] {
             return Err(cx.malformed(format!("row store {i} stores a value that varies along the row")));
         }
     }
 
     // The passes over the row: one per stage, then the element stores.
-    let row_level = |id: ExprId| !elem[id as usize];
+    let row_level = |id: ExprId| !elem[id.index()];
     let mut passes: Vec<Vec<ExprId>> = k
         .stages
         .iter()
@@ -192,7 +192,7 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     let loads_of = |ids: &[ExprId]| -> Vec<usize> {
         let mut v: Vec<usize> = ids
             .iter()
-            .filter_map(|&id| match body.exprs[id as usize].0 {
+            .filter_map(|&id| match body.exprs[id.index()].0 {
                 Expr::Load(n) => Some(n as usize),
                 _ => None,
             })
@@ -211,13 +211,13 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
         in_param[n] = params.add(cx, inputs[n].buffer, ParamAccess::Read)?;
     }
     let mut rs_param = Vec::new();
-    for s in k.row_stores {
+    for s in &k.row_stores {
         let d = cx.dtype(s.access.buffer)?;
         check_store_dtype(cx, body, s, d)?;
         rs_param.push(params.add(cx, s.access.buffer, ParamAccess::Write)?);
     }
     let mut st_param = Vec::new();
-    for s in k.stores {
+    for s in &k.stores {
         let d = cx.dtype(s.access.buffer)?;
         check_store_dtype(cx, body, s, d)?;
         st_param.push(params.add(cx, s.access.buffer, ParamAccess::Write)?);
@@ -381,7 +381,7 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     }
 
     let name = |id: ExprId| {
-        if elem[id as usize] {
+        if elem[id.index()] {
             format!("e{id}")
         } else {
             format!("r{id}")
@@ -389,12 +389,12 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     };
     let inner_pos = |n: usize| elem_inputs.iter().position(|&m| m == n).unwrap_or(0);
     // Row-level expressions, emitted once each when their stages are done.
-    let row_exprs: Vec<ExprId> = live.iter().copied().filter(|&id| !elem[id as usize]).collect();
+    let row_exprs: Vec<ExprId> = live.iter().copied().filter(|&id| !elem[id.index()]).collect();
     let emit_row_exprs = |w: &mut Writer, h: &mut Helpers, after: Option<usize>| -> Result<(), CodegenError> {
         let ids: Vec<ExprId> = row_exprs
             .iter()
             .copied()
-            .filter(|&id| stage_dep[id as usize] == after)
+            .filter(|&id| stage_dep[id.index()] == after)
             .collect();
         let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
             match e {
@@ -513,7 +513,7 @@ pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenErr
     };
     let emit_pass_body = |w: &mut Writer, h: &mut Helpers, ids: &[ExprId]| -> Result<(), CodegenError> {
         layout::decompose(w, ix, "j", &ic.dims, "j");
-        let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| elem[id as usize]).collect();
+        let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| elem[id.index()]).collect();
         let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
             match e {
                 Expr::Load(n) => {

@@ -60,7 +60,7 @@ pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), GraphErr
     // it back in a generated epilogue kernel (one more launch).
     let (mut extra_bytes, mut extra_launches) = (0, 0);
     for (k, kernel) in program.kernels.iter().enumerate() {
-        if let crate::kernel::KernelKind::MatMul { batch, m, n, .. } = &kernel.kind {
+        if let crate::kernel::KernelKind::MatMul(crate::kernel::MatMulKernel { batch, m, n, .. }) = &kernel.kind {
             if crate::codegen::generate(&program, k).is_ok_and(|c| c.has_source()) {
                 let elems = batch.iter().fold(m.saturating_mul(*n), |e, &d| e.saturating_mul(d));
                 let dtype = kernel

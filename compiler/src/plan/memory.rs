@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{assign_offsets, Interval, PlanError, PlanOptions};
-use crate::kernel::{strides_equal, Access, BufferId, BufferKind, KindRef, Program, Store};
+use crate::kernel::{strides_equal, Access, BufferId, BufferKind, KernelKind, Program, Store};
 
 /// 24 GiB, an RTX 4090D.
 pub const DEFAULT_BUDGET: u64 = 24 << 30;
@@ -345,10 +345,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
 
     let (steps, aliases) = plan_steps(program, &output_name, &slot_of, &placement.offsets, &scratch_at);
 
-    let has_gemm = program
-        .kernels
-        .iter()
-        .any(|k| matches!(k.kind.view(), KindRef::MatMul(_)));
+    let has_gemm = program.kernels.iter().any(|k| matches!(k.kind, KernelKind::MatMul(_)));
     let workspace = if has_gemm { GEMM_WORKSPACE_BYTES } else { 0 };
     let total = weights
         .saturating_add(inputs)
@@ -395,11 +392,9 @@ fn in_place(
     let mut reuses: Vec<Option<u32>> = vec![None; n];
     let mut taken = vec![false; n];
     for (k, kernel) in program.kernels.iter().enumerate() {
-        let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match kernel.kind.view() {
-            KindRef::Elementwise {
-                space, inputs, stores, ..
-            } => (space.to_vec(), inputs, stores),
-            KindRef::Row(r) => (r.outer.iter().chain(r.inner).copied().collect(), r.inputs, r.stores),
+        let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match &kernel.kind {
+            KernelKind::Elementwise(e) => (e.space.clone(), &e.inputs, &e.stores),
+            KernelKind::Row(r) => (r.space(), &r.inputs, &r.stores),
             _ => continue,
         };
         // The accesses of each input buffer, grouped once per kernel (a kernel may
@@ -549,7 +544,7 @@ fn plan_steps(
 fn gemm_scratch_slots(program: &Program, slots: &mut Vec<Interval>) -> Vec<(u32, usize)> {
     let mut scratch_slots: Vec<(u32, usize)> = Vec::new();
     for (k, kernel) in program.kernels.iter().enumerate() {
-        if !matches!(kernel.kind.view(), KindRef::MatMul(_)) {
+        if !matches!(kernel.kind, KernelKind::MatMul(_)) {
             continue;
         }
         let bytes = crate::codegen::generate(program, k)
@@ -573,18 +568,18 @@ fn view_reads(program: &Program, kernel: &crate::kernel::Kernel) -> usize {
             .get(a.buffer.index())
             .is_some_and(|b| b.ty.shape.dims() == space && a.is_contiguous(space))
     };
-    match kernel.kind.view() {
-        KindRef::Elementwise { space, inputs, .. } => inputs.iter().filter(|a| !plain(a, space)).count(),
-        KindRef::Row(r) => {
-            let space: Vec<usize> = r.outer.iter().chain(r.inner).copied().collect();
+    match &kernel.kind {
+        KernelKind::Elementwise(e) => e.inputs.iter().filter(|a| !plain(a, &e.space)).count(),
+        KernelKind::Row(r) => {
+            let space = r.space();
             r.inputs.iter().filter(|a| !plain(a, &space)).count()
         }
-        KindRef::MatMul(mm) => {
+        KernelKind::MatMul(mm) => {
             let dims = |x: usize, y: usize| mm.batch.iter().copied().chain([x, y]).collect::<Vec<usize>>();
-            usize::from(!plain(mm.a, &dims(mm.m, mm.k)))
-                + usize::from(!plain(mm.b, &dims(mm.k, mm.n)))
+            usize::from(!plain(&mm.a, &dims(mm.m, mm.k)))
+                + usize::from(!plain(&mm.b, &dims(mm.k, mm.n)))
                 + mm.inputs.iter().filter(|a| !plain(a, &dims(mm.m, mm.n))).count()
         }
-        KindRef::Op { inputs, .. } => inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
+        KernelKind::Op(o) => o.inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
     }
 }

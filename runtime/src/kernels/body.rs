@@ -70,11 +70,11 @@ pub(crate) fn validate(body: &Body, space: &[usize], inputs: &[DType], extra: &E
         let at = || format!("e{i} ({})", expr_name(e));
         let ops = operands(e);
         for &o in &ops {
-            if o as usize >= i {
+            if o.index() >= i {
                 return Err(format!("{}: operand e{o} does not precede it", at()));
             }
         }
-        let ty = |id: ExprId| TensorType::new(exprs[id as usize].1, space.to_vec());
+        let ty = |id: ExprId| TensorType::new(exprs[id.index()].1, space.to_vec());
         let infer = |op: &Op, args: &[ExprId]| -> Result<DType, String> {
             let tys: Vec<TensorType> = args.iter().map(|&a| ty(a)).collect();
             let refs: Vec<&TensorType> = tys.iter().collect();
@@ -82,14 +82,14 @@ pub(crate) fn validate(body: &Body, space: &[usize], inputs: &[DType], extra: &E
                 .map(|t| t.dtype)
                 .map_err(|m| format!("{}: {m}", at()))
         };
-        let mut dep = ops.iter().filter_map(|&o| max_stage[o as usize]).max();
+        let mut dep = ops.iter().filter_map(|&o| max_stage[o.index()]).max();
         let expected = match e {
             Expr::Load(n) => *inputs
                 .get(*n as usize)
                 .ok_or_else(|| format!("{}: the kernel has {} inputs", at(), inputs.len()))?,
             Expr::Gather { input, index, .. } => {
-                if !matches!(exprs[*index as usize].1, DType::I64 | DType::I32) {
-                    return Err(format!("{}: index e{index} is {}", at(), exprs[*index as usize].1));
+                if !matches!(exprs[index.index()].1, DType::I64 | DType::I32) {
+                    return Err(format!("{}: index e{index} is {}", at(), exprs[index.index()].1));
                 }
                 *inputs
                     .get(*input as usize)
@@ -119,7 +119,7 @@ pub(crate) fn validate(body: &Body, space: &[usize], inputs: &[DType], extra: &E
                 let stage = stages
                     .get(*n as usize)
                     .ok_or_else(|| format!("{}: the kernel has {} stages", at(), stages.len()))?;
-                if stage.value as usize >= i {
+                if stage.value.index() >= i {
                     return Err(format!(
                         "{}: the stage's value e{} does not precede it",
                         at(),
@@ -140,7 +140,7 @@ pub(crate) fn validate(body: &Body, space: &[usize], inputs: &[DType], extra: &E
         max_stage.push(dep);
     }
     for (n, stage) in stages.iter().enumerate() {
-        let v = stage.value as usize;
+        let v = stage.value.index();
         if v >= exprs.len() {
             return Err(format!(
                 "stage {n}: value e{v} does not exist ({} expressions)",
@@ -175,7 +175,7 @@ pub(crate) fn varies_from(body: &Body, space: &[usize], inputs: &[Access], from:
             }),
             Expr::Index(a) => *a as usize >= from && moves(*a as usize),
             Expr::Gather { input, index, .. } => {
-                v.get(*index as usize).copied().unwrap_or(true)
+                v.get(index.index()).copied().unwrap_or(true)
                     || inputs.get(*input as usize).is_some_and(|a| {
                         a.strides
                             .iter()
@@ -184,7 +184,7 @@ pub(crate) fn varies_from(body: &Body, space: &[usize], inputs: &[Access], from:
                     })
             }
             Expr::Const(_) | Expr::Stage(_) | Expr::Acc => false,
-            _ => operands(e).iter().any(|&o| v.get(o as usize).copied().unwrap_or(true)),
+            _ => operands(e).iter().any(|&o| v.get(o.index()).copied().unwrap_or(true)),
         };
         v.push(x);
     }
@@ -220,7 +220,7 @@ pub(crate) fn check_stores(
         let buf = ctx.writable(st.access.buffer)?;
         let (_, dt) = body
             .exprs
-            .get(st.value as usize)
+            .get(st.value.index())
             .ok_or_else(|| format!("{at}: value e{} does not exist", st.value))?;
         if *dt != buf.ty.dtype {
             return Err(format!(
@@ -292,9 +292,9 @@ pub(crate) fn evaluate(
     let mut needed = vec![false; n];
     let mut last_use = vec![0usize; n];
     for &r in roots {
-        if let Some(x) = needed.get_mut(r as usize) {
+        if let Some(x) = needed.get_mut(r.index()) {
             *x = true;
-            last_use[r as usize] = usize::MAX;
+            last_use[r.index()] = usize::MAX;
         }
     }
     for i in (0..n).rev() {
@@ -309,9 +309,9 @@ pub(crate) fn evaluate(
             }
         }
         for d in deps {
-            if let Some(x) = needed.get_mut(d as usize) {
+            if let Some(x) = needed.get_mut(d.index()) {
                 *x = true;
-                last_use[d as usize] = last_use[d as usize].max(i);
+                last_use[d.index()] = last_use[d.index()].max(i);
             }
         }
     }
@@ -326,7 +326,7 @@ pub(crate) fn evaluate(
         let at = |m: String| format!("e{i} ({}): {m}", expr_name(e));
         let arg = |id: ExprId| {
             values
-                .get(id as usize)
+                .get(id.index())
                 .and_then(|v| v.as_ref())
                 .ok_or_else(|| at(format!("internal error: operand e{id} has no value")))
         };
@@ -372,8 +372,8 @@ pub(crate) fn evaluate(
             }
         }
         for d in deps {
-            if last_use[d as usize] == i {
-                values[d as usize] = None;
+            if last_use[d.index()] == i {
+                values[d.index()] = None;
             }
         }
     }
@@ -390,7 +390,7 @@ pub(crate) fn write_stores(
     for (j, st) in stores.iter().enumerate() {
         let later = stores[j + 1..].iter().any(|s| s.value == st.value);
         let slot = values
-            .get_mut(st.value as usize)
+            .get_mut(st.value.index())
             .ok_or_else(|| format!("store {j}: value e{} does not exist", st.value))?;
         let v = if later { slot.clone() } else { slot.take() };
         let v = v.ok_or_else(|| format!("store {j}: internal error: e{} has no value", st.value))?;

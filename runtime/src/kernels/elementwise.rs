@@ -37,7 +37,7 @@ pub(super) fn run(
     body::validate(body, space, &dtypes, &Extra::None)?;
     body::check_stores(ctx, body, stores, space, "store", &mut Vec::new())?;
 
-    let roots: Vec<u32> = stores.iter().map(|s| s.value).collect();
+    let roots: Vec<_> = stores.iter().map(|s| s.value).collect();
     let mut values = body::evaluate(body, space, &roots, &[], &mut Loads { ctx, inputs, space })?;
     let mut out = Vec::with_capacity(stores.len());
     body::write_stores(ctx, stores, &mut values, &mut out)?;

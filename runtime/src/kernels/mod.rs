@@ -33,7 +33,7 @@ mod row;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KindRef, Program};
+use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KernelKind, Program};
 use graphc_ir::{Tensor, TensorType};
 
 pub use arena::run_planned;
@@ -347,16 +347,11 @@ pub(crate) fn exec_kernel<'r>(
         .get(index)
         .ok_or_else(|| KernelError::Program(format!("kernel {index} does not exist")))?;
     let ctx = Ctx { program, read };
-    let result = match kernel.kind.view() {
-        KindRef::Elementwise {
-            space,
-            inputs,
-            body,
-            stores,
-        } => elementwise::run(&ctx, space, inputs, body, stores),
-        KindRef::Row(r) => row::run(&ctx, &r),
-        KindRef::MatMul(mm) => matmul::run(&ctx, &mm),
-        KindRef::Op { op, inputs, output } => op::run(&ctx, op, inputs, output),
+    let result = match &kernel.kind {
+        KernelKind::Elementwise(e) => elementwise::run(&ctx, &e.space, &e.inputs, &e.body, &e.stores),
+        KernelKind::Row(r) => row::run(&ctx, r),
+        KernelKind::MatMul(mm) => matmul::run(&ctx, mm),
+        KernelKind::Op(o) => op::run(&ctx, &o.op, &o.inputs, o.output),
     };
     let writes = result.map_err(|m| kernel_error(program, index, m))?;
     // Two stores of one kernel to the same buffer are rejected by validation; check
