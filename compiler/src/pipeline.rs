@@ -65,6 +65,10 @@ pub enum CompileError {
     /// The planner produced an invalid plan (a bug; checked in debug builds).
     #[error("memory plan failed verification: {0}")]
     PlanInvalid(String),
+    /// A kernel program that is not well-formed kernel IR (a bug; checked after fusion
+    /// and scheduling in debug builds and with `verify_each_pass`).
+    #[error("kernel IR: {0}")]
+    Kernel(#[from] Box<crate::kernel::KernelVerifyError>),
 }
 
 /// Compile a graph: verify, then run each pass, verifying between passes.
@@ -139,6 +143,9 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
 
     let start = Instant::now();
     let (program, fusion) = fuse_with_report(&graph).map_err(|error| CompileError::Pass { pass: "fuse", error })?;
+    if cfg!(debug_assertions) || opts.verify_each_pass {
+        crate::kernel::verify(&program).map_err(Box::new)?;
+    }
     passes.push(PassReport {
         pass: "fuse",
         nodes_before: graph.len(),
@@ -160,6 +167,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     let mut plan = plan_memory(&program, &opts.memory)?;
     plan.schedule = order.name.to_string();
     if cfg!(debug_assertions) || opts.verify_each_pass {
+        crate::kernel::verify(&program).map_err(Box::new)?;
         verify_plan(&program, &plan).map_err(CompileError::PlanInvalid)?;
     }
     let mut plan_notes = vec![format!(

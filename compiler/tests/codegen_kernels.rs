@@ -613,7 +613,7 @@ fn malformed_programs_are_errors_not_panics() {
     assert!(generate(&p, 0)
         .unwrap_err()
         .to_string()
-        .contains("varies along the row"));
+        .contains("varies along the inner dims"));
 }
 
 #[test]

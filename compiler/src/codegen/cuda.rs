@@ -247,54 +247,6 @@ pub(crate) fn operands(e: &Expr) -> Vec<ExprId> {
     e.operands()
 }
 
-/// Check SSA order and operand types of a body. `n_inputs` bounds loads, `n_stages`
-/// stage references and `rank` index axes; `acc` says whether `Acc` may appear.
-pub(crate) fn validate(
-    cx: &Ctx,
-    body: &Body,
-    n_inputs: usize,
-    n_stages: usize,
-    rank: usize,
-    acc: bool,
-) -> Result<(), CodegenError> {
-    for (i, (e, d)) in body.exprs.iter().enumerate() {
-        let bad = |m: String| Err(cx.malformed(format!("expression {i}: {m}")));
-        for o in operands(e) {
-            if o.index() >= i {
-                return bad(format!("operand {o} does not precede it"));
-            }
-        }
-        let od = |k: ExprId| body.exprs[k.index()].1;
-        match e {
-            Expr::Load(n) if *n as usize >= n_inputs => return bad(format!("loads input {n} of {n_inputs}")),
-            Expr::Gather { input, .. } if *input as usize >= n_inputs => {
-                return bad(format!("gathers from input {input} of {n_inputs}"))
-            }
-            Expr::Gather { index, .. } if !matches!(od(*index), DType::I64 | DType::I32) => {
-                return bad(format!("gather index of type {}", od(*index)))
-            }
-            Expr::Stage(n) if *n as usize >= n_stages => return bad(format!("uses stage {n} of {n_stages}")),
-            Expr::Index(n) if *n as usize >= rank => return bad(format!("index of axis {n} in a rank-{rank} space")),
-            Expr::Index(_) if !d.is_numeric() => return bad(format!("index as {d}")),
-            Expr::Acc if !acc => return bad("`acc` outside a matmul kernel".to_string()),
-            Expr::Const(t) if t.dtype() != *d || t.numel() != 1 => {
-                return bad(format!("constant {} x{} typed {d}", t.dtype(), t.numel()))
-            }
-            Expr::Unary(op, a) if !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
-                return bad(format!("{} of {} typed {d}", op.name(), od(*a)));
-            }
-            Expr::Binary(op, a, b) if od(*a) != od(*b) || !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
-                return bad(format!("{} of {} and {} typed {d}", op.name(), od(*a), od(*b)));
-            }
-            Expr::Select(c, a, b) if od(*c) != DType::Bool || od(*a) != *d || od(*b) != *d => {
-                return bad("select needs a bool condition and values of its type".to_string());
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Check that every load among `ids` has the type of the buffer it reads.
 pub(crate) fn check_loads(
     cx: &Ctx,

@@ -156,6 +156,9 @@ pub enum CodegenError {
     },
     #[error("kernel {kernel}: {msg}")]
     Malformed { kernel: String, msg: String },
+    /// The kernel is not well-formed kernel IR ([`crate::kernel::verify`]).
+    #[error(transparent)]
+    Verify(#[from] Box<crate::kernel::KernelVerifyError>),
     #[error("kernel {kernel}: {msg}")]
     Unsupported { kernel: String, msg: String },
 }
@@ -166,6 +169,7 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         .kernels
         .get(kernel_index)
         .ok_or(CodegenError::NoSuchKernel(kernel_index, program.kernels.len()))?;
+    crate::kernel::verify_kernel(program, kernel_index).map_err(Box::new)?;
     let name = format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name()));
     let cx = Ctx {
         program,
@@ -206,6 +210,7 @@ pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<Mat
     let KernelKind::MatMul(mm) = &kernel.kind else {
         return Ok(None);
     };
+    crate::kernel::verify_kernel(program, kernel_index).map_err(Box::new)?;
     let cx = Ctx {
         program,
         kernel: format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name())),

@@ -13,12 +13,14 @@
 //! negative strides walk a reversed slice).
 
 mod print;
+pub mod verify;
 
 use serde::{Deserialize, Serialize};
 
 use graphc_ir::{BinaryOp, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp};
 
 pub use print::{annotate_ir, print_program};
+pub use verify::{describe_buffer, verify, verify_kernel, KernelVerifyError};
 
 /// Index of a buffer in [`Program::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

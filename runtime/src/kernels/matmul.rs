@@ -3,10 +3,10 @@
 
 use graphc_compiler::kernel::{Access, BufferId, Expr};
 use graphc_ir::interp::eval_op;
-use graphc_ir::{infer_type, DType, Op, Tensor, TensorType};
+use graphc_ir::{DType, Op, Tensor, TensorType};
 
-use super::access::{check_read, gather_strided};
-use super::body::{self, Extra, Leaves};
+use super::access::gather_strided;
+use super::body::{self, Leaves};
 use super::Ctx;
 
 pub(crate) use graphc_compiler::kernel::MatMulKernel;
@@ -75,25 +75,10 @@ impl Leaves for MatMulLeaves<'_, '_, '_> {
 }
 
 pub(super) fn run(ctx: &Ctx, mm: &MatMulKernel) -> Result<Vec<(BufferId, Tensor)>, String> {
-    let mut space = mm.batch.to_vec();
-    space.extend([mm.m, mm.n]);
-    let mut a_dims = mm.batch.to_vec();
-    a_dims.extend([mm.m, mm.k]);
-    let mut b_dims = mm.batch.to_vec();
-    b_dims.extend([mm.k, mm.n]);
-    let a_buf = ctx.buffer(mm.a.buffer)?;
-    let b_buf = ctx.buffer(mm.b.buffer)?;
-    check_read(&mm.a, &a_dims, a_buf, "operand a")?;
-    check_read(&mm.b, &b_dims, b_buf, "operand b")?;
+    let space = mm.space();
     ctx.value(mm.a.buffer)?;
     ctx.value(mm.b.buffer)?;
-    let a_ty = TensorType::new(a_buf.ty.dtype, a_dims);
-    let b_ty = TensorType::new(b_buf.ty.dtype, b_dims);
-    let acc = infer_type(&Op::MatMul, &[&a_ty, &b_ty]).map_err(|m| format!("matmul: {m}"))?;
-
-    let dtypes = body::check_inputs(ctx, &mm.inputs, &space)?;
-    body::validate(&mm.body, &space, &dtypes, &Extra::Acc(acc.dtype))?;
-    body::check_stores(ctx, &mm.body, &mm.stores, &space, "store", &mut Vec::new())?;
+    body::check_bound(ctx, &mm.inputs)?;
 
     let roots: Vec<_> = mm.stores.iter().map(|s| s.value).collect();
     let uses = mm.body.exprs.iter().filter(|(e, _)| matches!(e, Expr::Acc)).count();

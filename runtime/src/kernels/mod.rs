@@ -57,7 +57,10 @@ pub enum KernelError {
     /// A buffer that cannot be bound (bad declaration, weight or constant of the wrong type).
     #[error("buffer b{buffer}: {message}")]
     Buffer { buffer: u32, message: String },
-    /// A kernel that is malformed or fails while running.
+    /// A kernel that is not well-formed kernel IR.
+    #[error(transparent)]
+    Verify(#[from] Box<graphc_compiler::kernel::KernelVerifyError>),
+    /// A kernel that fails while running (or is malformed in a way only running shows).
     #[error("kernel {index} ({name}): {message}")]
     Kernel {
         index: usize,
@@ -324,19 +327,10 @@ impl<'p, 'r> Ctx<'p, 'r> {
 
 /// `b3 (temp "name")`, `b0 (input "x")`, ... for messages.
 pub(crate) fn describe(id: BufferId, buf: &Buffer) -> String {
-    let (kind, name) = match &buf.kind {
-        BufferKind::Input { name } => ("input", Some(name.as_str())),
-        BufferKind::Weight { name } => ("weight", Some(name.as_str())),
-        BufferKind::Constant { .. } => ("constant", buf.name.as_deref()),
-        BufferKind::Temp => ("temp", buf.name.as_deref()),
-    };
-    match name {
-        Some(n) => format!("b{} ({kind} \"{n}\")", id.0),
-        None => format!("b{} ({kind})", id.0),
-    }
+    graphc_compiler::kernel::describe_buffer(id, buf)
 }
 
-/// Validate and run kernel `index`, returning the buffers it writes with their values.
+/// Verify and run kernel `index`, returning the buffers it writes with their values.
 pub(crate) fn exec_kernel<'r>(
     program: &Program,
     index: usize,
@@ -346,6 +340,7 @@ pub(crate) fn exec_kernel<'r>(
         .kernels
         .get(index)
         .ok_or_else(|| KernelError::Program(format!("kernel {index} does not exist")))?;
+    graphc_compiler::kernel::verify_kernel(program, index).map_err(Box::new)?;
     let ctx = Ctx { program, read };
     let result = match &kernel.kind {
         KernelKind::Elementwise(e) => elementwise::run(&ctx, &e.space, &e.inputs, &e.body, &e.stores),

@@ -2,12 +2,13 @@
 //! when first referenced and broadcast back over the row; row stores write per-row
 //! values (the value at inner index 0), stores write per-element values.
 
+use graphc_compiler::kernel::verify::stage_op;
 use graphc_compiler::kernel::{contiguous_strides, BufferId, Expr};
 use graphc_ir::interp::eval_op;
 use graphc_ir::{DType, Op, Shape, Tensor, TensorType};
 
 use super::access::{gather_strided, scatter};
-use super::body::{self, stage_op, Extra, Leaves};
+use super::body::{self, Leaves};
 use super::Ctx;
 
 pub(crate) use graphc_compiler::kernel::RowKernel;
@@ -68,24 +69,7 @@ pub(super) fn run(ctx: &Ctx, k: &RowKernel) -> Result<Vec<(BufferId, Tensor)>, S
         );
     }
     let space: Vec<usize> = k.outer.iter().chain(&k.inner).copied().collect();
-    let dtypes = body::check_inputs(ctx, &k.inputs, &space)?;
-    let extra = Extra::Row {
-        stages: &k.stages,
-        outer_rank: r,
-    };
-    body::validate(&k.body, &space, &dtypes, &extra)?;
-    let mut seen = Vec::new();
-    body::check_stores(ctx, &k.body, &k.row_stores, &k.outer, "row store", &mut seen)?;
-    body::check_stores(ctx, &k.body, &k.stores, &space, "store", &mut seen)?;
-    let varies = body::varies_from(&k.body, &space, &k.inputs, r);
-    for (j, st) in k.row_stores.iter().enumerate() {
-        if varies.get(st.value.index()).copied().unwrap_or(true) {
-            return Err(format!(
-                "row store {j}: value e{} varies along the inner dims; a row store needs a per-row value",
-                st.value
-            ));
-        }
-    }
+    body::check_bound(ctx, &k.inputs)?;
 
     let roots: Vec<_> = k.row_stores.iter().chain(&k.stores).map(|s| s.value).collect();
     let mut leaves = RowLeaves {
