@@ -60,6 +60,8 @@ pub enum CompileError {
     Input(GraphError),
     #[error("after pass {pass}: {error}")]
     Pass { pass: &'static str, error: GraphError },
+    #[error("after pass fuse: {0}")]
+    Fuse(#[from] crate::fuse::FuseError),
     #[error("memory plan: {0}")]
     Plan(#[from] PlanError),
     /// The planner produced an invalid plan (a bug; checked in debug builds).
@@ -142,7 +144,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     check(&graph, "optimize", opts)?;
 
     let start = Instant::now();
-    let (program, fusion) = fuse_with_report(&graph).map_err(|error| CompileError::Pass { pass: "fuse", error })?;
+    let (program, fusion) = fuse_with_report(&graph)?;
     if cfg!(debug_assertions) || opts.verify_each_pass {
         crate::kernel::verify(&program).map_err(Box::new)?;
     }

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use graphc_ir::DType;
 
-use crate::kernel::{BufferId, ElementwiseKernel, KernelKind, Program};
+use crate::kernel::{BufferId, ElementwiseKernel, KernelKind, MatMulKernel, Program};
 
 pub use matmul::{GemmCompute, GemmDesc, GemmEpilogue, GemmOperand, GemmOutput};
 
@@ -142,7 +142,7 @@ impl LaunchConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodegenError {
     #[error("kernel index {0} out of range (the program has {1} kernels)")]
     NoSuchKernel(usize, usize),
@@ -201,8 +201,43 @@ pub struct MatMulSplit {
 /// The buffer id that stands for a GEMM's scratch output in [`MatMulSplit::epilogue`].
 pub const SCRATCH_BUFFER: BufferId = SCRATCH;
 
-/// The [`MatMulSplit`] of kernel `kernel_index`, or None when it is not a matmul.
-pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<MatMulSplit>, CodegenError> {
+/// How a matmul kernel's body runs, decided by the same function as [`generate`] and
+/// [`matmul_split`] but without generating CUDA C: whether a generated epilogue
+/// kernel follows the GEMM, and the scratch bytes the GEMM writes for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpiloguePlan {
+    needs_kernel: bool,
+    scratch_bytes: u64,
+}
+
+impl EpiloguePlan {
+    /// Whether the GEMM library cannot apply the whole body: a generated epilogue
+    /// kernel runs after the GEMM (one more launch; [`CudaKernel::has_source`]).
+    pub fn needs_kernel(&self) -> bool {
+        self.needs_kernel
+    }
+
+    /// Bytes of GEMM scratch output the epilogue kernel reads back
+    /// ([`GemmDesc::scratch_bytes`]; 0 when the GEMM writes a buffer of the program).
+    pub fn scratch_bytes(&self) -> u64 {
+        self.scratch_bytes
+    }
+}
+
+/// The [`EpiloguePlan`] of kernel `kernel_index`, or None when it is not a matmul.
+pub fn epilogue_plan(program: &Program, kernel_index: usize) -> Result<Option<EpiloguePlan>, CodegenError> {
+    let Some((cx, mm)) = matmul_kernel(program, kernel_index)? else {
+        return Ok(None);
+    };
+    let (gemm, parts) = matmul::split(&cx, mm)?;
+    Ok(Some(EpiloguePlan {
+        needs_kernel: parts.is_some(),
+        scratch_bytes: gemm.scratch_bytes,
+    }))
+}
+
+/// Kernel `kernel_index` when it is a matmul (verified), with its generator context.
+fn matmul_kernel(program: &Program, kernel_index: usize) -> Result<Option<(Ctx<'_>, &MatMulKernel)>, CodegenError> {
     let kernel = program
         .kernels
         .get(kernel_index)
@@ -215,6 +250,14 @@ pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<Mat
         program,
         kernel: format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name())),
         scratch: None,
+    };
+    Ok(Some((cx, mm)))
+}
+
+/// The [`MatMulSplit`] of kernel `kernel_index`, or None when it is not a matmul.
+pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<MatMulSplit>, CodegenError> {
+    let Some((cx, mm)) = matmul_kernel(program, kernel_index)? else {
+        return Ok(None);
     };
     let (gemm, parts) = matmul::split(&cx, mm)?;
     Ok(Some(MatMulSplit {

@@ -302,7 +302,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         slot_of[i] = slot;
     }
     // GEMM scratch: a slot live for its one step.
-    let scratch_slots = gemm_scratch_slots(program, &mut slots);
+    let scratch_slots = gemm_scratch_slots(program, &mut slots)?;
     let placement = assign_offsets(
         &slots,
         &PlanOptions {
@@ -541,22 +541,18 @@ fn plan_steps(
 
 /// A slot live for its one step for each matmul whose generated epilogue reads the
 /// GEMM's product from scratch: (step, slot index) pairs, the slots appended.
-fn gemm_scratch_slots(program: &Program, slots: &mut Vec<Interval>) -> Vec<(u32, usize)> {
+fn gemm_scratch_slots(program: &Program, slots: &mut Vec<Interval>) -> Result<Vec<(u32, usize)>, PlanError> {
     let mut scratch_slots: Vec<(u32, usize)> = Vec::new();
-    for (k, kernel) in program.kernels.iter().enumerate() {
-        if !matches!(kernel.kind, KernelKind::MatMul(_)) {
-            continue;
-        }
-        let bytes = crate::codegen::generate(program, k)
-            .ok()
-            .and_then(|ck| ck.gemm)
-            .map_or(0, |g| g.scratch_bytes);
+    for k in 0..program.kernels.len() {
+        let bytes = crate::codegen::epilogue_plan(program, k)
+            .map_err(|e| PlanError::Codegen(Box::new(e)))?
+            .map_or(0, |p| p.scratch_bytes());
         if bytes > 0 {
             scratch_slots.push((k as u32, slots.len()));
             slots.push(Interval::new(k as u32, k as u32 + 1, bytes));
         }
     }
-    scratch_slots
+    Ok(scratch_slots)
 }
 
 /// Reads of a kernel that go through a view: an access that is not the plain row-major

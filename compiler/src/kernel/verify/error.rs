@@ -36,7 +36,7 @@ impl fmt::Display for ExprAt {
 /// Why a kernel of a program is malformed. `what` fields name the access or store
 /// (`input 0`, `operand a`, `row store 1`, ..); buffers are described as
 /// `b3 (temp "name")`.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KernelVerifyError {
     #[error("kernel index {index} out of range (the program has {count} kernels)")]
     NoSuchKernel { index: usize, count: usize },
