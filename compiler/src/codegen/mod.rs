@@ -163,6 +163,19 @@ pub enum CodegenError {
     Unsupported { kernel: String, msg: String },
 }
 
+impl CodegenError {
+    /// Whether the kernel is well-formed but beyond what the CUDA backend does (an op
+    /// it has no kernel for, a matmul operand cuBLASLt cannot stride through, a dtype
+    /// it cannot compute in): such a kernel runs on the CPU only, so it has no GPU
+    /// epilogue launch and no GEMM scratch. Other errors are malformed programs.
+    pub fn is_backend_limit(&self) -> bool {
+        matches!(
+            self,
+            CodegenError::UnsupportedOp { .. } | CodegenError::OperandLayout { .. } | CodegenError::Unsupported { .. }
+        )
+    }
+}
+
 /// The CUDA kernel of `program.kernels[kernel_index]`.
 pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, CodegenError> {
     let kernel = program
@@ -225,6 +238,8 @@ impl EpiloguePlan {
 }
 
 /// The [`EpiloguePlan`] of kernel `kernel_index`, or None when it is not a matmul.
+/// A matmul the CUDA backend cannot run is an error for which
+/// [`CodegenError::is_backend_limit`] holds (as [`generate`] reports it).
 pub fn epilogue_plan(program: &Program, kernel_index: usize) -> Result<Option<EpiloguePlan>, CodegenError> {
     let Some((cx, mm)) = matmul_kernel(program, kernel_index)? else {
         return Ok(None);

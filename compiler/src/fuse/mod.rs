@@ -32,7 +32,8 @@ pub enum FuseError {
     #[error(transparent)]
     Graph(#[from] GraphError),
     /// The launch count of the report: a matmul kernel's epilogue split
-    /// ([`crate::codegen::epilogue_plan`]) failed.
+    /// ([`crate::codegen::epilogue_plan`]) found the kernel malformed (a matmul the
+    /// CUDA backend cannot run is counted without an epilogue launch, not an error).
     #[error("fusion report: {0}")]
     Report(#[from] CodegenError),
 }
@@ -74,7 +75,12 @@ pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), FuseErro
     let (mut extra_bytes, mut extra_launches) = (0, 0);
     for (k, kernel) in program.kernels.iter().enumerate() {
         if let KernelKind::MatMul(mm) = &kernel.kind {
-            if crate::codegen::epilogue_plan(&program, k)?.is_some_and(|p| p.needs_kernel()) {
+            // A matmul the CUDA backend cannot run has no GPU epilogue launch.
+            let plan = match crate::codegen::epilogue_plan(&program, k) {
+                Err(e) if e.is_backend_limit() => None,
+                plan => plan?,
+            };
+            if plan.is_some_and(|p| p.needs_kernel()) {
                 let elems = mm
                     .batch
                     .iter()

@@ -544,9 +544,12 @@ fn plan_steps(
 fn gemm_scratch_slots(program: &Program, slots: &mut Vec<Interval>) -> Result<Vec<(u32, usize)>, PlanError> {
     let mut scratch_slots: Vec<(u32, usize)> = Vec::new();
     for k in 0..program.kernels.len() {
-        let bytes = crate::codegen::epilogue_plan(program, k)
-            .map_err(|e| PlanError::Codegen(Box::new(e)))?
-            .map_or(0, |p| p.scratch_bytes());
+        // A matmul the CUDA backend cannot run has no GEMM scratch.
+        let bytes = match crate::codegen::epilogue_plan(program, k) {
+            Ok(plan) => plan.map_or(0, |p| p.scratch_bytes()),
+            Err(e) if e.is_backend_limit() => 0,
+            Err(e) => return Err(PlanError::Codegen(Box::new(e))),
+        };
         if bytes > 0 {
             scratch_slots.push((k as u32, slots.len()));
             slots.push(Interval::new(k as u32, k as u32 + 1, bytes));

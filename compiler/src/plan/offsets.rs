@@ -85,7 +85,7 @@ pub enum PlanError {
     /// The sizes (rounded up to the alignment) add up past `u64`.
     Overflow,
     /// The GEMM scratch of a matmul kernel cannot be sized: its epilogue split
-    /// ([`crate::codegen::epilogue_plan`]) failed.
+    /// ([`crate::codegen::epilogue_plan`]) found the kernel malformed.
     Codegen(Box<crate::codegen::CodegenError>),
 }
 
