@@ -60,6 +60,8 @@ pub enum CompileError {
     Input(GraphError),
     #[error("after pass {pass}: {error}")]
     Pass { pass: &'static str, error: GraphError },
+    #[error("after pass optimize: {0}")]
+    Optimize(#[from] crate::optimize::OptimizeError),
     #[error("after pass fuse: {0}")]
     Fuse(#[from] crate::fuse::FuseError),
     #[error("memory plan: {0}")]
@@ -117,10 +119,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         check(&graph, "precision", opts)?;
     }
 
-    let (graph, report) = optimize(&graph, &opts.optimize).map_err(|error| CompileError::Pass {
-        pass: "optimize",
-        error,
-    })?;
+    let (graph, report) = optimize(&graph, &opts.optimize)?;
     let mut notes = vec![format!(
         "{} constants folded, {} rule applications, {} iterations, stopped: {}",
         report.constants_folded,
