@@ -36,37 +36,14 @@ fn coalesce(space: &[usize], strides: &[i64]) -> (Vec<usize>, Vec<i64>) {
 }
 
 /// Call `f(base, len, stride)` for each innermost row of the walk of `space` from
-/// `offset` with `strides`, in row-major order. Nothing for an empty space.
-fn walk_rows(space: &[usize], strides: &[i64], offset: i64, mut f: impl FnMut(i64, usize, i64)) {
+/// `offset` with `strides`, in row-major order, dims coalesced first. Nothing for an
+/// empty space.
+fn walk_rows(space: &[usize], strides: &[i64], offset: i64, f: impl FnMut(i64, usize, i64)) {
     if space.contains(&0) {
         return;
     }
     let (dims, st) = coalesce(space, strides);
-    let rank = dims.len();
-    if rank == 0 {
-        f(offset, 1, 0);
-        return;
-    }
-    let (last_d, last_s) = (dims[rank - 1], st[rank - 1]);
-    let mut coord = vec![0usize; rank];
-    let mut base = offset;
-    loop {
-        f(base, last_d, last_s);
-        let mut k = rank - 1;
-        loop {
-            if k == 0 {
-                return;
-            }
-            k -= 1;
-            coord[k] += 1;
-            base = base.wrapping_add(st[k]);
-            if coord[k] < dims[k] {
-                break;
-            }
-            base = base.wrapping_sub(st[k].wrapping_mul(dims[k] as i64));
-            coord[k] = 0;
-        }
-    }
+    graphc_ir::interp::for_each_strided_row(&dims, &st, offset, f);
 }
 
 fn gather_vec<T: Copy>(v: &[T], space: &[usize], strides: &[i64], offset: i64, n: usize) -> Vec<T> {
