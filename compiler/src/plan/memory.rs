@@ -21,8 +21,8 @@
 //!   then a search towards the lower bound).
 //! - **GEMM scratch.** A matmul kernel whose epilogue cuBLASLt cannot apply writes the
 //!   product to a scratch area that its generated epilogue reads
-//!   (`codegen::GemmDesc::scratch_bytes`); the plan gives that area a slot of its own,
-//!   live for that one step ([`MemoryPlan::scratch`], [`PlanStep::scratch`]).
+//!   (`codegen::GemmDesc::scratch_bytes`, queried by `codegen::epilogue_plan`); the
+//!   plan gives that area a slot of its own, live for that one step ([`MemoryPlan::scratch`], [`PlanStep::scratch`]).
 //! - **Budget**: weights + inputs + outputs + arena + library workspace (cuBLASLt, when
 //!   the program has GEMMs), against `budget_bytes`.
 

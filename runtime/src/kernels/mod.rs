@@ -18,9 +18,10 @@
 //! - [`run_program`]: the unplanned reference, one allocation per buffer, used by the
 //!   low-level kernel tests (and to compare the arena against).
 //!
-//! Nothing here panics on a malformed program: every kernel is validated (access ranks
-//! and bounds, expression operands, dtypes, stage and store rules) before it reads any
-//! data, and errors name the kernel (index and name) or the input, weight or buffer.
+//! Nothing here panics on a malformed program: every kernel is verified by the kernel
+//! IR's verifier ([`graphc_compiler::kernel::verify_kernel`]: access ranks and bounds,
+//! expression operands, dtypes, stage and store rules) before it reads any data, and
+//! errors name the kernel (index and name) or the input, weight or buffer.
 
 mod access;
 mod arena;
