@@ -96,7 +96,7 @@ fn snapshot_optimized_fixture_ir() {
 /// reduces.
 #[test]
 fn fixture_norms_and_softmaxes_are_one_kernel_each() {
-    use graphc_compiler::kernel::{print_program, KernelKind};
+    use graphc_compiler::kernel::{print_program, KernelKind, OpKernel, RowKernel};
     for name in ["gpt2", "llama", "bert", "vit"] {
         let graph = graphc::load_model(&repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx")), &[]).unwrap();
         let p = graphc::compile(&graph).unwrap().program;
@@ -104,7 +104,7 @@ fn fixture_norms_and_softmaxes_are_one_kernel_each() {
             .kernels
             .iter()
             .filter_map(|k| match &k.kind {
-                KernelKind::Row { stages, .. } => Some(stages.len()),
+                KernelKind::Row(RowKernel { stages, .. }) => Some(stages.len()),
                 _ => None,
             })
             .collect();
@@ -112,10 +112,10 @@ fn fixture_norms_and_softmaxes_are_one_kernel_each() {
         assert!(
             p.kernels.iter().all(|k| !matches!(
                 &k.kind,
-                KernelKind::Op {
+                KernelKind::Op(OpKernel {
                     op: graphc::ir::Op::Reduce { .. },
                     ..
-                }
+                })
             )),
             "{name}"
         );

@@ -68,11 +68,19 @@ pub enum CompileError {
     Input(GraphError),
     #[error("after pass {pass}: {error}")]
     Pass { pass: &'static str, error: GraphError },
+    #[error("after pass optimize: {0}")]
+    Optimize(#[from] crate::optimize::OptimizeError),
+    #[error("after pass fuse: {0}")]
+    Fuse(#[from] crate::fuse::FuseError),
     #[error("memory plan: {0}")]
     Plan(#[from] PlanError),
     /// The planner produced an invalid plan (a bug; checked in debug builds).
     #[error("memory plan failed verification: {0}")]
     PlanInvalid(String),
+    /// A kernel program that is not well-formed kernel IR (a bug; checked after fusion
+    /// and scheduling in debug builds and with `verify_each_pass`).
+    #[error("kernel IR: {0}")]
+    Kernel(#[from] Box<crate::kernel::KernelVerifyError>),
 }
 
 /// Compile a graph: verify, then run each stage, verifying between them.
@@ -85,7 +93,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     passes.extend(report);
     let (graph, optimize, report) = run_optimize(&graph, opts)?;
     passes.push(report);
-    let (program, fusion, report) = run_fuse(&graph)?;
+    let (program, fusion, report) = run_fuse(&graph, opts)?;
     passes.push(report);
     let (program, schedule, plan, report) = run_plan(program, opts)?;
     passes.push(report);
@@ -154,10 +162,7 @@ fn run_precision(
 
 /// The e-graph optimizer.
 fn run_optimize(graph: &Graph, opts: &CompileOptions) -> Result<(Graph, OptimizeReport, PassReport), CompileError> {
-    let (graph, report) = optimize(graph, &opts.optimize).map_err(|error| CompileError::Pass {
-        pass: Pass::Optimize.name(),
-        error,
-    })?;
+    let (graph, report) = optimize(graph, &opts.optimize)?;
     let mut details = vec![PassDetail::Optimize {
         constants_folded: report.constants_folded,
         rule_applications: report.rules_fired.values().sum::<usize>(),
@@ -182,12 +187,12 @@ fn run_optimize(graph: &Graph, opts: &CompileOptions) -> Result<(Graph, Optimize
 }
 
 /// Fusion of the graph into kernels.
-fn run_fuse(graph: &Graph) -> Result<(Program, FuseReport, PassReport), CompileError> {
+fn run_fuse(graph: &Graph, opts: &CompileOptions) -> Result<(Program, FuseReport, PassReport), CompileError> {
     let start = Instant::now();
-    let (program, fusion) = fuse_with_report(graph).map_err(|error| CompileError::Pass {
-        pass: Pass::Fuse.name(),
-        error,
-    })?;
+    let (program, fusion) = fuse_with_report(graph)?;
+    if cfg!(debug_assertions) || opts.verify_each_pass {
+        crate::kernel::verify(&program).map_err(Box::new)?;
+    }
     let report = PassReport {
         pass: Pass::Fuse,
         nodes_before: graph.len(),
@@ -214,6 +219,7 @@ fn run_plan(
     let mut plan = plan_memory(&program, &opts.memory)?;
     plan.schedule = order.name;
     if cfg!(debug_assertions) || opts.verify_each_pass {
+        crate::kernel::verify(&program).map_err(Box::new)?;
         verify_plan(&program, &plan).map_err(CompileError::PlanInvalid)?;
     }
     let details = vec![

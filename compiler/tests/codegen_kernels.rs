@@ -7,7 +7,7 @@ use codegen_common as c;
 use graphc_compiler::codegen::{
     generate, generate_all, CodegenError, CudaKernel, GemmEpilogue, GemmOutput, GridSize, ParamAccess, ParamTarget,
 };
-use graphc_compiler::kernel::{BufferId, KernelKind};
+use graphc_compiler::kernel::{BufferId, ElementwiseKernel, ExprId, KernelKind, MatMulKernel, RowKernel};
 use graphc_ir::{BinaryOp, DType, Op, ReduceOp, UnaryOp};
 
 fn gen(p: &graphc_compiler::kernel::Program) -> CudaKernel {
@@ -96,12 +96,12 @@ fn collapsed_dims_merge_across_accesses() {
     // x read transposed: [2,3,4] from a [4,2,3] buffer: strides [3, 1, 6].
     let prog = p.kernel(
         "t",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![c::acc(x, 0, &[3, 1, 6])],
             body: b.b,
             stores: vec![c::store(l, out, &dims)],
-        },
+        }),
     );
     let k = gen(&prog);
     // dims 0 and 1 merge (3 == 1 * 3 for the input, 12 == 4 * 3 for the store).
@@ -139,12 +139,12 @@ fn misaligned_offset_falls_back_to_scalar_path() {
     let l = b.load(0, DType::F32);
     let prog = p.kernel(
         "slice",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![c::acc(x, 1, &[1])],
             body: b.b,
             stores: vec![c::store(l, out, &dims)],
-        },
+        }),
     );
     assert!(!gen(&prog).source.contains("g_vec16"));
 }
@@ -162,12 +162,12 @@ fn odd_sizes_get_a_tail_loop() {
     let e = b.un(UnaryOp::Exp, l);
     let prog = p.kernel(
         "exp",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![c::contig(x, &dims)],
             body: b.b,
             stores: vec![c::store(e, out, &dims)],
-        },
+        }),
     );
     let s = gen(&prog).source;
     assert!(s.contains("v < 250"), "{s}");
@@ -286,7 +286,7 @@ fn contiguous_aligned_rows_use_vector_accesses() {
     // Mixed widths: bf16 in, f32 out: 4 elements per access (8 bytes of bf16).
     let mut p = c::row_layernorm_gelu(64, 768, DType::BF16);
     p.buffers[3].ty = graphc_ir::TensorType::new(DType::F32, vec![64, 768]);
-    if let KernelKind::Row { body, stores, .. } = &mut p.kernels[0].kind {
+    if let KernelKind::Row(RowKernel { body, stores, .. }) = &mut p.kernels[0].kind {
         let v = body.push(graphc_compiler::kernel::Expr::Cast(stores[0].value), DType::F32);
         stores[0].value = v;
     }
@@ -317,7 +317,7 @@ fn rows_that_cannot_be_vectorized_fall_back_to_scalar() {
     // Aligned offset, but a row stride that is not (rows of 1022 in a 1026-wide buffer).
     let mut p = c::row_softmax(64, 1024, DType::F32);
     p.buffers[0].ty = graphc_ir::TensorType::new(DType::F32, vec![64, 1026]);
-    if let KernelKind::Row { inputs, .. } = &mut p.kernels[0].kind {
+    if let KernelKind::Row(RowKernel { inputs, .. }) = &mut p.kernels[0].kind {
         inputs[0].strides = vec![1026, 1];
     }
     assert!(!gen(&p).source.contains("g_vec16"));
@@ -409,7 +409,7 @@ fn integer_reductions_wrap_and_start_at_type_bounds() {
     let s1 = b.stage(1, DType::I8);
     let prog = p.kernel(
         "r",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![8],
             inner: vec![16],
             inputs: vec![c::contig(x, &dims)],
@@ -426,7 +426,7 @@ fn integer_reductions_wrap_and_start_at_type_bounds() {
             ],
             row_stores: vec![c::store(s0, o1, &[8]), c::store(s1, o2, &[8])],
             stores: vec![],
-        },
+        }),
     );
     let s = gen(&prog).source;
     assert!(s.contains("long long a0 = (-128LL);"), "{s}");
@@ -521,7 +521,7 @@ fn matmul_operand_that_needs_materializing() {
     assert!(e.to_string().contains("must be materialized"), "{e}");
     // Batch dims that do not collapse to one stride.
     let mut p = c::matmul_batched_scaled();
-    if let KernelKind::MatMul { batch, a, .. } = &mut p.kernels[0].kind {
+    if let KernelKind::MatMul(MatMulKernel { batch, a, .. }) = &mut p.kernels[0].kind {
         *batch = vec![2, 2];
         a.strides = vec![1000, 128, 8, 1];
     }
@@ -594,26 +594,26 @@ fn unsupported_op_kernel_names_the_op() {
 fn malformed_programs_are_errors_not_panics() {
     // A body that uses an expression before it is defined.
     let mut p = c::ew_contiguous_f32();
-    if let KernelKind::Elementwise { body, .. } = &mut p.kernels[0].kind {
-        body.exprs[3].0 = graphc_compiler::kernel::Expr::Binary(BinaryOp::Mul, 4, 1);
+    if let KernelKind::Elementwise(ElementwiseKernel { body, .. }) = &mut p.kernels[0].kind {
+        body.exprs[3].0 = graphc_compiler::kernel::Expr::Binary(BinaryOp::Mul, ExprId(4), ExprId(1));
     }
     assert!(generate(&p, 0).is_err());
     // A load past the inputs.
     let mut p = c::ew_contiguous_f32();
-    if let KernelKind::Elementwise { body, .. } = &mut p.kernels[0].kind {
+    if let KernelKind::Elementwise(ElementwiseKernel { body, .. }) = &mut p.kernels[0].kind {
         body.exprs[0].0 = graphc_compiler::kernel::Expr::Load(9);
     }
     assert!(generate(&p, 0).is_err());
     assert_eq!(generate(&p, 3).unwrap_err(), CodegenError::NoSuchKernel(3, 1));
     // Row store of a per-element value.
     let mut p = c::row_axis0();
-    if let KernelKind::Row { row_stores, .. } = &mut p.kernels[0].kind {
-        row_stores[0].value = 0;
+    if let KernelKind::Row(RowKernel { row_stores, .. }) = &mut p.kernels[0].kind {
+        row_stores[0].value = ExprId(0);
     }
     assert!(generate(&p, 0)
         .unwrap_err()
         .to_string()
-        .contains("varies along the row"));
+        .contains("varies along the inner dims"));
 }
 
 #[test]
@@ -648,12 +648,12 @@ fn large_spaces_index_in_64_bits() {
     let a = b.bin(BinaryOp::Add, l, one);
     let prog = p.kernel(
         "inc",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![c::contig(x, &dims)],
             body: b.b,
             stores: vec![c::store(a, out, &dims)],
-        },
+        }),
     );
     let s = gen(&prog).source;
     assert!(s.contains("const long long tid"), "{s}");

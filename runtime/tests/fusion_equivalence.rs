@@ -145,10 +145,10 @@ fn views_rows_and_epilogues_match() {
     assert!(mm_kernel.nodes.len() >= 4, "{:?}", mm_kernel.nodes);
     assert!(program.kernels.iter().all(|k| !matches!(
         k.kind,
-        graphc_compiler::kernel::KernelKind::Op {
+        graphc_compiler::kernel::KernelKind::Op(graphc_compiler::kernel::OpKernel {
             op: Op::Reshape { .. },
             ..
-        }
+        })
     )));
 }
 

@@ -11,7 +11,7 @@ mod planned;
 use std::collections::HashMap;
 
 use graphc_compiler::fuse::fuse;
-use graphc_compiler::kernel::{print_program, KernelKind, Program};
+use graphc_compiler::kernel::{print_program, ElementwiseKernel, KernelKind, MatMulKernel, Program};
 use graphc_ir::nn::{self, GeluApprox};
 use graphc_ir::{interpret, DType, Graph, GraphBuilder, Tensor, TensorType, UnaryOp};
 use planned::run_arena;
@@ -123,7 +123,7 @@ fn elementwise_tree_with_broadcasts_and_casts_is_one_kernel_with_two_stores() {
     let g = b.finish().unwrap();
     let p = run_both(&g);
     assert_eq!(kinds(&p), ["elementwise"], "{}", print_program(&p));
-    let KernelKind::Elementwise { stores, inputs, .. } = &p.kernels[0].kind else {
+    let KernelKind::Elementwise(ElementwiseKernel { stores, inputs, .. }) = &p.kernels[0].kind else {
         unreachable!()
     };
     assert_eq!(stores.len(), 2);
@@ -144,7 +144,7 @@ fn linear_layer_carries_its_epilogue() {
     let p = run_both(&g);
     assert_eq!(kinds(&p), ["matmul", "matmul"], "{}", print_program(&p));
     for k in &p.kernels {
-        let KernelKind::MatMul { batch, m, .. } = &k.kind else {
+        let KernelKind::MatMul(MatMulKernel { batch, m, .. }) = &k.kind else {
             unreachable!()
         };
         assert!(batch.is_empty() && *m == 16, "batch folded into rows: {batch:?} x {m}");

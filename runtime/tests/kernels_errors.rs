@@ -2,7 +2,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use graphc_compiler::kernel::{Access, Body, BufferId, BufferKind, Expr, Kernel, KernelKind, Program, Stage, Store};
+use graphc_compiler::kernel::{
+    Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind, MatMulKernel, OpKernel,
+    Program, RowKernel, Stage, Store,
+};
 use graphc_ir::{BinaryOp, DType, Op, ReduceOp, Tensor, TensorData, TensorType, UnaryOp};
 use graphc_runtime::kernels::{run_kernel, run_program, KernelError};
 
@@ -35,12 +38,12 @@ fn acc(buffer: BufferId, offset: i64, strides: &[i64]) -> Access {
 fn elementwise(name: &str, space: &[usize], inputs: Vec<Access>, body: Body, stores: Vec<Store>) -> Kernel {
     Kernel {
         name: name.into(),
-        kind: KernelKind::Elementwise {
+        kind: KernelKind::Elementwise(ElementwiseKernel {
             space: space.to_vec(),
             inputs,
             body,
             stores,
-        },
+        }),
         nodes: vec![],
     }
 }
@@ -62,7 +65,7 @@ fn neg_program(x_access: (i64, Vec<i64>), store_access: (i64, Vec<i64>), body: O
         vec![acc(bx, x_access.0, &x_access.1)],
         body,
         vec![Store {
-            value: 1,
+            value: ExprId(1),
             access: acc(out, store_access.0, &store_access.1),
         }],
     ));
@@ -139,7 +142,7 @@ fn read_before_write() {
     let l = body.push(Expr::Load(0), DType::F32);
     body.push(Expr::Unary(UnaryOp::Neg, l), DType::F32);
     let st = |b| Store {
-        value: 1,
+        value: ExprId(1),
         access: Access::contiguous(b, &[4]),
     };
     p.kernels.push(elementwise(
@@ -178,12 +181,18 @@ fn bad_expressions() {
     let cases: Vec<(Vec<(Expr, DType)>, &str)> = vec![
         // Operand does not precede its user.
         (
-            vec![(Expr::Unary(UnaryOp::Neg, 1), DType::F32), (Expr::Load(0), DType::F32)],
+            vec![
+                (Expr::Unary(UnaryOp::Neg, ExprId(1)), DType::F32),
+                (Expr::Load(0), DType::F32),
+            ],
             "operand e1 does not precede it",
         ),
         // Operand past the end.
         (
-            vec![(Expr::Load(0), DType::F32), (Expr::Unary(UnaryOp::Neg, 9), DType::F32)],
+            vec![
+                (Expr::Load(0), DType::F32),
+                (Expr::Unary(UnaryOp::Neg, ExprId(9)), DType::F32),
+            ],
             "operand e9",
         ),
         // Load of a missing input.
@@ -193,11 +202,17 @@ fn bad_expressions() {
         ),
         // Declared dtype disagrees.
         (
-            vec![(Expr::Load(0), DType::F32), (Expr::Unary(UnaryOp::Neg, 0), DType::F16)],
+            vec![
+                (Expr::Load(0), DType::F32),
+                (Expr::Unary(UnaryOp::Neg, ExprId(0)), DType::F16),
+            ],
             "declared f16 but computes f32",
         ),
         (
-            vec![(Expr::Load(0), DType::I32), (Expr::Unary(UnaryOp::Neg, 0), DType::I32)],
+            vec![
+                (Expr::Load(0), DType::I32),
+                (Expr::Unary(UnaryOp::Neg, ExprId(0)), DType::I32),
+            ],
             "declared i32 but computes f32",
         ),
         // Mixed operand dtypes.
@@ -205,7 +220,7 @@ fn bad_expressions() {
             vec![
                 (Expr::Load(0), DType::F32),
                 (Expr::Const(Tensor::scalar(DType::F16, 1.0)), DType::F16),
-                (Expr::Binary(BinaryOp::Add, 0, 1), DType::F32),
+                (Expr::Binary(BinaryOp::Add, ExprId(0), ExprId(1)), DType::F32),
             ],
             "e2 (add)",
         ),
@@ -270,7 +285,7 @@ fn inputs_and_weights() {
 
     // A store into an input buffer; an output buffer that does not exist.
     let mut p = neg_program((0, vec![6, 1]), (0, vec![6, 1]), None);
-    if let KernelKind::Elementwise { stores, .. } = &mut p.kernels[0].kind {
+    if let KernelKind::Elementwise(ElementwiseKernel { stores, .. }) = &mut p.kernels[0].kind {
         stores[0].access.buffer = BufferId(0);
     }
     contains(&run_err(&p, &x_inputs()), &["b0 (input \"x\")", "not a temp"]);
@@ -280,7 +295,7 @@ fn inputs_and_weights() {
     // An access of a buffer that does not exist.
     let p = neg_program((0, vec![6, 1]), (0, vec![6, 1]), None);
     let mut q = p.clone();
-    if let KernelKind::Elementwise { inputs, .. } = &mut q.kernels[0].kind {
+    if let KernelKind::Elementwise(ElementwiseKernel { inputs, .. }) = &mut q.kernels[0].kind {
         inputs[0].buffer = BufferId(42);
     }
     contains(&run_err(&q, &x_inputs()), &["buffer b42 does not exist"]);
@@ -318,14 +333,14 @@ fn runtime_failures_of_ops() {
     let out = temp(&mut p, DType::F32, &[2]);
     p.kernels.push(Kernel {
         name: "g".into(),
-        kind: KernelKind::Op {
+        kind: KernelKind::Op(OpKernel {
             op: Op::Gather { axis: 0 },
             inputs: vec![
                 (Access::contiguous(bd, &[3]), TensorType::new(DType::F32, [3usize])),
                 (Access::contiguous(bi, &[2]), TensorType::new(DType::I64, [2usize])),
             ],
             output: out,
-        },
+        }),
         nodes: vec![],
     });
     p.outputs = vec![("y".into(), out)];
@@ -350,13 +365,13 @@ fn runtime_failures_of_ops() {
 }
 
 /// A row kernel over x [4, 6] with one row store into [4].
-fn row_program(exprs: Vec<(Expr, DType)>, stages: Vec<Stage>, row_value: u32) -> Program {
+fn row_program(exprs: Vec<(Expr, DType)>, stages: Vec<Stage>, row_value: ExprId) -> Program {
     let mut p = Program::default();
     let bx = input(&mut p, "x", DType::F32, &[4, 6]);
     let om = temp(&mut p, DType::F32, &[4]);
     p.kernels.push(Kernel {
         name: "row".into(),
-        kind: KernelKind::Row {
+        kind: KernelKind::Row(RowKernel {
             outer: vec![4],
             inner: vec![6],
             inputs: vec![Access::contiguous(bx, &[4, 6])],
@@ -367,14 +382,14 @@ fn row_program(exprs: Vec<(Expr, DType)>, stages: Vec<Stage>, row_value: u32) ->
                 access: Access::contiguous(om, &[4]),
             }],
             stores: vec![],
-        },
+        }),
         nodes: vec![],
     });
     p.outputs = vec![("m".into(), om)];
     p
 }
 
-fn stage(op: ReduceOp, value: u32) -> Stage {
+fn stage(op: ReduceOp, value: ExprId) -> Stage {
     Stage { op, value }
 }
 
@@ -385,7 +400,7 @@ fn bad_row_kernels() {
     let load = (Expr::Load(0), DType::F32);
     let sum_body = vec![load.clone(), (Expr::Stage(0), DType::F32)];
     // Fine: the row sum.
-    let ok = row_program(sum_body.clone(), vec![stage(ReduceOp::Sum, 0)], 1);
+    let ok = row_program(sum_body.clone(), vec![stage(ReduceOp::Sum, ExprId(0))], ExprId(1));
     let out = run_program(&ok, &BTreeMap::new(), &x_inputs()).unwrap();
     let x = x_inputs()["x"].clone();
     let want = graphc_ir::interp::eval_op(
@@ -403,34 +418,41 @@ fn bad_row_kernels() {
     // Row store of a per-element value.
     contains(
         &run_err(
-            &row_program(sum_body.clone(), vec![stage(ReduceOp::Sum, 0)], 0),
+            &row_program(sum_body.clone(), vec![stage(ReduceOp::Sum, ExprId(0))], ExprId(0)),
             &x_inputs(),
         ),
         &["kernel 0 (row)", "row store 0", "varies along the inner dims"],
     );
     // Reference to a missing stage.
     contains(
-        &run_err(&row_program(sum_body.clone(), vec![], 1), &x_inputs()),
+        &run_err(&row_program(sum_body.clone(), vec![], ExprId(1)), &x_inputs()),
         &["the kernel has 0 stages"],
     );
     // A stage whose value does not precede the reference.
     let body = vec![
         load.clone(),
         (Expr::Stage(0), DType::F32),
-        (Expr::Unary(UnaryOp::Neg, 0), DType::F32),
+        (Expr::Unary(UnaryOp::Neg, ExprId(0)), DType::F32),
     ];
     contains(
-        &run_err(&row_program(body, vec![stage(ReduceOp::Sum, 2)], 1), &x_inputs()),
+        &run_err(
+            &row_program(body, vec![stage(ReduceOp::Sum, ExprId(2))], ExprId(1)),
+            &x_inputs(),
+        ),
         &["does not precede it"],
     );
     // Stage 0 using stage 1, which is not earlier.
     let body = vec![
         load.clone(),
         (Expr::Stage(1), DType::F32),
-        (Expr::Binary(BinaryOp::Add, 0, 1), DType::F32),
+        (Expr::Binary(BinaryOp::Add, ExprId(0), ExprId(1)), DType::F32),
         (Expr::Stage(0), DType::F32),
     ];
-    let p = row_program(body, vec![stage(ReduceOp::Max, 2), stage(ReduceOp::Sum, 0)], 3);
+    let p = row_program(
+        body,
+        vec![stage(ReduceOp::Max, ExprId(2)), stage(ReduceOp::Sum, ExprId(0))],
+        ExprId(3),
+    );
     contains(
         &run_err(&p, &x_inputs()),
         &["stage 0", "uses stage 1, not an earlier one"],
@@ -438,10 +460,10 @@ fn bad_row_kernels() {
     // A stage of a bool value.
     let body = vec![
         load,
-        (Expr::Unary(UnaryOp::IsNan, 0), DType::Bool),
+        (Expr::Unary(UnaryOp::IsNan, ExprId(0)), DType::Bool),
         (Expr::Stage(0), DType::Bool),
     ];
-    let p = row_program(body, vec![stage(ReduceOp::Sum, 1)], 2);
+    let p = row_program(body, vec![stage(ReduceOp::Sum, ExprId(1))], ExprId(2));
     contains(&run_err(&p, &x_inputs()), &["kernel 0 (row)", "bool"]);
 }
 
@@ -455,7 +477,7 @@ fn bad_matmul_kernels() {
     let a = body.push(Expr::Acc, DType::F32);
     p.kernels.push(Kernel {
         name: "mm".into(),
-        kind: KernelKind::MatMul {
+        kind: KernelKind::MatMul(MatMulKernel {
             batch: vec![],
             m: 2,
             n: 4,
@@ -468,7 +490,7 @@ fn bad_matmul_kernels() {
                 value: a,
                 access: Access::contiguous(out, &[2, 4]),
             }],
-        },
+        }),
         nodes: vec![],
     });
     p.outputs = vec![("y".into(), out)];
@@ -502,7 +524,7 @@ fn bad_matmul_kernels() {
     .into_iter()
     .collect();
     assert!(run_program(&q, &BTreeMap::new(), &ins_f).is_ok());
-    if let KernelKind::MatMul { k, a, .. } = &mut q.kernels[0].kind {
+    if let KernelKind::MatMul(MatMulKernel { k, a, .. }) = &mut q.kernels[0].kind {
         *k = 4;
         a.strides = vec![4, 1];
     }

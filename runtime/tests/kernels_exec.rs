@@ -4,7 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use graphc_compiler::kernel::{Access, Body, BufferId, BufferKind, Expr, Kernel, KernelKind, Program, Stage, Store};
+use graphc_compiler::kernel::{
+    Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind, MatMulKernel, OpKernel,
+    Program, RowKernel, Stage, Store,
+};
 use graphc_ir::{
     interpret, nn, BinaryOp, DType, Graph, GraphBuilder, Op, PadMode, ReduceOp, Tensor, TensorType, UnaryOp,
 };
@@ -54,7 +57,7 @@ fn kernel(name: &str, kind: KernelKind) -> Kernel {
     }
 }
 
-fn store(value: u32, access: Access) -> Store {
+fn store(value: ExprId, access: Access) -> Store {
     Store { value, access }
 }
 
@@ -125,7 +128,7 @@ fn elementwise_broadcast_transpose_slice_multi_output() {
     let r16 = body.push(Expr::Cast(r), DType::F16);
     p.kernels.push(kernel(
         "fused",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: vec![m, n],
             inputs: vec![
                 contig(bx, &[m, n]),
@@ -139,7 +142,7 @@ fn elementwise_broadcast_transpose_slice_multi_output() {
                 store(r16, contig(out16, &[m, n])),
                 store(r, acc(out_t, 0, &[1, m as i64])),
             ],
-        },
+        }),
     ));
     p.outputs = vec![("r".into(), out), ("r16".into(), out16), ("rt".into(), out_t)];
 
@@ -186,12 +189,12 @@ fn elementwise_f16_bf16_bodies() {
     let bf = body.push(Expr::Binary(BinaryOp::Sub, s, a), DType::BF16);
     p.kernels.push(kernel(
         "half",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: [bx, by, bz, ba].iter().map(|&id| contig(id, &dims)).collect(),
             body,
             stores: vec![store(h, contig(oh, &dims)), store(bf, contig(ob, &dims))],
-        },
+        }),
     ));
     p.outputs = vec![("h".into(), oh), ("bf".into(), ob)];
     let ins = inputs_of(vec![
@@ -227,7 +230,7 @@ fn softmax_program(
     let y = body.push(Expr::Binary(BinaryOp::Div, e, s), dtype);
     p.kernels.push(kernel(
         "softmax",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: outer.to_vec(),
             inner: inner.to_vec(),
             inputs: vec![acc(bx, x_access.0, &x_access.1)],
@@ -244,7 +247,7 @@ fn softmax_program(
             ],
             row_stores: vec![],
             stores: vec![store(y, acc(out, out_access.0, &out_access.1))],
-        },
+        }),
     ));
     p.outputs = vec![("y".into(), out)];
     p
@@ -347,7 +350,7 @@ fn row_layer_norm_with_row_stores() {
     let y = body.push(Expr::Binary(BinaryOp::Add, n, bl), DType::F32);
     p.kernels.push(kernel(
         "layer_norm",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![rows],
             inner: vec![d],
             inputs: vec![contig(bx, &[rows, d]), acc(bg, 0, &[0, 1]), acc(bb, 0, &[0, 1])],
@@ -364,7 +367,7 @@ fn row_layer_norm_with_row_stores() {
             ],
             row_stores: vec![store(mean, contig(om, &[rows])), store(rstd, contig(or, &[rows]))],
             stores: vec![store(y, contig(oy, &[rows, d]))],
-        },
+        }),
     ));
     p.outputs = vec![("y".into(), oy), ("mean".into(), om), ("rstd".into(), or)];
     check_bitwise(&p, &g, &inputs_of(vec![("x", rand(DType::F32, &[rows, d], 23))]));
@@ -404,7 +407,7 @@ fn matmul_transposed_broadcast_b_with_epilogue() {
     let y = body.push(Expr::Binary(BinaryOp::Add, ge, rl), DType::F32);
     p.kernels.push(kernel(
         "linear_gelu",
-        KernelKind::MatMul {
+        KernelKind::MatMul(MatMulKernel {
             batch: vec![b0, b1],
             m,
             n,
@@ -414,7 +417,7 @@ fn matmul_transposed_broadcast_b_with_epilogue() {
             inputs: vec![acc(bbias, 0, &[0, 0, 0, 1]), contig(br, &[b0, b1, m, n])],
             body,
             stores: vec![store(y, contig(out, &[b0, b1, m, n]))],
-        },
+        }),
     ));
     p.outputs = vec![("y".into(), out)];
     check_bitwise(
@@ -447,7 +450,7 @@ fn matmul_transposed_a_bf16_and_shared_batch() {
     let a = body.push(Expr::Acc, DType::BF16);
     p.kernels.push(kernel(
         "mm",
-        KernelKind::MatMul {
+        KernelKind::MatMul(MatMulKernel {
             batch: vec![bt],
             m,
             n,
@@ -457,7 +460,7 @@ fn matmul_transposed_a_bf16_and_shared_batch() {
             inputs: vec![],
             body,
             stores: vec![store(a, contig(out, &[bt, m, n]))],
-        },
+        }),
     ));
     p.outputs = vec![("p".into(), out)];
     check_bitwise(
@@ -512,27 +515,27 @@ fn op_kernels_concat_pad_gather_argmax() {
     let v = body.push(Expr::Binary(BinaryOp::Mul, l, tw), DType::F32);
     p.kernels.push(kernel(
         "scale",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: vec![r, c1],
             inputs: vec![contig(bx, &[r, c1]), acc(two, 0, &[0, 0])],
             body,
             stores: vec![store(v, contig(bt, &[r, c1]))],
-        },
+        }),
     ));
     p.kernels.push(kernel(
         "concat",
-        KernelKind::Op {
+        KernelKind::Op(OpKernel {
             op: Op::Concat { axis: 1 },
             inputs: vec![
                 (contig(bt, &[r, c1]), TensorType::new(DType::F32, [r, c1])),
                 (acc(by, 0, &[1, r as i64]), TensorType::new(DType::F32, [r, c2])),
             ],
             output: bc,
-        },
+        }),
     ));
     p.kernels.push(kernel(
         "pad",
-        KernelKind::Op {
+        KernelKind::Op(OpKernel {
             op: Op::Pad {
                 pads,
                 mode: PadMode::Reflect,
@@ -540,11 +543,11 @@ fn op_kernels_concat_pad_gather_argmax() {
             },
             inputs: vec![(contig(bc, &[r, c1 + c2]), TensorType::new(DType::F32, [r, c1 + c2]))],
             output: bq,
-        },
+        }),
     ));
     p.kernels.push(kernel(
         "argmax",
-        KernelKind::Op {
+        KernelKind::Op(OpKernel {
             op: Op::ArgReduce {
                 op: graphc_ir::ArgReduceOp::ArgMax,
                 axis: 1,
@@ -552,18 +555,18 @@ fn op_kernels_concat_pad_gather_argmax() {
             },
             inputs: vec![(contig(bq, &qd), TensorType::new(DType::F32, qd))],
             output: bam,
-        },
+        }),
     ));
     p.kernels.push(kernel(
         "gather",
-        KernelKind::Op {
+        KernelKind::Op(OpKernel {
             op: Op::Gather { axis: 0 },
             inputs: vec![
                 (contig(bq, &qd), TensorType::new(DType::F32, qd)),
                 (contig(bi, &[2, 3]), TensorType::new(DType::I64, [2, 3])),
             ],
             output: bga,
-        },
+        }),
     ));
     p.outputs = vec![("am".into(), bam), ("ga".into(), bga)];
     let idx = Tensor::new([2usize, 3], graphc_ir::TensorData::I64(vec![0, -1, 3, 6, 2, -7])).unwrap();
@@ -622,12 +625,12 @@ fn large_row_and_strided_elementwise() {
     let y = body.push(Expr::Binary(BinaryOp::Add, l, one), DType::F32);
     p.kernels.push(kernel(
         "t_add",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: vec![1024, 512],
             inputs: vec![acc(bx, 0, &[1, 1024])],
             body,
             stores: vec![store(y, contig(out, &[1024, 512]))],
-        },
+        }),
     ));
     p.outputs = vec![("y".into(), out)];
     let b = GraphBuilder::new();
@@ -665,7 +668,7 @@ fn row_two_inner_dims_with_index() {
     let y = body.push(Expr::Binary(BinaryOp::Sub, w, s), DType::F32);
     p.kernels.push(kernel(
         "block_sum",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![2],
             inner: vec![3, 4],
             inputs: vec![contig(bx, &dims)],
@@ -676,7 +679,7 @@ fn row_two_inner_dims_with_index() {
             }],
             row_stores: vec![store(s, contig(os, &[2]))],
             stores: vec![store(y, contig(oy, &dims))],
-        },
+        }),
     ));
     p.outputs = vec![("y".into(), oy), ("s".into(), os)];
     check_bitwise(&p, &g, &inputs_of(vec![("x", rand(DType::F32, &dims, 61))]));

@@ -272,54 +272,6 @@ pub(crate) fn operands(e: &Expr) -> Vec<ExprId> {
     e.operands()
 }
 
-/// Check SSA order and operand types of a body. `n_inputs` bounds loads, `n_stages`
-/// stage references and `rank` index axes; `acc` says whether `Acc` may appear.
-pub(crate) fn validate(
-    cx: &Ctx,
-    body: &Body,
-    n_inputs: usize,
-    n_stages: usize,
-    rank: usize,
-    acc: bool,
-) -> Result<(), CodegenError> {
-    for (i, (e, d)) in body.exprs.iter().enumerate() {
-        let bad = |m: String| Err(cx.malformed(format!("expression {i}: {m}")));
-        for o in operands(e) {
-            if o as usize >= i {
-                return bad(format!("operand {o} does not precede it"));
-            }
-        }
-        let od = |k: ExprId| body.exprs[k as usize].1;
-        match e {
-            Expr::Load(n) if *n as usize >= n_inputs => return bad(format!("loads input {n} of {n_inputs}")),
-            Expr::Gather { input, .. } if *input as usize >= n_inputs => {
-                return bad(format!("gathers from input {input} of {n_inputs}"))
-            }
-            Expr::Gather { index, .. } if !matches!(od(*index), DType::I64 | DType::I32) => {
-                return bad(format!("gather index of type {}", od(*index)))
-            }
-            Expr::Stage(n) if *n as usize >= n_stages => return bad(format!("uses stage {n} of {n_stages}")),
-            Expr::Index(n) if *n as usize >= rank => return bad(format!("index of axis {n} in a rank-{rank} space")),
-            Expr::Index(_) if !d.is_numeric() => return bad(format!("index as {d}")),
-            Expr::Acc if !acc => return bad("`acc` outside a matmul kernel".to_string()),
-            Expr::Const(t) if t.dtype() != *d || t.numel() != 1 => {
-                return bad(format!("constant {} x{} typed {d}", t.dtype(), t.numel()))
-            }
-            Expr::Unary(op, a) if !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
-                return bad(format!("{} of {} typed {d}", op.name(), od(*a)));
-            }
-            Expr::Binary(op, a, b) if od(*a) != od(*b) || !op.accepts(od(*a)) || op.output_dtype(od(*a)) != *d => {
-                return bad(format!("{} of {} and {} typed {d}", op.name(), od(*a), od(*b)));
-            }
-            Expr::Select(c, a, b) if od(*c) != DType::Bool || od(*a) != *d || od(*b) != *d => {
-                return bad("select needs a bool condition and values of its type".to_string());
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Check that every load among `ids` has the type of the buffer it reads.
 pub(crate) fn check_loads(
     cx: &Ctx,
@@ -328,7 +280,7 @@ pub(crate) fn check_loads(
     inputs: &[crate::kernel::Access],
 ) -> Result<(), CodegenError> {
     for &id in ids {
-        if let (Expr::Load(n) | Expr::Gather { input: n, .. }, d) = &body.exprs[id as usize] {
+        if let (Expr::Load(n) | Expr::Gather { input: n, .. }, d) = &body.exprs[id.index()] {
             let bd = cx.dtype(inputs[*n as usize].buffer)?;
             if bd != *d {
                 return Err(cx.malformed(format!("expression {id} loads a {bd} buffer as {d}")));
@@ -344,15 +296,15 @@ pub(crate) fn closure(body: &Body, roots: &[ExprId], stop: &dyn Fn(ExprId) -> bo
     let mut seen = vec![false; body.exprs.len()];
     let mut stack: Vec<ExprId> = roots.to_vec();
     while let Some(id) = stack.pop() {
-        let Some(s) = seen.get_mut(id as usize) else { continue };
+        let Some(s) = seen.get_mut(id.index()) else { continue };
         if std::mem::replace(s, true) {
             continue;
         }
         if !stop(id) {
-            stack.extend(operands(&body.exprs[id as usize].0));
+            stack.extend(operands(&body.exprs[id.index()].0));
         }
     }
-    (0..body.exprs.len() as ExprId).filter(|&i| seen[i as usize]).collect()
+    body.ids().filter(|i| seen[i.index()]).collect()
 }
 
 /// Gives the C expression of a leaf (Load/Index/Stage/Acc) of a given type.
@@ -368,7 +320,7 @@ pub(crate) fn expr_c(
     name: &dyn Fn(ExprId) -> String,
     leaf: &mut Leaf,
 ) -> Result<String, CodegenError> {
-    let (e, d) = &body.exprs[id as usize];
+    let (e, d) = &body.exprs[id.index()];
     let d = *d;
     match e {
         Expr::Const(t) => tensor_lit(cx, t.data()),

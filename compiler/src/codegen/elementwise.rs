@@ -74,7 +74,6 @@ impl<'a> Setup<'a> {
         stores: &'a [Store],
     ) -> Result<Setup<'a>, CodegenError> {
         let rank = space.len();
-        cuda::validate(cx, body, inputs.len(), 0, rank, false)?;
         for (i, a) in inputs.iter().enumerate() {
             if a.strides.len() != rank {
                 return Err(cx.malformed(format!("input {i} has rank {} in a rank-{rank} space", a.strides.len())));
@@ -87,7 +86,7 @@ impl<'a> Setup<'a> {
                     s.access.strides.len()
                 )));
             }
-            if s.value as usize >= body.exprs.len() {
+            if s.value.index() >= body.exprs.len() {
                 return Err(cx.malformed(format!("store {i} of missing expression {}", s.value)));
             }
         }
@@ -96,7 +95,7 @@ impl<'a> Setup<'a> {
         cuda::check_loads(cx, body, &live, inputs)?;
         let mut used: Vec<usize> = live
             .iter()
-            .filter_map(|&id| match body.exprs[id as usize].0 {
+            .filter_map(|&id| match body.exprs[id.index()].0 {
                 Expr::Load(n) | Expr::Gather { input: n, .. } => Some(n as usize),
                 _ => None,
             })
@@ -105,7 +104,7 @@ impl<'a> Setup<'a> {
         used.dedup();
         let gathers = live
             .iter()
-            .any(|&id| matches!(body.exprs[id as usize].0, Expr::Gather { .. }));
+            .any(|&id| matches!(body.exprs[id.index()].0, Expr::Gather { .. }));
 
         let mut params = Params::new();
         let mut in_param = vec![usize::MAX; inputs.len()];

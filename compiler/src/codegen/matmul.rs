@@ -107,7 +107,7 @@ pub struct GemmDesc {
     pub scratch_bytes: u64,
 }
 
-pub(crate) use crate::kernel::MatMulRef as MatMulKernel;
+pub(crate) use crate::kernel::MatMulKernel;
 
 /// A `rows x cols` operand (last two dims of `a`) with its batch dims collapsed.
 fn operand(
@@ -190,12 +190,12 @@ fn single_users(body: &Body, stores: &[Store]) -> Vec<Option<ExprId>> {
     let mut user = vec![None; n];
     for (i, (e, _)) in body.exprs.iter().enumerate() {
         for o in super::cuda::operands(e) {
-            count[o as usize] += 1;
-            user[o as usize] = Some(i as ExprId);
+            count[o.index()] += 1;
+            user[o.index()] = Some(ExprId(i as u32));
         }
     }
     for s in stores {
-        if let Some(c) = count.get_mut(s.value as usize) {
+        if let Some(c) = count.get_mut(s.value.index()) {
             *c += 1;
         }
     }
@@ -253,15 +253,15 @@ struct MatMulFields<'a> {
 /// when cuBLASLt computes the whole body).
 pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<EpilogueParts>), CodegenError> {
     let mm = MatMulFields {
-        batch: mk.batch,
+        batch: &mk.batch,
         m: mk.m,
         n: mk.n,
         k: mk.k,
-        a: mk.a,
-        b: mk.b,
-        inputs: mk.inputs,
-        body: mk.body,
-        stores: mk.stores,
+        a: &mk.a,
+        b: &mk.b,
+        inputs: &mk.inputs,
+        body: &mk.body,
+        stores: &mk.stores,
     };
     let (m, n, k) = (mm.m, mm.n, mm.k);
     let (acc_ids, dtype, compute) = product_type(cx, mm)?;
@@ -354,12 +354,8 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
 /// The `acc` expressions of the body, the product's dtype (that of the operands) and
 /// the GEMM's accumulation for it.
 fn product_type(cx: &Ctx, mm: MatMulFields) -> Result<(Vec<ExprId>, DType, GemmCompute), CodegenError> {
-    let rank = mm.batch.len() + 2;
     let body = mm.body;
-    super::cuda::validate(cx, body, mm.inputs.len(), 0, rank, true)?;
-    let acc_ids: Vec<ExprId> = (0..body.exprs.len() as ExprId)
-        .filter(|&i| body.exprs[i as usize].0 == Expr::Acc)
-        .collect();
+    let acc_ids: Vec<ExprId> = body.ids().filter(|i| body.exprs[i.index()].0 == Expr::Acc).collect();
     let dtype = match acc_ids.first() {
         Some(&i) => body.dtype(i),
         None => cx.dtype(mm.a.buffer)?,
@@ -416,11 +412,11 @@ fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) ->
     };
     let native_ok = acc_ids.len() == 1;
     while let (true, Some(c)) = (native_ok, ch.cur) {
-        let Some(u) = users[c as usize] else { break };
-        match &body.exprs[u as usize].0 {
+        let Some(u) = users[c.index()] else { break };
+        match &body.exprs[u.index()].0 {
             Expr::Binary(BinaryOp::Add, x, y) if ch.act.is_none() => {
                 let other = if *x == c { *y } else { *x };
-                let Expr::Load(ni) = body.exprs[other as usize].0 else {
+                let Expr::Load(ni) = body.exprs[other.index()].0 else {
                     break;
                 };
                 let input = &mm.inputs[ni as usize];
@@ -451,7 +447,7 @@ fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) ->
             // A scale of the product before anything is added: cuBLASLt's alpha.
             Expr::Binary(BinaryOp::Mul, x, y) if ch.bias.is_none() && ch.beta_c.is_none() && ch.act.is_none() => {
                 let other = if *x == c { *y } else { *x };
-                let Expr::Const(t) = &body.exprs[other as usize].0 else {
+                let Expr::Const(t) = &body.exprs[other.index()].0 else {
                     break;
                 };
                 match t.to_f64_vec().first() {
@@ -479,10 +475,10 @@ fn read_back(mm: MatMulFields, d: Access, acc_ids: &[ExprId], cur: Option<ExprId
     let load = Expr::Load((inputs.len() - 1) as u32);
     let mut ebody = mm.body.clone();
     for &i in acc_ids {
-        ebody.exprs[i as usize].0 = load.clone();
+        ebody.exprs[i.index()].0 = load.clone();
     }
     if let Some(c) = cur {
-        ebody.exprs[c as usize].0 = load;
+        ebody.exprs[c.index()].0 = load;
     }
     (inputs, ebody)
 }

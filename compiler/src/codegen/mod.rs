@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use graphc_ir::DType;
 
-use crate::kernel::{BufferId, KernelKind, KindRef, Program};
+use crate::kernel::{BufferId, ElementwiseKernel, KernelKind, MatMulKernel, Program};
 
 pub use matmul::{GemmCompute, GemmDesc, GemmEpilogue, GemmOperand, GemmOutput};
 
@@ -142,7 +142,7 @@ impl LaunchConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodegenError {
     #[error("kernel index {0} out of range (the program has {1} kernels)")]
     NoSuchKernel(usize, usize),
@@ -156,8 +156,24 @@ pub enum CodegenError {
     },
     #[error("kernel {kernel}: {msg}")]
     Malformed { kernel: String, msg: String },
+    /// The kernel is not well-formed kernel IR ([`crate::kernel::verify`]).
+    #[error(transparent)]
+    Verify(#[from] Box<crate::kernel::KernelVerifyError>),
     #[error("kernel {kernel}: {msg}")]
     Unsupported { kernel: String, msg: String },
+}
+
+impl CodegenError {
+    /// Whether the kernel is well-formed but beyond what the CUDA backend does (an op
+    /// it has no kernel for, a matmul operand cuBLASLt cannot stride through, a dtype
+    /// it cannot compute in): such a kernel runs on the CPU only, so it has no GPU
+    /// epilogue launch and no GEMM scratch. Other errors are malformed programs.
+    pub fn is_backend_limit(&self) -> bool {
+        matches!(
+            self,
+            CodegenError::UnsupportedOp { .. } | CodegenError::OperandLayout { .. } | CodegenError::Unsupported { .. }
+        )
+    }
 }
 
 /// The CUDA kernel of `program.kernels[kernel_index]`.
@@ -166,22 +182,18 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         .kernels
         .get(kernel_index)
         .ok_or(CodegenError::NoSuchKernel(kernel_index, program.kernels.len()))?;
+    crate::kernel::verify_kernel(program, kernel_index).map_err(Box::new)?;
     let name = format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name()));
     let cx = Ctx {
         program,
         kernel: name.clone(),
         scratch: None,
     };
-    let mut out = match kernel.kind.view() {
-        KindRef::Elementwise {
-            space,
-            inputs,
-            body,
-            stores,
-        } => elementwise::generate(&cx, space, inputs, body, stores)?,
-        KindRef::Row(r) => row::generate(&cx, &r)?,
-        KindRef::MatMul(mm) => matmul::generate(&cx, &mm)?,
-        KindRef::Op { op, inputs, output } => op_kernels::generate(&cx, op, inputs, output)?,
+    let mut out = match &kernel.kind {
+        KernelKind::Elementwise(e) => elementwise::generate(&cx, &e.space, &e.inputs, &e.body, &e.stores)?,
+        KernelKind::Row(r) => row::generate(&cx, r)?,
+        KernelKind::MatMul(mm) => matmul::generate(&cx, mm)?,
+        KernelKind::Op(o) => op_kernels::generate(&cx, &o.op, &o.inputs, o.output)?,
     };
     out.name = name;
     Ok(out)
@@ -202,28 +214,76 @@ pub struct MatMulSplit {
 /// The buffer id that stands for a GEMM's scratch output in [`MatMulSplit::epilogue`].
 pub const SCRATCH_BUFFER: BufferId = SCRATCH;
 
-/// The [`MatMulSplit`] of kernel `kernel_index`, or None when it is not a matmul.
-pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<MatMulSplit>, CodegenError> {
+/// How a matmul kernel's body runs, decided by the same function as [`generate`] and
+/// [`matmul_split`] but without generating CUDA C: whether a generated epilogue
+/// kernel follows the GEMM, and the scratch bytes the GEMM writes for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpiloguePlan {
+    needs_kernel: bool,
+    scratch_bytes: u64,
+}
+
+impl EpiloguePlan {
+    /// Whether the GEMM library cannot apply the whole body: a generated epilogue
+    /// kernel runs after the GEMM (one more launch; [`CudaKernel::has_source`]).
+    pub fn needs_kernel(&self) -> bool {
+        self.needs_kernel
+    }
+
+    /// Bytes of GEMM scratch output the epilogue kernel reads back
+    /// ([`GemmDesc::scratch_bytes`]; 0 when the GEMM writes a buffer of the program).
+    pub fn scratch_bytes(&self) -> u64 {
+        self.scratch_bytes
+    }
+}
+
+/// The [`EpiloguePlan`] of kernel `kernel_index`, or None when it is not a matmul.
+/// A matmul the CUDA backend cannot run is an error for which
+/// [`CodegenError::is_backend_limit`] holds (as [`generate`] reports it).
+pub fn epilogue_plan(program: &Program, kernel_index: usize) -> Result<Option<EpiloguePlan>, CodegenError> {
+    let Some((cx, mm)) = matmul_kernel(program, kernel_index)? else {
+        return Ok(None);
+    };
+    let (gemm, parts) = matmul::split(&cx, mm)?;
+    Ok(Some(EpiloguePlan {
+        needs_kernel: parts.is_some(),
+        scratch_bytes: gemm.scratch_bytes,
+    }))
+}
+
+/// Kernel `kernel_index` when it is a matmul (verified), with its generator context.
+fn matmul_kernel(program: &Program, kernel_index: usize) -> Result<Option<(Ctx<'_>, &MatMulKernel)>, CodegenError> {
     let kernel = program
         .kernels
         .get(kernel_index)
         .ok_or(CodegenError::NoSuchKernel(kernel_index, program.kernels.len()))?;
-    let KindRef::MatMul(mm) = kernel.kind.view() else {
+    let KernelKind::MatMul(mm) = &kernel.kind else {
         return Ok(None);
     };
+    crate::kernel::verify_kernel(program, kernel_index).map_err(Box::new)?;
     let cx = Ctx {
         program,
         kernel: format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name())),
         scratch: None,
     };
-    let (gemm, parts) = matmul::split(&cx, &mm)?;
+    Ok(Some((cx, mm)))
+}
+
+/// The [`MatMulSplit`] of kernel `kernel_index`, or None when it is not a matmul.
+pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<MatMulSplit>, CodegenError> {
+    let Some((cx, mm)) = matmul_kernel(program, kernel_index)? else {
+        return Ok(None);
+    };
+    let (gemm, parts) = matmul::split(&cx, mm)?;
     Ok(Some(MatMulSplit {
         gemm,
-        epilogue: parts.map(|p| KernelKind::Elementwise {
-            space: p.space,
-            inputs: p.inputs,
-            body: p.body,
-            stores: p.stores,
+        epilogue: parts.map(|p| {
+            KernelKind::Elementwise(ElementwiseKernel {
+                space: p.space,
+                inputs: p.inputs,
+                body: p.body,
+                stores: p.stores,
+            })
         }),
     }))
 }

@@ -10,7 +10,8 @@ use super::group::{row_shapes, Groups, Level, Space};
 use super::layout::Layout;
 use super::nodes::{matmul_operand_strides, FKind, FNode, Nodes, Operand};
 use crate::kernel::{
-    contiguous_strides, Access, Body, BufferId, BufferKind, Expr, ExprId, Kernel, KernelKind, Program, Stage, Store,
+    contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind,
+    MatMulKernel, OpKernel, Program, RowKernel, Stage, Store,
 };
 
 pub fn emit(graph: &Graph, nodes: &Nodes, groups: &mut Groups) -> Program {
@@ -186,11 +187,11 @@ impl Emitter<'_> {
                 let output = self.buffer(*single);
                 return Kernel {
                     name: format!("k{idx}_{}", op.name()),
-                    kind: KernelKind::Op {
+                    kind: KernelKind::Op(OpKernel {
                         op: op.clone(),
                         inputs,
                         output,
-                    },
+                    }),
                     nodes: canon,
                 };
             }
@@ -368,19 +369,19 @@ impl Emitter<'_> {
         match &frame.space {
             Space::Elementwise(space) => (
                 "ew".to_string(),
-                KernelKind::Elementwise {
+                KernelKind::Elementwise(ElementwiseKernel {
                     space: space.clone(),
                     inputs,
                     body,
                     stores,
-                },
+                }),
             ),
             Space::Row(full, axes) => {
                 let (outer, _) = row_shapes(full, axes);
                 let inner = axes.iter().map(|&k| full[k]).collect();
                 (
                     format!("row_{}", stage_ops.join("_")),
-                    KernelKind::Row {
+                    KernelKind::Row(RowKernel {
                         outer,
                         inner,
                         inputs,
@@ -388,7 +389,7 @@ impl Emitter<'_> {
                         stages,
                         row_stores,
                         stores,
-                    },
+                    }),
                 )
             }
             Space::MatMul(out) => {
@@ -410,7 +411,7 @@ impl Emitter<'_> {
                 let batch = batch2;
                 (
                     "mm".to_string(),
-                    KernelKind::MatMul {
+                    KernelKind::MatMul(MatMulKernel {
                         batch,
                         m: mm_m,
                         n: nn,
@@ -420,7 +421,7 @@ impl Emitter<'_> {
                         inputs,
                         body,
                         stores,
-                    },
+                    }),
                 )
             }
             Space::Single => unreachable!("single-op groups are handled above"),

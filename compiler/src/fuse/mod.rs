@@ -20,12 +20,26 @@ mod nodes;
 
 use graphc_ir::{Graph, GraphError};
 
-use crate::kernel::Program;
+use crate::codegen::CodegenError;
+use crate::kernel::{KernelKind, Program};
 
 pub use nodes::gemm_readable;
 
+/// Why fusion failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FuseError {
+    /// The input graph does not verify.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The launch count of the report: a matmul kernel's epilogue split
+    /// ([`crate::codegen::epilogue_plan`]) found the kernel malformed (a matmul the
+    /// CUDA backend cannot run is counted without an epilogue launch, not an error).
+    #[error("fusion report: {0}")]
+    Report(#[from] CodegenError),
+}
+
 /// Fuse a verified graph into kernels.
-pub fn fuse(graph: &Graph) -> Result<Program, GraphError> {
+pub fn fuse(graph: &Graph) -> Result<Program, FuseError> {
     Ok(fuse_with_report(graph)?.0)
 }
 
@@ -45,7 +59,7 @@ pub struct FuseReport {
 }
 
 /// Fuse, and say what fusion saved.
-pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), GraphError> {
+pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), FuseError> {
     graph.verify()?;
     let nodes = nodes::Nodes::build(graph);
     let mut groups = group::Groups::new(&nodes.nodes);
@@ -60,9 +74,17 @@ pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), GraphErr
     // it back in a generated epilogue kernel (one more launch).
     let (mut extra_bytes, mut extra_launches) = (0, 0);
     for (k, kernel) in program.kernels.iter().enumerate() {
-        if let crate::kernel::KernelKind::MatMul { batch, m, n, .. } = &kernel.kind {
-            if crate::codegen::generate(&program, k).is_ok_and(|c| c.has_source()) {
-                let elems = batch.iter().fold(m.saturating_mul(*n), |e, &d| e.saturating_mul(d));
+        if let KernelKind::MatMul(mm) = &kernel.kind {
+            // A matmul the CUDA backend cannot run has no GPU epilogue launch.
+            let plan = match crate::codegen::epilogue_plan(&program, k) {
+                Err(e) if e.is_backend_limit() => None,
+                plan => plan?,
+            };
+            if plan.is_some_and(|p| p.needs_kernel()) {
+                let elems = mm
+                    .batch
+                    .iter()
+                    .fold(mm.m.saturating_mul(mm.n), |e, &d| e.saturating_mul(d));
                 let dtype = kernel
                     .writes()
                     .first()

@@ -13,12 +13,14 @@
 //! negative strides walk a reversed slice).
 
 mod print;
+pub mod verify;
 
 use serde::{Deserialize, Serialize};
 
 use graphc_ir::{BinaryOp, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp};
 
 pub use print::{annotate_ir, print_program};
+pub use verify::{describe_buffer, verify, verify_kernel, KernelVerifyError};
 
 /// Index of a buffer in [`Program::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -98,7 +100,21 @@ pub fn strides_equal(a: &[i64], b: &[i64], dims: &[usize]) -> bool {
 }
 
 /// Index of an expression in [`Body::exprs`].
-pub type ExprId = u32;
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExprId(pub u32);
+
+impl ExprId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for ExprId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// One SSA expression of a kernel body, computed per element of its space.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -155,11 +171,16 @@ pub struct Body {
 impl Body {
     pub fn push(&mut self, e: Expr, dtype: DType) -> ExprId {
         self.exprs.push((e, dtype));
-        (self.exprs.len() - 1) as ExprId
+        ExprId((self.exprs.len() - 1) as u32)
     }
 
     pub fn dtype(&self, id: ExprId) -> DType {
-        self.exprs[id as usize].1
+        self.exprs[id.index()].1
+    }
+
+    /// The expression ids of the body, in order.
+    pub fn ids(&self) -> impl Iterator<Item = ExprId> {
+        (0..self.exprs.len() as u32).map(ExprId)
     }
 }
 
@@ -179,163 +200,86 @@ pub struct Stage {
     pub value: ExprId,
 }
 
-/// What a kernel computes.
+/// Per element of `space`: `body` over `inputs` (accesses of rank `space.len()`),
+/// stored by `stores` (each an access of rank `space.len()`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KernelKind {
-    /// Per element of `space`: `body` over `inputs` (accesses of rank `space.len()`),
-    /// stored by `stores` (each an access of rank `space.len()`).
-    Elementwise {
-        space: Vec<usize>,
-        inputs: Vec<Access>,
-        body: Body,
-        stores: Vec<Store>,
-    },
-    /// A row kernel over `outer ++ inner`: `stages` reduce over `inner` in order (a stage
-    /// may use earlier stages' results through [`Expr::Stage`]), then `row_stores`
-    /// write per-row values (space `outer`; they use stages and row-level loads only)
-    /// and `stores` write per-element values (space `outer ++ inner`).
-    ///
-    /// `inputs` are accesses of rank `outer.len() + inner.len()`; a load used in a
-    /// row-level expression has zero strides over `inner`. Row-store accesses have rank
-    /// `outer.len()`.
-    Row {
-        outer: Vec<usize>,
-        inner: Vec<usize>,
-        inputs: Vec<Access>,
-        body: Body,
-        stages: Vec<Stage>,
-        row_stores: Vec<Store>,
-        stores: Vec<Store>,
-    },
-    /// `[batch.., m, k] x [batch.., k, n]` through a GEMM library, then `body` per
-    /// output element (space `batch ++ [m, n]`, using [`Expr::Acc`] and loads of
-    /// `inputs`) stored by `stores`. `a` and `b` are accesses of rank `batch.len() + 2`
-    /// over `[batch.., m, k]` and `[batch.., k, n]`; a transposed operand has its last
-    /// two strides swapped in order.
-    MatMul {
-        batch: Vec<usize>,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: Access,
-        b: Access,
-        inputs: Vec<Access>,
-        body: Body,
-        stores: Vec<Store>,
-    },
-    /// One IR op that is not fused (concat, pad, gather, arg-reduce, integer matmul),
-    /// with operands read through accesses of their own shapes. The output is written
-    /// contiguously.
-    Op {
-        op: Op,
-        inputs: Vec<(Access, TensorType)>,
-        output: BufferId,
-    },
+pub struct ElementwiseKernel {
+    pub space: Vec<usize>,
+    pub inputs: Vec<Access>,
+    pub body: Body,
+    pub stores: Vec<Store>,
 }
 
-/// The fields of a [`KernelKind::Row`], borrowed (for code that handles one kind).
-pub struct RowRef<'a> {
-    pub outer: &'a [usize],
-    pub inner: &'a [usize],
-    pub inputs: &'a [Access],
-    pub body: &'a Body,
-    pub stages: &'a [Stage],
-    pub row_stores: &'a [Store],
-    pub stores: &'a [Store],
+/// A row kernel over `outer ++ inner`: `stages` reduce over `inner` in order (a stage
+/// may use earlier stages' results through [`Expr::Stage`]), then `row_stores`
+/// write per-row values (space `outer`; they use stages and row-level loads only)
+/// and `stores` write per-element values (space `outer ++ inner`).
+///
+/// `inputs` are accesses of rank `outer.len() + inner.len()`; a load used in a
+/// row-level expression has zero strides over `inner`. Row-store accesses have rank
+/// `outer.len()`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowKernel {
+    pub outer: Vec<usize>,
+    pub inner: Vec<usize>,
+    pub inputs: Vec<Access>,
+    pub body: Body,
+    pub stages: Vec<Stage>,
+    pub row_stores: Vec<Store>,
+    pub stores: Vec<Store>,
 }
 
-/// The fields of a [`KernelKind::MatMul`], borrowed.
-pub struct MatMulRef<'a> {
-    pub batch: &'a [usize],
+/// `[batch.., m, k] x [batch.., k, n]` through a GEMM library, then `body` per
+/// output element (space `batch ++ [m, n]`, using [`Expr::Acc`] and loads of
+/// `inputs`) stored by `stores`. `a` and `b` are accesses of rank `batch.len() + 2`
+/// over `[batch.., m, k]` and `[batch.., k, n]`; a transposed operand has its last
+/// two strides swapped in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatMulKernel {
+    pub batch: Vec<usize>,
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    pub a: &'a Access,
-    pub b: &'a Access,
-    pub inputs: &'a [Access],
-    pub body: &'a Body,
-    pub stores: &'a [Store],
+    pub a: Access,
+    pub b: Access,
+    pub inputs: Vec<Access>,
+    pub body: Body,
+    pub stores: Vec<Store>,
 }
 
-/// A kernel's kind with the fields of rows and matmuls gathered into their views, for
-/// code that dispatches on the kind (code generation, the CPU executor).
-pub enum KindRef<'a> {
-    Elementwise {
-        space: &'a [usize],
-        inputs: &'a [Access],
-        body: &'a Body,
-        stores: &'a [Store],
-    },
-    Row(RowRef<'a>),
-    MatMul(MatMulRef<'a>),
-    Op {
-        op: &'a Op,
-        inputs: &'a [(Access, TensorType)],
-        output: BufferId,
-    },
-}
-
-impl KernelKind {
-    /// The kind as [`KindRef`].
-    pub fn view(&self) -> KindRef<'_> {
-        match self {
-            KernelKind::Elementwise {
-                space,
-                inputs,
-                body,
-                stores,
-            } => KindRef::Elementwise {
-                space,
-                inputs,
-                body,
-                stores,
-            },
-            KernelKind::Row {
-                outer,
-                inner,
-                inputs,
-                body,
-                stages,
-                row_stores,
-                stores,
-            } => KindRef::Row(RowRef {
-                outer,
-                inner,
-                inputs,
-                body,
-                stages,
-                row_stores,
-                stores,
-            }),
-            KernelKind::MatMul {
-                batch,
-                m,
-                n,
-                k,
-                a,
-                b,
-                inputs,
-                body,
-                stores,
-            } => KindRef::MatMul(MatMulRef {
-                batch,
-                m: *m,
-                n: *n,
-                k: *k,
-                a,
-                b,
-                inputs,
-                body,
-                stores,
-            }),
-            KernelKind::Op { op, inputs, output } => KindRef::Op {
-                op,
-                inputs,
-                output: *output,
-            },
-        }
+impl MatMulKernel {
+    /// The output space `batch ++ [m, n]`.
+    pub fn space(&self) -> Vec<usize> {
+        self.batch.iter().copied().chain([self.m, self.n]).collect()
     }
+}
+
+impl RowKernel {
+    /// The full space `outer ++ inner`.
+    pub fn space(&self) -> Vec<usize> {
+        self.outer.iter().chain(&self.inner).copied().collect()
+    }
+}
+
+/// One IR op that is not fused (concat, pad, gather, arg-reduce, integer matmul),
+/// with operands read through accesses of their own shapes. The output is written
+/// contiguously.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpKernel {
+    pub op: Op,
+    pub inputs: Vec<(Access, TensorType)>,
+    pub output: BufferId,
+}
+
+/// What a kernel computes. (The JSON form is externally tagged:
+/// `{"elementwise": {"space": .., ..}}`.)
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelKind {
+    Elementwise(ElementwiseKernel),
+    Row(RowKernel),
+    MatMul(MatMulKernel),
+    Op(OpKernel),
 }
 
 /// One kernel: what it computes, plus which IR nodes it came from (for reports).
@@ -351,14 +295,14 @@ impl Kernel {
     /// The buffers this kernel reads.
     pub fn reads(&self) -> Vec<BufferId> {
         let mut v: Vec<BufferId> = match &self.kind {
-            KernelKind::Elementwise { inputs, .. } | KernelKind::Row { inputs, .. } => {
+            KernelKind::Elementwise(ElementwiseKernel { inputs, .. }) | KernelKind::Row(RowKernel { inputs, .. }) => {
                 inputs.iter().map(|a| a.buffer).collect()
             }
-            KernelKind::MatMul { a, b, inputs, .. } => [a.buffer, b.buffer]
+            KernelKind::MatMul(MatMulKernel { a, b, inputs, .. }) => [a.buffer, b.buffer]
                 .into_iter()
                 .chain(inputs.iter().map(|x| x.buffer))
                 .collect(),
-            KernelKind::Op { inputs, .. } => inputs.iter().map(|(a, _)| a.buffer).collect(),
+            KernelKind::Op(OpKernel { inputs, .. }) => inputs.iter().map(|(a, _)| a.buffer).collect(),
         };
         v.sort();
         v.dedup();
@@ -368,23 +312,22 @@ impl Kernel {
     /// The buffers this kernel writes.
     pub fn writes(&self) -> Vec<BufferId> {
         match &self.kind {
-            KernelKind::Elementwise { stores, .. } | KernelKind::MatMul { stores, .. } => {
-                stores.iter().map(|s| s.access.buffer).collect()
-            }
-            KernelKind::Row { row_stores, stores, .. } => {
+            KernelKind::Elementwise(ElementwiseKernel { stores, .. })
+            | KernelKind::MatMul(MatMulKernel { stores, .. }) => stores.iter().map(|s| s.access.buffer).collect(),
+            KernelKind::Row(RowKernel { row_stores, stores, .. }) => {
                 row_stores.iter().chain(stores).map(|s| s.access.buffer).collect()
             }
-            KernelKind::Op { output, .. } => vec![*output],
+            KernelKind::Op(OpKernel { output, .. }) => vec![*output],
         }
     }
 
     /// A short word for the kind: `elementwise`, `row`, `matmul`, or the op's name.
     pub fn kind_name(&self) -> &str {
         match &self.kind {
-            KernelKind::Elementwise { .. } => "elementwise",
-            KernelKind::Row { .. } => "row",
-            KernelKind::MatMul { .. } => "matmul",
-            KernelKind::Op { op, .. } => op.name(),
+            KernelKind::Elementwise(_) => "elementwise",
+            KernelKind::Row(_) => "row",
+            KernelKind::MatMul(_) => "matmul",
+            KernelKind::Op(o) => o.op.name(),
         }
     }
 }
@@ -424,29 +367,18 @@ impl Program {
         let numel = |a: &Access| self.buffer(a.buffer).ty.numel();
         let mut reads: Vec<(&Access, Vec<usize>)> = Vec::new();
         match &kernel.kind {
-            KernelKind::Elementwise { space, inputs, .. } => reads.extend(inputs.iter().map(|a| (a, space.clone()))),
-            KernelKind::Row {
-                outer, inner, inputs, ..
-            } => {
-                let full: Vec<usize> = outer.iter().chain(inner).copied().collect();
-                reads.extend(inputs.iter().map(|a| (a, full.clone())));
+            KernelKind::Elementwise(e) => reads.extend(e.inputs.iter().map(|a| (a, e.space.clone()))),
+            KernelKind::Row(r) => {
+                let full = r.space();
+                reads.extend(r.inputs.iter().map(|a| (a, full.clone())));
             }
-            KernelKind::MatMul {
-                batch,
-                m,
-                n,
-                k,
-                a,
-                b,
-                inputs,
-                ..
-            } => {
-                let dims = |x: usize, y: usize| batch.iter().copied().chain([x, y]).collect::<Vec<usize>>();
-                reads.push((a, dims(*m, *k)));
-                reads.push((b, dims(*k, *n)));
-                reads.extend(inputs.iter().map(|x| (x, dims(*m, *n))));
+            KernelKind::MatMul(mm) => {
+                let dims = |x: usize, y: usize| mm.batch.iter().copied().chain([x, y]).collect::<Vec<usize>>();
+                reads.push((&mm.a, dims(mm.m, mm.k)));
+                reads.push((&mm.b, dims(mm.k, mm.n)));
+                reads.extend(mm.inputs.iter().map(|x| (x, dims(mm.m, mm.n))));
             }
-            KernelKind::Op { inputs, .. } => reads.extend(inputs.iter().map(|(a, t)| (a, t.shape.dims().to_vec()))),
+            KernelKind::Op(o) => reads.extend(o.inputs.iter().map(|(a, t)| (a, t.shape.dims().to_vec()))),
         }
         let read = reads
             .iter()

@@ -2,7 +2,10 @@
 
 use std::fmt::Write;
 
-use super::{Access, Body, BufferKind, Expr, KernelKind, Program, Stage, Store};
+use super::{
+    Access, Body, BufferKind, ElementwiseKernel, Expr, KernelKind, MatMulKernel, OpKernel, Program, RowKernel, Stage,
+    Store,
+};
 
 /// Print a program: buffers, then each kernel with the IR nodes it fused, its inputs,
 /// body and stores.
@@ -35,18 +38,18 @@ pub fn print_program(p: &Program) -> String {
         let nodes: Vec<String> = k.nodes.iter().map(|n| format!("%{n}")).collect();
         let _ = write!(s, "k{ki} {} {}", k.name, k.kind_name());
         match &k.kind {
-            KernelKind::Elementwise {
+            KernelKind::Elementwise(ElementwiseKernel {
                 space,
                 inputs,
                 body,
                 stores,
-            } => {
+            }) => {
                 let _ = writeln!(s, " {space:?} nodes [{}]", nodes.join(" "));
                 print_inputs(&mut s, inputs);
                 print_body(&mut s, body);
                 print_stores(&mut s, "store", stores);
             }
-            KernelKind::Row {
+            KernelKind::Row(RowKernel {
                 outer,
                 inner,
                 inputs,
@@ -54,7 +57,7 @@ pub fn print_program(p: &Program) -> String {
                 stages,
                 row_stores,
                 stores,
-            } => {
+            }) => {
                 let _ = writeln!(s, " outer {outer:?} inner {inner:?} nodes [{}]", nodes.join(" "));
                 print_inputs(&mut s, inputs);
                 print_body(&mut s, body);
@@ -62,7 +65,7 @@ pub fn print_program(p: &Program) -> String {
                 print_stores(&mut s, "row store", row_stores);
                 print_stores(&mut s, "store", stores);
             }
-            KernelKind::MatMul {
+            KernelKind::MatMul(MatMulKernel {
                 batch,
                 m,
                 n,
@@ -72,7 +75,7 @@ pub fn print_program(p: &Program) -> String {
                 inputs,
                 body,
                 stores,
-            } => {
+            }) => {
                 let _ = writeln!(s, " batch {batch:?} m {m} n {n} k {kk} nodes [{}]", nodes.join(" "));
                 let _ = writeln!(s, "    a = {}", access(a));
                 let _ = writeln!(s, "    b = {}", access(b));
@@ -80,7 +83,7 @@ pub fn print_program(p: &Program) -> String {
                 print_body(&mut s, body);
                 print_stores(&mut s, "store", stores);
             }
-            KernelKind::Op { op, inputs, output } => {
+            KernelKind::Op(OpKernel { op, inputs, output }) => {
                 let _ = writeln!(s, " nodes [{}]", nodes.join(" "));
                 let attrs = serde_json::to_string(op).unwrap_or_default();
                 let _ = writeln!(s, "    op {attrs}");

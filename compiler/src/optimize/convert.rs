@@ -9,8 +9,20 @@ use graphc_ir::{Graph, GraphError, Node, NodeId, Op, Tensor};
 use super::analysis::TEGraph;
 use super::lang::TNode;
 
+/// Why the optimizer failed: the graph going in or out does not verify, or extraction
+/// gave no graph (a bug of the extractor).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OptimizeError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("extraction chose no node for e-class {class}")]
+    NoChoice { class: usize },
+    #[error("extraction of e-class {class} is cyclic")]
+    Cyclic { class: usize },
+}
+
 /// Add every node of `graph` to `eg`; returns the class of each node (by node index).
-pub fn to_egraph(graph: &Graph, eg: &mut TEGraph) -> Result<Vec<Id>, GraphError> {
+pub fn to_egraph(graph: &Graph, eg: &mut TEGraph) -> Result<Vec<Id>, OptimizeError> {
     let mut class = vec![Id::from(0usize); graph.len()];
     for id in graph.topo_order()? {
         let node = graph.node(id);
@@ -29,7 +41,7 @@ pub fn from_egraph(
     eg: &TEGraph,
     chosen: &HashMap<Id, TNode>,
     folded_weights: &BTreeMap<String, Arc<Tensor>>,
-) -> Result<Graph, GraphError> {
+) -> Result<Graph, OptimizeError> {
     let mut names: HashMap<Id, &str> = HashMap::new();
     for (i, n) in original.nodes().iter().enumerate() {
         if let Some(name) = &n.name {
@@ -38,7 +50,7 @@ pub fn from_egraph(
     }
     let mut out = Graph::new();
     let mut built: HashMap<Id, NodeId> = HashMap::new();
-    let build = |root: Id, out: &mut Graph, built: &mut HashMap<Id, NodeId>| -> Result<NodeId, GraphError> {
+    let build = |root: Id, out: &mut Graph, built: &mut HashMap<Id, NodeId>| -> Result<NodeId, OptimizeError> {
         let root = eg.find(root);
         // Iterative post-order: (class, children pushed?).
         let mut stack = vec![(root, false)];
@@ -48,7 +60,7 @@ pub fn from_egraph(
             }
             let node = chosen
                 .get(&c)
-                .ok_or_else(|| GraphError::Graph(format!("extraction chose no node for e-class {c}")))?;
+                .ok_or(OptimizeError::NoChoice { class: usize::from(c) })?;
             if !expanded {
                 stack.push((c, true));
                 for &k in node.children.iter().rev() {
@@ -64,7 +76,7 @@ pub fn from_egraph(
                 .iter()
                 .map(|&k| built.get(&eg.find(k)).copied())
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| GraphError::Graph(format!("extraction of e-class {c} is cyclic")))?;
+                .ok_or(OptimizeError::Cyclic { class: usize::from(c) })?;
             let id = out.push(Node {
                 op: node.op().clone(),
                 inputs,

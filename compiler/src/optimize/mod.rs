@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use egg::{Runner, StopReason};
-use graphc_ir::{Graph, GraphError};
+use graphc_ir::Graph;
 
 pub use analysis::{Known, TensorAnalysis, MAX_FOLDED_BYTES};
+pub use convert::OptimizeError;
 pub use lang::TNode;
 
 /// Limits of one optimization; `None` fields are derived from the graph's size.
@@ -57,7 +58,7 @@ pub struct OptimizeReport {
 }
 
 /// Optimize a verified graph; the result computes the same outputs.
-pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeReport), GraphError> {
+pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeReport), OptimizeError> {
     let start = Instant::now();
     let n = graph.len().max(1);
     let mut runner = Runner::<TNode, TensorAnalysis>::new(TensorAnalysis::default())

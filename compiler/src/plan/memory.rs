@@ -21,8 +21,8 @@
 //!   then a search towards the lower bound).
 //! - **GEMM scratch.** A matmul kernel whose epilogue cuBLASLt cannot apply writes the
 //!   product to a scratch area that its generated epilogue reads
-//!   (`codegen::GemmDesc::scratch_bytes`); the plan gives that area a slot of its own,
-//!   live for that one step ([`MemoryPlan::scratch`], [`PlanStep::scratch`]).
+//!   (`codegen::GemmDesc::scratch_bytes`, queried by `codegen::epilogue_plan`); the
+//!   plan gives that area a slot of its own, live for that one step ([`MemoryPlan::scratch`], [`PlanStep::scratch`]).
 //! - **Budget**: weights + inputs + outputs + arena + library workspace (cuBLASLt, when
 //!   the program has GEMMs), against `budget_bytes`.
 
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{assign_offsets, Arch, Interval, PlanError, PlanOptions, Scheduler, Strategy};
-use crate::kernel::{strides_equal, Access, BufferId, BufferKind, KindRef, Program, Store};
+use crate::kernel::{strides_equal, Access, BufferId, BufferKind, KernelKind, Program, Store};
 
 /// 24 GiB, an RTX 4090D.
 pub const DEFAULT_BUDGET: u64 = 24 << 30;
@@ -380,7 +380,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         slot_of[i] = slot;
     }
     // GEMM scratch: a slot live for its one step.
-    let scratch_slots = gemm_scratch_slots(program, &mut slots);
+    let scratch_slots = gemm_scratch_slots(program, &mut slots)?;
     let placement = assign_offsets(
         &slots,
         &PlanOptions {
@@ -423,10 +423,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
 
     let (steps, aliases) = plan_steps(program, &output_name, &slot_of, &placement.offsets, &scratch_at);
 
-    let has_gemm = program
-        .kernels
-        .iter()
-        .any(|k| matches!(k.kind.view(), KindRef::MatMul(_)));
+    let has_gemm = program.kernels.iter().any(|k| matches!(k.kind, KernelKind::MatMul(_)));
     let workspace = if has_gemm { GEMM_WORKSPACE_BYTES } else { 0 };
     let total = weights
         .saturating_add(inputs)
@@ -489,11 +486,9 @@ fn in_place(
     let mut reuses: Vec<Option<BufferId>> = vec![None; n];
     let mut taken = vec![false; n];
     for (k, kernel) in program.kernels.iter().enumerate() {
-        let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match kernel.kind.view() {
-            KindRef::Elementwise {
-                space, inputs, stores, ..
-            } => (space.to_vec(), inputs, stores),
-            KindRef::Row(r) => (r.outer.iter().chain(r.inner).copied().collect(), r.inputs, r.stores),
+        let (space, inputs, stores): (Vec<usize>, &[Access], &[Store]) = match &kernel.kind {
+            KernelKind::Elementwise(e) => (e.space.clone(), &e.inputs, &e.stores),
+            KernelKind::Row(r) => (r.space(), &r.inputs, &r.stores),
             _ => continue,
         };
         // The accesses of each input buffer, grouped once per kernel (a kernel may
@@ -640,22 +635,21 @@ fn plan_steps(
 
 /// A slot live for its one step for each matmul whose generated epilogue reads the
 /// GEMM's product from scratch: (step, slot index) pairs, the slots appended.
-fn gemm_scratch_slots(program: &Program, slots: &mut Vec<Interval>) -> Vec<(u32, usize)> {
+fn gemm_scratch_slots(program: &Program, slots: &mut Vec<Interval>) -> Result<Vec<(u32, usize)>, PlanError> {
     let mut scratch_slots: Vec<(u32, usize)> = Vec::new();
-    for (k, kernel) in program.kernels.iter().enumerate() {
-        if !matches!(kernel.kind.view(), KindRef::MatMul(_)) {
-            continue;
-        }
-        let bytes = crate::codegen::generate(program, k)
-            .ok()
-            .and_then(|ck| ck.gemm)
-            .map_or(0, |g| g.scratch_bytes);
+    for k in 0..program.kernels.len() {
+        // A matmul the CUDA backend cannot run has no GEMM scratch.
+        let bytes = match crate::codegen::epilogue_plan(program, k) {
+            Ok(plan) => plan.map_or(0, |p| p.scratch_bytes()),
+            Err(e) if e.is_backend_limit() => 0,
+            Err(e) => return Err(PlanError::Codegen(Box::new(e))),
+        };
         if bytes > 0 {
             scratch_slots.push((k as u32, slots.len()));
             slots.push(Interval::new(k as u32, k as u32 + 1, bytes));
         }
     }
-    scratch_slots
+    Ok(scratch_slots)
 }
 
 /// Reads of a kernel that go through a view: an access that is not the plain row-major
@@ -667,19 +661,19 @@ fn view_reads(program: &Program, kernel: &crate::kernel::Kernel) -> usize {
             .get(a.buffer.index())
             .is_some_and(|b| b.ty.shape.dims() == space && a.is_contiguous(space))
     };
-    match kernel.kind.view() {
-        KindRef::Elementwise { space, inputs, .. } => inputs.iter().filter(|a| !plain(a, space)).count(),
-        KindRef::Row(r) => {
-            let space: Vec<usize> = r.outer.iter().chain(r.inner).copied().collect();
+    match &kernel.kind {
+        KernelKind::Elementwise(e) => e.inputs.iter().filter(|a| !plain(a, &e.space)).count(),
+        KernelKind::Row(r) => {
+            let space = r.space();
             r.inputs.iter().filter(|a| !plain(a, &space)).count()
         }
-        KindRef::MatMul(mm) => {
+        KernelKind::MatMul(mm) => {
             let dims = |x: usize, y: usize| mm.batch.iter().copied().chain([x, y]).collect::<Vec<usize>>();
-            usize::from(!plain(mm.a, &dims(mm.m, mm.k)))
-                + usize::from(!plain(mm.b, &dims(mm.k, mm.n)))
+            usize::from(!plain(&mm.a, &dims(mm.m, mm.k)))
+                + usize::from(!plain(&mm.b, &dims(mm.k, mm.n)))
                 + mm.inputs.iter().filter(|a| !plain(a, &dims(mm.m, mm.n))).count()
         }
-        KindRef::Op { inputs, .. } => inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
+        KernelKind::Op(o) => o.inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
     }
 }
 

@@ -141,6 +141,9 @@ pub enum PlanError {
     EmptyLifetime { buffer: usize, start: u32, end: u32 },
     /// The sizes (rounded up to the alignment) add up past `u64`.
     Overflow,
+    /// The GEMM scratch of a matmul kernel cannot be sized: its epilogue split
+    /// ([`crate::codegen::epilogue_plan`]) found the kernel malformed.
+    Codegen(Box<crate::codegen::CodegenError>),
 }
 
 impl fmt::Display for PlanError {
@@ -154,6 +157,7 @@ impl fmt::Display for PlanError {
                 )
             }
             PlanError::Overflow => write!(f, "buffer sizes add up past 2^64 bytes"),
+            PlanError::Codegen(e) => write!(f, "GEMM scratch: {e}"),
         }
     }
 }

@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use graphc_compiler::kernel::{
-    contiguous_strides, Access, Body, BufferId, BufferKind, Expr, ExprId, Kernel, KernelKind, Program, Stage, Store,
+    contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind,
+    MatMulKernel, OpKernel, Program, RowKernel, Stage, Store,
 };
 use graphc_ir::{ArgReduceOp, BinaryOp, DType, Op, PadMode, ReduceOp, Tensor, TensorType, UnaryOp};
 
@@ -126,12 +127,12 @@ pub fn ew_contiguous_f32() -> Program {
     let r = b.un(UnaryOp::Relu, a);
     p.kernel(
         "fused_relu",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![contig(x, &dims), contig(y, &dims), acc(bias, 0, &[0, 1])],
             body: b.b,
             stores: vec![store(r, out, &dims)],
-        },
+        }),
     )
 }
 
@@ -151,12 +152,12 @@ pub fn ew_general() -> Program {
     let u = b.bin(BinaryOp::Max, t, s);
     p.kernel(
         "transpose_sub",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![acc(xt, 0, &[1, 64]), acc(col, 0, &[1, 0]), acc(wide, 3, &[200, 2])],
             body: b.b,
             stores: vec![store(u, out, &dims)],
-        },
+        }),
     )
 }
 
@@ -175,12 +176,12 @@ pub fn ew_f16() -> Program {
     let f = b.cast(m, DType::F32);
     p.kernel(
         "gelu_f16",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![contig(x, &dims)],
             body: b.b,
             stores: vec![store(m, o16, &dims), store(f, o32, &dims)],
-        },
+        }),
     )
 }
 
@@ -198,12 +199,12 @@ pub fn ew_bf16() -> Program {
     let m = b.bin(BinaryOp::Mul, e, s);
     p.kernel(
         "exp_scale_bf16",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![contig(x, &dims), acc(y, 0, &[0, 0])],
             body: b.b,
             stores: vec![store(m, out, &dims)],
-        },
+        }),
     )
 }
 
@@ -297,12 +298,12 @@ pub fn ew_all_ops() -> Program {
     ];
     p.kernel(
         "all_ops",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs,
             body: b.b,
             stores,
-        },
+        }),
     )
 }
 
@@ -321,7 +322,7 @@ pub fn row_softmax(rows: usize, inner: usize, d: DType) -> Program {
     let y = b.bin(BinaryOp::Div, e, s);
     p.kernel(
         "softmax",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![rows],
             inner: vec![inner],
             inputs: vec![contig(x, &dims)],
@@ -338,7 +339,7 @@ pub fn row_softmax(rows: usize, inner: usize, d: DType) -> Program {
             ],
             row_stores: vec![],
             stores: vec![store(y, out, &dims)],
-        },
+        }),
     )
 }
 
@@ -369,7 +370,7 @@ pub fn row_layernorm() -> Program {
     let yb = b.bin(BinaryOp::Add, yg, lb);
     p.kernel(
         "layernorm",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![rows],
             inner: vec![n],
             inputs: vec![contig(x, &dims), acc(g, 0, &[0, 1]), acc(be, 0, &[0, 1])],
@@ -386,7 +387,7 @@ pub fn row_layernorm() -> Program {
             ],
             row_stores: vec![store(mean, mean_out, &[rows]), store(rstd, rstd_out, &[rows])],
             stores: vec![store(yb, out, &dims)],
-        },
+        }),
     )
 }
 
@@ -395,7 +396,7 @@ pub fn row_layernorm() -> Program {
 pub fn row_softmax_offset(rows: usize, inner: usize, d: DType, offset: usize) -> Program {
     let mut p = row_softmax(rows, inner, d);
     p.buffers[0].ty = TensorType::new(d, vec![rows * inner + offset]);
-    if let KernelKind::Row { inputs, .. } = &mut p.kernels[0].kind {
+    if let KernelKind::Row(RowKernel { inputs, .. }) = &mut p.kernels[0].kind {
         inputs[0].offset = offset as i64;
     }
     p
@@ -426,7 +427,7 @@ pub fn row_layernorm_gelu(rows: usize, n: usize, d: DType) -> Program {
     let ge = b.un(UnaryOp::Gelu, yb);
     p.kernel(
         "layernorm_gelu",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![rows],
             inner: vec![n],
             inputs: vec![contig(x, &dims), acc(g, 0, &[0, 1]), acc(be, 0, &[0, 1])],
@@ -443,7 +444,7 @@ pub fn row_layernorm_gelu(rows: usize, n: usize, d: DType) -> Program {
             ],
             row_stores: vec![],
             stores: vec![store(ge, out, &dims)],
-        },
+        }),
     )
 }
 
@@ -465,7 +466,7 @@ pub fn row_softmax_channels(bn: usize, c: usize, hw: usize, d: DType) -> Program
     let st = [(c * hw) as i64, 1, hw as i64];
     p.kernel(
         "softmax_channels",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![bn, hw],
             inner: vec![c],
             inputs: vec![acc(x, 0, &st)],
@@ -485,7 +486,7 @@ pub fn row_softmax_channels(bn: usize, c: usize, hw: usize, d: DType) -> Program
                 value: y,
                 access: acc(out, 0, &st),
             }],
-        },
+        }),
     )
 }
 
@@ -501,7 +502,7 @@ pub fn row_axis0() -> Program {
     let s1 = b.stage(1, DType::F32);
     p.kernel(
         "reduce_axis0",
-        KernelKind::Row {
+        KernelKind::Row(RowKernel {
             outer: vec![64],
             inner: vec![512],
             inputs: vec![acc(x, 0, &[1, 64])],
@@ -518,7 +519,7 @@ pub fn row_axis0() -> Program {
             ],
             row_stores: vec![store(s0, s, &[64]), store(s1, mx, &[64])],
             stores: vec![],
-        },
+        }),
     )
 }
 
@@ -543,7 +544,7 @@ pub fn matmul(
     let out = p.temp(dv, &[m, n]);
     p.kernel(
         "matmul",
-        KernelKind::MatMul {
+        KernelKind::MatMul(MatMulKernel {
             batch: vec![],
             m,
             n,
@@ -553,7 +554,7 @@ pub fn matmul(
             inputs,
             body: body.b,
             stores: vec![store(v, out, &[m, n])],
-        },
+        }),
     )
 }
 
@@ -612,7 +613,7 @@ pub fn matmul_batched_scaled() -> Program {
     let v = body.bin(BinaryOp::Mul, accv, two);
     p.kernel(
         "matmul_batched",
-        KernelKind::MatMul {
+        KernelKind::MatMul(MatMulKernel {
             batch: vec![bt],
             m,
             n,
@@ -622,7 +623,7 @@ pub fn matmul_batched_scaled() -> Program {
             inputs: vec![],
             body: body.b,
             stores: vec![store(v, out, &[bt, m, n])],
-        },
+        }),
     )
 }
 
@@ -636,7 +637,7 @@ pub fn op_program(op: Op, ins: &[(DType, Vec<usize>)], out: (DType, Vec<usize>))
     }
     let o = p.temp(out.0, &out.1);
     let name = op.name().to_string();
-    p.kernel(&name, KernelKind::Op { op, inputs, output: o })
+    p.kernel(&name, KernelKind::Op(OpKernel { op, inputs, output: o }))
 }
 
 pub fn op_concat() -> Program {
@@ -715,12 +716,12 @@ pub fn ew_tiny(dims: &[usize]) -> Program {
     let a = b.bin(BinaryOp::Add, l, one);
     p.kernel(
         "tiny",
-        KernelKind::Elementwise {
+        KernelKind::Elementwise(ElementwiseKernel {
             space: dims.to_vec(),
             inputs: vec![contig(x, dims)],
             body: b.b,
             stores: vec![store(a, out, dims)],
-        },
+        }),
     )
 }
 

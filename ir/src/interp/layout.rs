@@ -10,32 +10,33 @@
 use super::convert::{from_f64, from_i64};
 use crate::{PadMode, Shape, SliceRange, Tensor, TensorData, TensorType};
 
-/// The flat indices `offset + sum_i c_i * strides[i]` for every coordinate `c` of
-/// `dims`, in row-major order.
-pub(crate) fn affine_indices(dims: &[usize], strides: &[i64], offset: i64) -> Vec<usize> {
-    let n: usize = dims.iter().product();
-    let mut out = Vec::with_capacity(n);
-    if n == 0 {
-        return out;
+/// Call `f(base, len, stride)` for each innermost row of the strided walk of `dims`
+/// from `offset`: row-major, a row being the elements `base + j * stride` for
+/// `j < len` (the last dim). Nothing for an empty space; one row of one element for
+/// rank 0. `strides` has (at least) one stride per dim.
+///
+/// Offsets use wrapping arithmetic: a stride may be huge (a slice step far beyond the
+/// extent) when it only ever multiplies coordinate 0; every offset reached is in range
+/// for a checked walk. This is the one strided loop of the interpreter and the CPU
+/// kernel executor.
+pub fn for_each_strided_row(dims: &[usize], strides: &[i64], offset: i64, mut f: impl FnMut(i64, usize, i64)) {
+    if dims.contains(&0) {
+        return;
     }
     let rank = dims.len();
     if rank == 0 {
-        out.push(offset as usize);
-        return out;
+        f(offset, 1, 0);
+        return;
     }
     let mut coord = vec![0usize; rank];
     let mut base = offset;
     let (last_d, last_s) = (dims[rank - 1], strides[rank - 1]);
     loop {
-        // Wrapping arithmetic: a stride may be huge (a slice step far beyond the extent)
-        // when it only ever multiplies coordinate 0; every index reached is in range.
-        for j in 0..last_d as i64 {
-            out.push(base.wrapping_add(j.wrapping_mul(last_s)) as usize);
-        }
+        f(base, last_d, last_s);
         let mut k = rank - 1;
         loop {
             if k == 0 {
-                return out;
+                return;
             }
             k -= 1;
             coord[k] += 1;
@@ -47,6 +48,17 @@ pub(crate) fn affine_indices(dims: &[usize], strides: &[i64], offset: i64) -> Ve
             coord[k] = 0;
         }
     }
+}
+
+/// The flat indices `offset + sum_i c_i * strides[i]` for every coordinate `c` of
+/// `dims`, in row-major order.
+pub(crate) fn affine_indices(dims: &[usize], strides: &[i64], offset: i64) -> Vec<usize> {
+    let n: usize = dims.iter().product();
+    let mut out = Vec::with_capacity(n);
+    for_each_strided_row(dims, strides, offset, |base, len, s| {
+        out.extend((0..len as i64).map(|j| base.wrapping_add(j.wrapping_mul(s)) as usize));
+    });
+    out
 }
 
 fn strides_i64(shape: &Shape) -> Vec<i64> {

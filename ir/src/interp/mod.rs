@@ -22,6 +22,7 @@ use crate::infer::infer_type;
 use crate::{Graph, NodeId, Op, Tensor, TensorType};
 
 pub use convert::{bf16_from_f64, f16_from_f64};
+pub use layout::for_each_strided_row;
 
 /// An error while interpreting, naming the node, input or parameter it is about.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -22,7 +22,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use graphc_compiler::codegen::{self, GemmEpilogue, ParamAccess, ParamTarget, SCRATCH_BUFFER};
-use graphc_compiler::kernel::{Access, Body, Buffer, BufferId, BufferKind, Expr, KernelKind, Program, Store};
+use graphc_compiler::kernel::{
+    Access, Body, Buffer, BufferId, BufferKind, ElementwiseKernel, Expr, KernelKind, Program, Store,
+};
 use graphc_ir::{DType, Shape, Tensor, TensorData, TensorType};
 
 use super::launch::{matrix_span, DevAddr, GemmLaunch, KernelLaunch, Launch, LaunchPlan, LtMatrix, Region};
@@ -90,12 +92,12 @@ impl EmuProgram {
         for (k, slot) in scratch.iter_mut().enumerate() {
             let split = codegen::matmul_split(program, k).map_err(|e| kernel_error(program, k, e.to_string()))?;
             let Some(split) = split else { continue };
-            let Some(KernelKind::Elementwise {
+            let Some(KernelKind::Elementwise(ElementwiseKernel {
                 space,
                 inputs,
                 body,
                 stores,
-            }) = split.epilogue
+            })) = split.epilogue
             else {
                 continue;
             };
@@ -114,7 +116,7 @@ impl EmuProgram {
                 ..a
             };
             let (body, inputs) = prune_dead(body, inputs, &stores);
-            p.kernels[k].kind = KernelKind::Elementwise {
+            p.kernels[k].kind = KernelKind::Elementwise(ElementwiseKernel {
                 space,
                 inputs: inputs.into_iter().map(remap).collect(),
                 body,
@@ -125,7 +127,7 @@ impl EmuProgram {
                         access: remap(s.access),
                     })
                     .collect(),
-            };
+            });
         }
         Ok(EmuProgram { program: p, scratch })
     }
@@ -138,14 +140,14 @@ fn prune_dead(mut body: Body, inputs: Vec<Access>, stores: &[Store]) -> (Body, V
     let n = body.exprs.len();
     let mut live = vec![false; n];
     for s in stores {
-        if let Some(l) = live.get_mut(s.value as usize) {
+        if let Some(l) = live.get_mut(s.value.index()) {
             *l = true;
         }
     }
     for i in (0..n).rev() {
         if live[i] {
             for o in body.exprs[i].0.operands() {
-                live[o as usize] = true;
+                live[o.index()] = true;
             }
         }
     }

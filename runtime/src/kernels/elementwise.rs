@@ -3,7 +3,7 @@
 use graphc_compiler::kernel::{Access, Body, BufferId, Expr, Store};
 use graphc_ir::{DType, Tensor};
 
-use super::body::{self, Extra, Leaves};
+use super::body::{self, Leaves};
 use super::Ctx;
 
 struct Loads<'c, 'p, 'r> {
@@ -33,11 +33,9 @@ pub(super) fn run(
     body: &Body,
     stores: &[Store],
 ) -> Result<Vec<(BufferId, Tensor)>, String> {
-    let dtypes = body::check_inputs(ctx, inputs, space)?;
-    body::validate(body, space, &dtypes, &Extra::None)?;
-    body::check_stores(ctx, body, stores, space, "store", &mut Vec::new())?;
+    body::check_bound(ctx, inputs)?;
 
-    let roots: Vec<u32> = stores.iter().map(|s| s.value).collect();
+    let roots: Vec<_> = stores.iter().map(|s| s.value).collect();
     let mut values = body::evaluate(body, space, &roots, &[], &mut Loads { ctx, inputs, space })?;
     let mut out = Vec::with_capacity(stores.len());
     body::write_stores(ctx, stores, &mut values, &mut out)?;

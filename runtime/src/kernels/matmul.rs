@@ -3,17 +3,17 @@
 
 use graphc_compiler::kernel::{Access, BufferId, Expr};
 use graphc_ir::interp::eval_op;
-use graphc_ir::{infer_type, DType, Op, Tensor, TensorType};
+use graphc_ir::{DType, Op, Tensor, TensorType};
 
-use super::access::{check_read, gather_strided};
-use super::body::{self, Extra, Leaves};
+use super::access::gather_strided;
+use super::body::{self, Leaves};
 use super::Ctx;
 
-pub(crate) use graphc_compiler::kernel::MatMulRef as MatMulKernel;
+pub(crate) use graphc_compiler::kernel::MatMulKernel;
 
 struct MatMulLeaves<'c, 'p, 'r> {
     ctx: &'c Ctx<'p, 'r>,
-    mm: &'c MatMulKernel<'c>,
+    mm: &'c MatMulKernel,
     space: &'c [usize],
     /// The product, kept when the body uses it more than once.
     product: Option<Tensor>,
@@ -41,10 +41,10 @@ impl MatMulLeaves<'_, '_, '_> {
         b_dims.extend([mm.k, mm.n]);
         // A batch dim both operands broadcast stays full in `a`, so the product keeps it.
         let zero = |acc: &Access, i: usize| acc.strides.get(i) == Some(&0);
-        let shrink_a: Vec<bool> = (0..nb).map(|i| zero(mm.a, i) && !zero(mm.b, i)).collect();
-        let shrink_b: Vec<bool> = (0..nb).map(|i| zero(mm.b, i)).collect();
-        let a = operand(self.ctx.value(mm.a.buffer)?, mm.a, &a_dims, &shrink_a)?;
-        let b = operand(self.ctx.value(mm.b.buffer)?, mm.b, &b_dims, &shrink_b)?;
+        let shrink_a: Vec<bool> = (0..nb).map(|i| zero(&mm.a, i) && !zero(&mm.b, i)).collect();
+        let shrink_b: Vec<bool> = (0..nb).map(|i| zero(&mm.b, i)).collect();
+        let a = operand(self.ctx.value(mm.a.buffer)?, &mm.a, &a_dims, &shrink_a)?;
+        let b = operand(self.ctx.value(mm.b.buffer)?, &mm.b, &b_dims, &shrink_b)?;
         eval_op(&Op::MatMul, &[&a, &b], &TensorType::new(dtype, self.space.to_vec()))
             .map_err(|m| format!("matmul: {m}"))
     }
@@ -52,11 +52,11 @@ impl MatMulLeaves<'_, '_, '_> {
 
 impl Leaves for MatMulLeaves<'_, '_, '_> {
     fn load(&mut self, n: u32) -> Result<Tensor, String> {
-        body::load(self.ctx, self.mm.inputs, n, self.space)
+        body::load(self.ctx, &self.mm.inputs, n, self.space)
     }
 
     fn gather(&mut self, n: u32, index: &Tensor, stride: i64, extent: u64) -> Result<Tensor, String> {
-        body::gather_load(self.ctx, self.mm.inputs, n, self.space, index, stride, extent)
+        body::gather_load(self.ctx, &self.mm.inputs, n, self.space, index, stride, extent)
     }
 
     fn special(&mut self, e: &Expr, dtype: DType, _: &[Option<Tensor>]) -> Result<Tensor, String> {
@@ -75,27 +75,12 @@ impl Leaves for MatMulLeaves<'_, '_, '_> {
 }
 
 pub(super) fn run(ctx: &Ctx, mm: &MatMulKernel) -> Result<Vec<(BufferId, Tensor)>, String> {
-    let mut space = mm.batch.to_vec();
-    space.extend([mm.m, mm.n]);
-    let mut a_dims = mm.batch.to_vec();
-    a_dims.extend([mm.m, mm.k]);
-    let mut b_dims = mm.batch.to_vec();
-    b_dims.extend([mm.k, mm.n]);
-    let a_buf = ctx.buffer(mm.a.buffer)?;
-    let b_buf = ctx.buffer(mm.b.buffer)?;
-    check_read(mm.a, &a_dims, a_buf, "operand a")?;
-    check_read(mm.b, &b_dims, b_buf, "operand b")?;
+    let space = mm.space();
     ctx.value(mm.a.buffer)?;
     ctx.value(mm.b.buffer)?;
-    let a_ty = TensorType::new(a_buf.ty.dtype, a_dims);
-    let b_ty = TensorType::new(b_buf.ty.dtype, b_dims);
-    let acc = infer_type(&Op::MatMul, &[&a_ty, &b_ty]).map_err(|m| format!("matmul: {m}"))?;
+    body::check_bound(ctx, &mm.inputs)?;
 
-    let dtypes = body::check_inputs(ctx, mm.inputs, &space)?;
-    body::validate(mm.body, &space, &dtypes, &Extra::Acc(acc.dtype))?;
-    body::check_stores(ctx, mm.body, mm.stores, &space, "store", &mut Vec::new())?;
-
-    let roots: Vec<u32> = mm.stores.iter().map(|s| s.value).collect();
+    let roots: Vec<_> = mm.stores.iter().map(|s| s.value).collect();
     let uses = mm.body.exprs.iter().filter(|(e, _)| matches!(e, Expr::Acc)).count();
     let mut leaves = MatMulLeaves {
         ctx,
@@ -104,8 +89,8 @@ pub(super) fn run(ctx: &Ctx, mm: &MatMulKernel) -> Result<Vec<(BufferId, Tensor)
         product: None,
         keep: uses > 1,
     };
-    let mut values = body::evaluate(mm.body, &space, &roots, &[], &mut leaves)?;
+    let mut values = body::evaluate(&mm.body, &space, &roots, &[], &mut leaves)?;
     let mut out = Vec::with_capacity(mm.stores.len());
-    body::write_stores(ctx, mm.stores, &mut values, &mut out)?;
+    body::write_stores(ctx, &mm.stores, &mut values, &mut out)?;
     Ok(out)
 }

@@ -18,9 +18,10 @@
 //! - [`run_program`]: the unplanned reference, one allocation per buffer, used by the
 //!   low-level kernel tests (and to compare the arena against).
 //!
-//! Nothing here panics on a malformed program: every kernel is validated (access ranks
-//! and bounds, expression operands, dtypes, stage and store rules) before it reads any
-//! data, and errors name the kernel (index and name) or the input, weight or buffer.
+//! Nothing here panics on a malformed program: every kernel is verified by the kernel
+//! IR's verifier ([`graphc_compiler::kernel::verify_kernel`]: access ranks and bounds,
+//! expression operands, dtypes, stage and store rules) before it reads any data, and
+//! errors name the kernel (index and name) or the input, weight or buffer.
 
 mod access;
 mod arena;
@@ -33,7 +34,7 @@ mod row;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KindRef, Program};
+use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KernelKind, Program};
 use graphc_ir::{Tensor, TensorType};
 
 pub use arena::run_planned;
@@ -57,7 +58,10 @@ pub enum KernelError {
     /// A buffer that cannot be bound (bad declaration, weight or constant of the wrong type).
     #[error("buffer b{buffer}: {message}")]
     Buffer { buffer: u32, message: String },
-    /// A kernel that is malformed or fails while running.
+    /// A kernel that is not well-formed kernel IR.
+    #[error(transparent)]
+    Verify(#[from] Box<graphc_compiler::kernel::KernelVerifyError>),
+    /// A kernel that fails while running (or is malformed in a way only running shows).
     #[error("kernel {index} ({name}): {message}")]
     Kernel {
         index: usize,
@@ -324,19 +328,10 @@ impl<'p, 'r> Ctx<'p, 'r> {
 
 /// `b3 (temp "name")`, `b0 (input "x")`, ... for messages.
 pub(crate) fn describe(id: BufferId, buf: &Buffer) -> String {
-    let (kind, name) = match &buf.kind {
-        BufferKind::Input { name } => ("input", Some(name.as_str())),
-        BufferKind::Weight { name } => ("weight", Some(name.as_str())),
-        BufferKind::Constant { .. } => ("constant", buf.name.as_deref()),
-        BufferKind::Temp => ("temp", buf.name.as_deref()),
-    };
-    match name {
-        Some(n) => format!("b{} ({kind} \"{n}\")", id.0),
-        None => format!("b{} ({kind})", id.0),
-    }
+    graphc_compiler::kernel::describe_buffer(id, buf)
 }
 
-/// Validate and run kernel `index`, returning the buffers it writes with their values.
+/// Verify and run kernel `index`, returning the buffers it writes with their values.
 pub(crate) fn exec_kernel<'r>(
     program: &Program,
     index: usize,
@@ -346,17 +341,13 @@ pub(crate) fn exec_kernel<'r>(
         .kernels
         .get(index)
         .ok_or_else(|| KernelError::Program(format!("kernel {index} does not exist")))?;
+    graphc_compiler::kernel::verify_kernel(program, index).map_err(Box::new)?;
     let ctx = Ctx { program, read };
-    let result = match kernel.kind.view() {
-        KindRef::Elementwise {
-            space,
-            inputs,
-            body,
-            stores,
-        } => elementwise::run(&ctx, space, inputs, body, stores),
-        KindRef::Row(r) => row::run(&ctx, &r),
-        KindRef::MatMul(mm) => matmul::run(&ctx, &mm),
-        KindRef::Op { op, inputs, output } => op::run(&ctx, op, inputs, output),
+    let result = match &kernel.kind {
+        KernelKind::Elementwise(e) => elementwise::run(&ctx, &e.space, &e.inputs, &e.body, &e.stores),
+        KernelKind::Row(r) => row::run(&ctx, r),
+        KernelKind::MatMul(mm) => matmul::run(&ctx, mm),
+        KernelKind::Op(o) => op::run(&ctx, &o.op, &o.inputs, o.output),
     };
     let writes = result.map_err(|m| kernel_error(program, index, m))?;
     // Two stores of one kernel to the same buffer are rejected by validation; check

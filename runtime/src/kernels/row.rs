@@ -2,19 +2,20 @@
 //! when first referenced and broadcast back over the row; row stores write per-row
 //! values (the value at inner index 0), stores write per-element values.
 
+use graphc_compiler::kernel::verify::stage_op;
 use graphc_compiler::kernel::{contiguous_strides, BufferId, Expr};
 use graphc_ir::interp::eval_op;
 use graphc_ir::{DType, Op, Shape, Tensor, TensorType};
 
 use super::access::{gather_strided, scatter};
-use super::body::{self, stage_op, Extra, Leaves};
+use super::body::{self, Leaves};
 use super::Ctx;
 
-pub(crate) use graphc_compiler::kernel::RowRef as RowKernel;
+pub(crate) use graphc_compiler::kernel::RowKernel;
 
 struct RowLeaves<'c, 'p, 'r> {
     ctx: &'c Ctx<'p, 'r>,
-    k: &'c RowKernel<'c>,
+    k: &'c RowKernel,
     space: &'c [usize],
     /// Each stage's per-row result (shape `outer ++ [1; inner]`), once computed.
     reduced: Vec<Option<Tensor>>,
@@ -22,7 +23,7 @@ struct RowLeaves<'c, 'p, 'r> {
 
 impl Leaves for RowLeaves<'_, '_, '_> {
     fn load(&mut self, n: u32) -> Result<Tensor, String> {
-        body::load(self.ctx, self.k.inputs, n, self.space)
+        body::load(self.ctx, &self.k.inputs, n, self.space)
     }
 
     fn special(&mut self, e: &Expr, dtype: DType, values: &[Option<Tensor>]) -> Result<Tensor, String> {
@@ -38,7 +39,7 @@ impl Leaves for RowLeaves<'_, '_, '_> {
         let full = Shape::new(self.space);
         if self.reduced.get(n).is_some_and(|r| r.is_none()) {
             let v = values
-                .get(stage.value as usize)
+                .get(stage.value.index())
                 .and_then(|v| v.as_ref())
                 .ok_or_else(|| format!("internal error: stage {n}'s value e{} has no value", stage.value))?;
             let mut dims = self.k.outer.to_vec();
@@ -67,50 +68,33 @@ pub(super) fn run(ctx: &Ctx, k: &RowKernel) -> Result<Vec<(BufferId, Tensor)>, S
                 .to_string(),
         );
     }
-    let space: Vec<usize> = k.outer.iter().chain(k.inner).copied().collect();
-    let dtypes = body::check_inputs(ctx, k.inputs, &space)?;
-    let extra = Extra::Row {
-        stages: k.stages,
-        outer_rank: r,
-    };
-    body::validate(k.body, &space, &dtypes, &extra)?;
-    let mut seen = Vec::new();
-    body::check_stores(ctx, k.body, k.row_stores, k.outer, "row store", &mut seen)?;
-    body::check_stores(ctx, k.body, k.stores, &space, "store", &mut seen)?;
-    let varies = body::varies_from(k.body, &space, k.inputs, r);
-    for (j, st) in k.row_stores.iter().enumerate() {
-        if varies.get(st.value as usize).copied().unwrap_or(true) {
-            return Err(format!(
-                "row store {j}: value e{} varies along the inner dims; a row store needs a per-row value",
-                st.value
-            ));
-        }
-    }
+    let space: Vec<usize> = k.outer.iter().chain(&k.inner).copied().collect();
+    body::check_bound(ctx, &k.inputs)?;
 
-    let roots: Vec<u32> = k.row_stores.iter().chain(k.stores).map(|s| s.value).collect();
+    let roots: Vec<_> = k.row_stores.iter().chain(&k.stores).map(|s| s.value).collect();
     let mut leaves = RowLeaves {
         ctx,
         k,
         space: &space,
         reduced: vec![None; k.stages.len()],
     };
-    let mut values = body::evaluate(k.body, &space, &roots, k.stages, &mut leaves)?;
+    let mut values = body::evaluate(&k.body, &space, &roots, &k.stages, &mut leaves)?;
 
     let mut out = Vec::with_capacity(k.row_stores.len() + k.stores.len());
     // Row stores: the value at inner index 0 of each row.
     let row_strides = &contiguous_strides(&space)[..r];
     for (j, st) in k.row_stores.iter().enumerate() {
         let v = values
-            .get(st.value as usize)
+            .get(st.value.index())
             .and_then(|v| v.as_ref())
             .ok_or_else(|| format!("row store {j}: internal error: e{} has no value", st.value))?;
-        let row = gather_strided(v, 0, row_strides, k.outer)?;
+        let row = gather_strided(v, 0, row_strides, &k.outer)?;
         let buf = ctx.writable(st.access.buffer)?;
         out.push((
             st.access.buffer,
             scatter(row, &st.access, &buf.ty).map_err(|m| format!("row store {j}: {m}"))?,
         ));
     }
-    body::write_stores(ctx, k.stores, &mut values, &mut out)?;
+    body::write_stores(ctx, &k.stores, &mut values, &mut out)?;
     Ok(out)
 }

@@ -137,7 +137,7 @@ impl<'p, 'a> Emit<'p, 'a> {
             .live
             .iter()
             .copied()
-            .filter(|&id| !p.elem[id as usize] && p.stage_dep[id as usize] == after)
+            .filter(|&id| !p.elem[id.index()] && p.stage_dep[id.index()] == after)
             .collect();
         let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
             match e {
@@ -292,7 +292,7 @@ impl<'p, 'a> Emit<'p, 'a> {
     fn pass_body(&mut self, ids: &[ExprId]) -> Result<(), CodegenError> {
         let (p, cx) = (self.p, self.cx);
         layout::decompose(&mut self.w, p.ix, "j", &p.ic.dims, "j");
-        let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| p.elem[id as usize]).collect();
+        let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| p.elem[id.index()]).collect();
         let slot = self.cache_slot();
         let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
             match e {

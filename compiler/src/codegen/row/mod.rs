@@ -45,7 +45,7 @@ const MAX_CACHED_PER_THREAD: usize = 32;
 /// And at most this many registers for cached inputs in all.
 const MAX_CACHE_REGS: usize = 64;
 
-pub(crate) use crate::kernel::RowRef as RowKernel;
+pub(crate) use crate::kernel::RowKernel;
 
 /// The fields of a row kernel the generator reads, borrowed (built once in [`generate`]:
 /// once `KernelKind::Row` holds a struct, this can be that struct, borrowed).
@@ -62,13 +62,13 @@ struct RowFields<'a> {
 
 pub(crate) fn generate(cx: &Ctx, k: &RowKernel) -> Result<CudaKernel, CodegenError> {
     let row = RowFields {
-        outer: k.outer,
-        inner: k.inner,
-        inputs: k.inputs,
-        body: k.body,
-        stages: k.stages,
-        row_stores: k.row_stores,
-        stores: k.stores,
+        outer: &k.outer,
+        inner: &k.inner,
+        inputs: &k.inputs,
+        body: &k.body,
+        stages: &k.stages,
+        row_stores: &k.row_stores,
+        stores: &k.stores,
     };
     let p = Plan::new(cx, row)?;
     let mut e = Emit::new(cx, &p);

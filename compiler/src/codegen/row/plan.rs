@@ -62,7 +62,7 @@ impl<'a> Plan<'a> {
         let ro = k.outer.len();
         let (elem, stage_dep) = classify(cx, k)?;
 
-        let row_level = |id: ExprId| !elem[id as usize];
+        let row_level = |id: ExprId| !elem[id.index()];
         let mut passes: Vec<Vec<ExprId>> = k
             .stages
             .iter()
@@ -192,7 +192,7 @@ impl<'a> Plan<'a> {
 
     /// The C name of an expression's value: `e<id>` varying along the row, `r<id>` not.
     pub fn name(&self, id: ExprId) -> String {
-        if self.elem[id as usize] {
+        if self.elem[id.index()] {
             format!("e{id}")
         } else {
             format!("r{id}")
@@ -211,7 +211,7 @@ impl RowFields<'_> {
     pub(super) fn loads_of(&self, ids: &[ExprId]) -> Vec<usize> {
         let mut v: Vec<usize> = ids
             .iter()
-            .filter_map(|&id| match self.body.exprs[id as usize].0 {
+            .filter_map(|&id| match self.body.exprs[id.index()].0 {
                 Expr::Load(n) => Some(n as usize),
                 _ => None,
             })
@@ -227,7 +227,6 @@ impl RowFields<'_> {
 fn check_ranks(cx: &Ctx, k: RowFields) -> Result<(), CodegenError> {
     let ro = k.outer.len();
     let rank = ro + k.inner.len();
-    cuda::validate(cx, k.body, k.inputs.len(), k.stages.len(), rank, false)?;
     let n_exprs = k.body.exprs.len();
     for (i, a) in k.inputs.iter().enumerate() {
         if a.strides.len() != rank {
@@ -235,7 +234,7 @@ fn check_ranks(cx: &Ctx, k: RowFields) -> Result<(), CodegenError> {
         }
     }
     for (i, s) in k.stores.iter().enumerate() {
-        if s.access.strides.len() != rank || s.value as usize >= n_exprs {
+        if s.access.strides.len() != rank || s.value.index() >= n_exprs {
             return Err(cx.malformed(format!(
                 "store {i} has rank {} or a missing value",
                 s.access.strides.len()
@@ -243,7 +242,7 @@ fn check_ranks(cx: &Ctx, k: RowFields) -> Result<(), CodegenError> {
         }
     }
     for (i, s) in k.row_stores.iter().enumerate() {
-        if s.access.strides.len() != ro || s.value as usize >= n_exprs {
+        if s.access.strides.len() != ro || s.value.index() >= n_exprs {
             return Err(cx.malformed(format!(
                 "row store {i} has rank {} or a missing value",
                 s.access.strides.len()
@@ -251,7 +250,7 @@ fn check_ranks(cx: &Ctx, k: RowFields) -> Result<(), CodegenError> {
         }
     }
     for (i, s) in k.stages.iter().enumerate() {
-        if s.value as usize >= n_exprs {
+        if s.value.index() >= n_exprs {
             return Err(cx.malformed(format!("stage {i} of a missing expression")));
         }
         if k.body.dtype(s.value) == DType::Bool {
@@ -275,20 +274,20 @@ fn classify(cx: &Ctx, k: RowFields) -> Result<Classes, CodegenError> {
         elem[i] = match e {
             Expr::Load(n) => k.inner_varies(&k.inputs[*n as usize]),
             Expr::Index(a) => *a as usize >= ro,
-            _ => ops.iter().any(|&o| elem[o as usize]),
+            _ => ops.iter().any(|&o| elem[o.index()]),
         };
         stage_dep[i] = match e {
             Expr::Stage(n) => Some(*n as usize),
-            _ => ops.iter().filter_map(|&o| stage_dep[o as usize]).max(),
+            _ => ops.iter().filter_map(|&o| stage_dep[o.index()]).max(),
         };
     }
     for (i, s) in k.stages.iter().enumerate() {
-        if stage_dep[s.value as usize].is_some_and(|d| d >= i) {
+        if stage_dep[s.value.index()].is_some_and(|d| d >= i) {
             return Err(cx.malformed(format!("stage {i} uses its own or a later stage's result")));
         }
     }
     for (i, s) in k.row_stores.iter().enumerate() {
-        if elem[s.value as usize] {
+        if elem[s.value.index()] {
             return Err(cx.malformed(format!("row store {i} stores a value that varies along the row")));
         }
     }
