@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use graphc_compiler::optimize::{optimize, OptimizeReport};
+use graphc_ir::compare::bitwise_equal as same;
 use graphc_ir::compare::{relative_l2, zip_outputs};
 use graphc_ir::{interpret, parse, print, Graph, Tensor};
 
@@ -63,14 +64,6 @@ fn random_inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
             (name, Tensor::random(&g.node(id).ty, seed * 100 + i as u64))
         })
         .collect()
-}
-
-fn same(a: &Tensor, b: &Tensor) -> bool {
-    a.ty() == b.ty()
-        && a.to_f64_vec()
-            .iter()
-            .zip(b.to_f64_vec())
-            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
 fn fired(report: &OptimizeReport, rule: &str) -> bool {

@@ -50,6 +50,22 @@ pub fn zip_outputs<'a>(
     Ok(pairs)
 }
 
+/// Equal bit for bit, except that any NaN equals any NaN (the interpreter and an
+/// executor that compute the same thing agree this way; -0.0 and 0.0 differ).
+pub fn bitwise_equal(a: &Tensor, b: &Tensor) -> bool {
+    if a.ty() != b.ty() {
+        return false;
+    }
+    if a.dtype().is_float() {
+        a.to_f64_vec()
+            .iter()
+            .zip(b.to_f64_vec())
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    } else {
+        a == b
+    }
+}
+
 /// Relative L2 error of `got` against `want`: `||got - want|| / ||want||`, 0 when
 /// equal. NaN equals NaN and an infinity equals itself; a non-finite value anywhere
 /// else, different types or different lengths give infinity. Integers and bools are

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::kernel::{BufferId, BufferKind, Program};
 use graphc_compiler::plan::{plan_memory, MemoryOptions, MemoryPlan, PlannedBuffer};
+use graphc_ir::compare::bitwise_equal as same;
 use graphc_ir::nn::{self, GeluApprox};
 use graphc_ir::{interpret, DType, Graph, GraphBuilder, Tensor, TensorType, UnaryOp};
 use graphc_runtime::kernels::{run_planned, run_program, KernelError};
@@ -79,15 +80,6 @@ fn random_inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
             (name, Tensor::randn(&g.node(id).ty, 1.0, seed))
         })
         .collect()
-}
-
-/// Bitwise equal, any NaN equal to any NaN.
-fn same(a: &Tensor, b: &Tensor) -> bool {
-    a.ty() == b.ty()
-        && a.to_f64_vec()
-            .iter()
-            .zip(b.to_f64_vec())
-            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
 fn all_same(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> bool {

@@ -22,8 +22,9 @@ use std::collections::HashMap;
 use graphc_compiler::codegen;
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::plan::{plan_memory, MemoryOptions};
+use graphc_ir::compare::bitwise_equal as same;
 use graphc_ir::compare::{relative_l2, zip_outputs};
-use graphc_ir::{interpret, DType, Graph, Op, Tensor, TensorData};
+use graphc_ir::{interpret, DType, Graph, Op, Tensor};
 use graphc_runtime::cuda::{emulate, plan_launches, DeviceInfo};
 use graphc_runtime::kernels::run_planned;
 use planned::run_arena;
@@ -48,21 +49,6 @@ fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
             (name, Tensor::random(&g.node(id).ty, seed * 1000 + i as u64))
         })
         .collect()
-}
-
-/// Bitwise equal, except that any two NaNs are equal.
-fn same(a: &Tensor, b: &Tensor) -> bool {
-    if a.ty() != b.ty() {
-        return false;
-    }
-    match (a.data(), b.data()) {
-        (TensorData::F32(_), _) | (TensorData::F64(_), _) | (TensorData::F16(_), _) | (TensorData::BF16(_), _) => a
-            .to_f64_vec()
-            .iter()
-            .zip(b.to_f64_vec())
-            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())),
-        _ => a == b,
-    }
 }
 
 #[test]

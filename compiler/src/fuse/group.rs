@@ -1,7 +1,8 @@
 //! Kernel boundaries: groups of fusion nodes that become one kernel each.
 //!
 //! Every compute node starts as its own group. Producer-consumer edges are then tried
-//! in topological order, and two groups merge when (1) their iteration spaces agree
+//! in passes by kind (see [`Groups::fuse`]), within a pass the edge carrying the most
+//! bytes first (ties in topological order), and two groups merge when (1) their iteration spaces agree
 //! (elementwise over one shape; a row space `(shape, reduced axes)` whose members are
 //! per element ("full") or per row; a matmul with elementwise epilogue over its output),
 //! (2) every edge between them can be read inside the kernel (same element, or a row
