@@ -94,6 +94,22 @@ fn random_inputs_then_run() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = graphc(&["run", BLOCK, "--inputs", inputs.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
+
+    // Inputs for a run that cannot fit are refused before they are made (2 GiB of
+    // token ids for a batch whose activations need 464 GiB), and nothing is written.
+    let big = dir.join("big.npz");
+    let o = graphc(&[
+        "random-inputs",
+        "tests/fixtures/onnx/gpt2_dynamic/model.onnx",
+        "--dim",
+        "batch=16777216",
+        "--dim",
+        "seq=16",
+        "-o",
+        big.to_str().unwrap(),
+    ]);
+    fails_with(&o, "over by");
+    assert!(!big.exists());
 }
 
 fn write_inputs(dir: &Path, arrays: &[(&str, Tensor)]) -> String {
