@@ -335,6 +335,17 @@ fn memory_is_checked_before_it_is_taken() {
     fails_with(&graphc(&["run", s(&model), "--device", "cpu"]), "over");
     fails_with(
         &graphc(&["random-inputs", s(&model), "-o", s(&dir.join("in.npz"))]),
+        "over",
+    );
+    fails_with(
+        &graphc(&[
+            "random-inputs",
+            s(&model),
+            "-o",
+            s(&dir.join("in.npz")),
+            "--budget",
+            "100TiB",
+        ]),
         "host memory",
     );
     // Within a huge budget the host is the limit: an error, never an abort.
