@@ -601,7 +601,7 @@ fn malformed_programs_are_errors_not_panics() {
     // A load past the inputs.
     let mut p = c::ew_contiguous_f32();
     if let KernelKind::Elementwise(ElementwiseKernel { body, .. }) = &mut p.kernels[0].kind {
-        body.exprs[0].0 = graphc_compiler::kernel::Expr::Load(9);
+        body.exprs[0].0 = graphc_compiler::kernel::Expr::Load(graphc_compiler::kernel::InputId(9));
     }
     assert!(generate(&p, 0).is_err());
     assert_eq!(generate(&p, 3).unwrap_err(), CodegenError::NoSuchKernel(3, 1));

@@ -5,8 +5,8 @@ mod codegen_common;
 
 use codegen_common as c;
 use graphc_compiler::kernel::{
-    verify, verify_kernel, BufferId, ElementwiseKernel, Expr, ExprId, KernelKind, KernelVerifyError as E, MatMulKernel,
-    OpKernel, Program, RowKernel, Stage,
+    verify, verify_kernel, BufferId, ElementwiseKernel, Expr, ExprId, InputId, KernelKind, KernelVerifyError as E,
+    MatMulKernel, OpKernel, Program, RowKernel, Stage, StageId,
 };
 use graphc_ir::{BinaryOp, DType, ReduceOp, Tensor, UnaryOp};
 
@@ -234,21 +234,21 @@ fn operand_order() {
 
 #[test]
 fn missing_input() {
-    let e = ew(|p| ew_k(p).body.exprs[0].0 = Expr::Load(9));
+    let e = ew(|p| ew_k(p).body.exprs[0].0 = Expr::Load(InputId(9)));
     assert!(matches!(e, E::MissingInput { inputs: 3, .. }), "{e:?}");
     assert!(e.to_string().contains("e0 (load 9): the kernel has 3 inputs"));
 }
 
 #[test]
 fn missing_stage() {
-    let e = layernorm(|k| k.body.exprs[3].0 = Expr::Stage(7));
+    let e = layernorm(|k| k.body.exprs[3].0 = Expr::Stage(StageId(7)));
     assert!(matches!(e, E::MissingStage { stages: 2, .. }), "{e:?}");
     assert!(e.to_string().contains("e3 (stage 7): the kernel has 2 stages"));
 }
 
 #[test]
 fn not_allowed() {
-    let e = ew(|p| ew_k(p).body.exprs[0].0 = Expr::Stage(0));
+    let e = ew(|p| ew_k(p).body.exprs[0].0 = Expr::Stage(StageId(0)));
     assert!(matches!(e, E::NotAllowed { kind: "row", .. }), "{e:?}");
     assert!(e.to_string().contains("stages are only allowed in row kernels"));
     let e = ew(|p| ew_k(p).body.exprs[0].0 = Expr::Acc);
@@ -266,7 +266,7 @@ fn not_scalar() {
 #[test]
 fn gather_index() {
     let g = Expr::Gather {
-        input: 2,
+        input: InputId(2),
         index: ExprId(0),
         stride: 1,
         extent: 4,
@@ -350,10 +350,10 @@ fn stage_order() {
     let mut p = c::row_softmax(4, 8, DType::F32);
     let k = row_k(&mut p);
     k.body.exprs = vec![
-        (Expr::Load(0), DType::F32),
-        (Expr::Stage(1), DType::F32),
+        (Expr::Load(InputId(0)), DType::F32),
+        (Expr::Stage(StageId(1)), DType::F32),
         (Expr::Binary(BinaryOp::Add, ExprId(0), ExprId(1)), DType::F32),
-        (Expr::Stage(0), DType::F32),
+        (Expr::Stage(StageId(0)), DType::F32),
     ];
     k.stages = vec![
         Stage {

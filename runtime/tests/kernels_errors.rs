@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use graphc_compiler::kernel::{
-    Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind, MatMulKernel, OpKernel,
-    Program, RowKernel, Stage, Store,
+    Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, InputId, Kernel, KernelKind, MatMulKernel,
+    OpKernel, Program, RowKernel, Stage, StageId, Store,
 };
 use graphc_ir::{BinaryOp, DType, Op, ReduceOp, Tensor, TensorData, TensorType, UnaryOp};
 use graphc_runtime::kernels::{run_kernel, run_program, KernelError};
@@ -55,7 +55,7 @@ fn neg_program(x_access: (i64, Vec<i64>), store_access: (i64, Vec<i64>), body: O
     let out = temp(&mut p, DType::F32, &[4, 6]);
     let body = body.unwrap_or_else(|| {
         let mut b = Body::default();
-        let l = b.push(Expr::Load(0), DType::F32);
+        let l = b.push(Expr::Load(InputId(0)), DType::F32);
         b.push(Expr::Unary(UnaryOp::Neg, l), DType::F32);
         b
     });
@@ -139,7 +139,7 @@ fn read_before_write() {
     let t1 = temp(&mut p, DType::F32, &[4]);
     let t2 = temp(&mut p, DType::F32, &[4]);
     let mut body = Body::default();
-    let l = body.push(Expr::Load(0), DType::F32);
+    let l = body.push(Expr::Load(InputId(0)), DType::F32);
     body.push(Expr::Unary(UnaryOp::Neg, l), DType::F32);
     let st = |b| Store {
         value: ExprId(1),
@@ -183,34 +183,37 @@ fn bad_expressions() {
         (
             vec![
                 (Expr::Unary(UnaryOp::Neg, ExprId(1)), DType::F32),
-                (Expr::Load(0), DType::F32),
+                (Expr::Load(InputId(0)), DType::F32),
             ],
             "operand e1 does not precede it",
         ),
         // Operand past the end.
         (
             vec![
-                (Expr::Load(0), DType::F32),
+                (Expr::Load(InputId(0)), DType::F32),
                 (Expr::Unary(UnaryOp::Neg, ExprId(9)), DType::F32),
             ],
             "operand e9",
         ),
         // Load of a missing input.
         (
-            vec![(Expr::Load(0), DType::F32), (Expr::Load(3), DType::F32)],
+            vec![
+                (Expr::Load(InputId(0)), DType::F32),
+                (Expr::Load(InputId(3)), DType::F32),
+            ],
             "the kernel has 1 inputs",
         ),
         // Declared dtype disagrees.
         (
             vec![
-                (Expr::Load(0), DType::F32),
+                (Expr::Load(InputId(0)), DType::F32),
                 (Expr::Unary(UnaryOp::Neg, ExprId(0)), DType::F16),
             ],
             "declared f16 but computes f32",
         ),
         (
             vec![
-                (Expr::Load(0), DType::I32),
+                (Expr::Load(InputId(0)), DType::I32),
                 (Expr::Unary(UnaryOp::Neg, ExprId(0)), DType::I32),
             ],
             "declared i32 but computes f32",
@@ -218,7 +221,7 @@ fn bad_expressions() {
         // Mixed operand dtypes.
         (
             vec![
-                (Expr::Load(0), DType::F32),
+                (Expr::Load(InputId(0)), DType::F32),
                 (Expr::Const(Tensor::scalar(DType::F16, 1.0)), DType::F16),
                 (Expr::Binary(BinaryOp::Add, ExprId(0), ExprId(1)), DType::F32),
             ],
@@ -227,7 +230,7 @@ fn bad_expressions() {
         // A non-scalar constant.
         (
             vec![
-                (Expr::Load(0), DType::F32),
+                (Expr::Load(InputId(0)), DType::F32),
                 (
                     Expr::Const(Tensor::from_f32([2usize], vec![1.0, 2.0]).unwrap()),
                     DType::F32,
@@ -237,16 +240,19 @@ fn bad_expressions() {
         ),
         // Index axis out of range.
         (
-            vec![(Expr::Load(0), DType::F32), (Expr::Index(5), DType::I64)],
+            vec![(Expr::Load(InputId(0)), DType::F32), (Expr::Index(5), DType::I64)],
             "e1 (index 5)",
         ),
         // Stage and Acc outside their kernels.
         (
-            vec![(Expr::Load(0), DType::F32), (Expr::Stage(0), DType::F32)],
+            vec![
+                (Expr::Load(InputId(0)), DType::F32),
+                (Expr::Stage(StageId(0)), DType::F32),
+            ],
             "only allowed in row kernels",
         ),
         (
-            vec![(Expr::Load(0), DType::F32), (Expr::Acc, DType::F32)],
+            vec![(Expr::Load(InputId(0)), DType::F32), (Expr::Acc, DType::F32)],
             "only allowed in matmul kernels",
         ),
     ];
@@ -257,7 +263,7 @@ fn bad_expressions() {
     }
     // A store of a missing expression.
     let mut body = Body::default();
-    body.push(Expr::Load(0), DType::F32);
+    body.push(Expr::Load(InputId(0)), DType::F32);
     let p = neg_program((0, vec![6, 1]), (0, vec![6, 1]), Some(body));
     contains(&run_err(&p, &x_inputs()), &["store 0: value e1 does not exist"]);
 }
@@ -308,7 +314,7 @@ fn runtime_failures_of_ops() {
     let bx = input(&mut p, "x", DType::I32, &[3]);
     let out = temp(&mut p, DType::I32, &[3]);
     let mut body = Body::default();
-    let l = body.push(Expr::Load(0), DType::I32);
+    let l = body.push(Expr::Load(InputId(0)), DType::I32);
     let z = body.push(Expr::Const(Tensor::scalar(DType::I32, 0.0)), DType::I32);
     let d = body.push(Expr::Binary(BinaryOp::Div, l, z), DType::I32);
     p.kernels.push(elementwise(
@@ -397,8 +403,8 @@ fn stage(op: ReduceOp, value: ExprId) -> Stage {
 /// references must exist.
 #[test]
 fn bad_row_kernels() {
-    let load = (Expr::Load(0), DType::F32);
-    let sum_body = vec![load.clone(), (Expr::Stage(0), DType::F32)];
+    let load = (Expr::Load(InputId(0)), DType::F32);
+    let sum_body = vec![load.clone(), (Expr::Stage(StageId(0)), DType::F32)];
     // Fine: the row sum.
     let ok = row_program(sum_body.clone(), vec![stage(ReduceOp::Sum, ExprId(0))], ExprId(1));
     let out = run_program(&ok, &BTreeMap::new(), &x_inputs()).unwrap();
@@ -431,7 +437,7 @@ fn bad_row_kernels() {
     // A stage whose value does not precede the reference.
     let body = vec![
         load.clone(),
-        (Expr::Stage(0), DType::F32),
+        (Expr::Stage(StageId(0)), DType::F32),
         (Expr::Unary(UnaryOp::Neg, ExprId(0)), DType::F32),
     ];
     contains(
@@ -444,9 +450,9 @@ fn bad_row_kernels() {
     // Stage 0 using stage 1, which is not earlier.
     let body = vec![
         load.clone(),
-        (Expr::Stage(1), DType::F32),
+        (Expr::Stage(StageId(1)), DType::F32),
         (Expr::Binary(BinaryOp::Add, ExprId(0), ExprId(1)), DType::F32),
-        (Expr::Stage(0), DType::F32),
+        (Expr::Stage(StageId(0)), DType::F32),
     ];
     let p = row_program(
         body,
@@ -461,7 +467,7 @@ fn bad_row_kernels() {
     let body = vec![
         load,
         (Expr::Unary(UnaryOp::IsNan, ExprId(0)), DType::Bool),
-        (Expr::Stage(0), DType::Bool),
+        (Expr::Stage(StageId(0)), DType::Bool),
     ];
     let p = row_program(body, vec![stage(ReduceOp::Sum, ExprId(1))], ExprId(2));
     contains(&run_err(&p, &x_inputs()), &["kernel 0 (row)", "bool"]);

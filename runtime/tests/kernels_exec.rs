@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use graphc_compiler::kernel::{
-    Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind, MatMulKernel, OpKernel,
-    Program, RowKernel, Stage, Store,
+    Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, InputId, Kernel, KernelKind, MatMulKernel,
+    OpKernel, Program, RowKernel, Stage, StageId, Store,
 };
 use graphc_ir::{
     interpret, nn, BinaryOp, DType, Graph, GraphBuilder, Op, PadMode, ReduceOp, Tensor, TensorType, UnaryOp,
@@ -113,10 +113,10 @@ fn elementwise_broadcast_transpose_slice_multi_output() {
     let out16 = temp(&mut p, DType::F16, &[m, n]);
     let out_t = temp(&mut p, DType::F32, &[n, m]);
     let mut body = Body::default();
-    let l0 = body.push(Expr::Load(0), DType::F32);
-    let l1 = body.push(Expr::Load(1), DType::F32);
-    let l2 = body.push(Expr::Load(2), DType::F32);
-    let l3 = body.push(Expr::Load(3), DType::F32);
+    let l0 = body.push(Expr::Load(InputId(0)), DType::F32);
+    let l1 = body.push(Expr::Load(InputId(1)), DType::F32);
+    let l2 = body.push(Expr::Load(InputId(2)), DType::F32);
+    let l3 = body.push(Expr::Load(InputId(3)), DType::F32);
     let s = body.push(Expr::Binary(BinaryOp::Add, l0, l1), DType::F32);
     let s = body.push(Expr::Binary(BinaryOp::Mul, s, l2), DType::F32);
     let v = body.push(Expr::Binary(BinaryOp::Sub, s, l3), DType::F32);
@@ -177,10 +177,10 @@ fn elementwise_f16_bf16_bodies() {
     let oh = temp(&mut p, DType::F16, &dims);
     let ob = temp(&mut p, DType::BF16, &dims);
     let mut body = Body::default();
-    let x = body.push(Expr::Load(0), DType::F16);
-    let y = body.push(Expr::Load(1), DType::F16);
-    let z = body.push(Expr::Load(2), DType::F32);
-    let a = body.push(Expr::Load(3), DType::BF16);
+    let x = body.push(Expr::Load(InputId(0)), DType::F16);
+    let y = body.push(Expr::Load(InputId(1)), DType::F16);
+    let z = body.push(Expr::Load(InputId(2)), DType::F32);
+    let a = body.push(Expr::Load(InputId(3)), DType::BF16);
     let e = body.push(Expr::Unary(UnaryOp::Exp, x), DType::F16);
     let e = body.push(Expr::Binary(BinaryOp::Mul, e, y), DType::F16);
     let zc = body.push(Expr::Cast(z), DType::F16);
@@ -222,11 +222,11 @@ fn softmax_program(
     let bx = input(&mut p, "x", dtype, x_dims);
     let out = temp(&mut p, dtype, x_dims);
     let mut body = Body::default();
-    let x = body.push(Expr::Load(0), dtype);
-    let mx = body.push(Expr::Stage(0), dtype);
+    let x = body.push(Expr::Load(InputId(0)), dtype);
+    let mx = body.push(Expr::Stage(StageId(0)), dtype);
     let d = body.push(Expr::Binary(BinaryOp::Sub, x, mx), dtype);
     let e = body.push(Expr::Unary(UnaryOp::Exp, d), dtype);
-    let s = body.push(Expr::Stage(1), dtype);
+    let s = body.push(Expr::Stage(StageId(1)), dtype);
     let y = body.push(Expr::Binary(BinaryOp::Div, e, s), dtype);
     p.kernels.push(kernel(
         "softmax",
@@ -335,18 +335,18 @@ fn row_layer_norm_with_row_stores() {
     let om = temp(&mut p, DType::F32, &[rows]);
     let or = temp(&mut p, DType::F32, &[rows]);
     let mut body = Body::default();
-    let x = body.push(Expr::Load(0), DType::F32);
-    let mean = body.push(Expr::Stage(0), DType::F32);
+    let x = body.push(Expr::Load(InputId(0)), DType::F32);
+    let mean = body.push(Expr::Stage(StageId(0)), DType::F32);
     let c = body.push(Expr::Binary(BinaryOp::Sub, x, mean), DType::F32);
     let sq = body.push(Expr::Binary(BinaryOp::Mul, c, c), DType::F32);
-    let var = body.push(Expr::Stage(1), DType::F32);
+    let var = body.push(Expr::Stage(StageId(1)), DType::F32);
     let e = body.push(Expr::Const(Tensor::scalar(DType::F32, eps)), DType::F32);
     let ve = body.push(Expr::Binary(BinaryOp::Add, var, e), DType::F32);
     let rstd = body.push(Expr::Unary(UnaryOp::Rsqrt, ve), DType::F32);
     let n = body.push(Expr::Binary(BinaryOp::Mul, c, rstd), DType::F32);
-    let gl = body.push(Expr::Load(1), DType::F32);
+    let gl = body.push(Expr::Load(InputId(1)), DType::F32);
     let n = body.push(Expr::Binary(BinaryOp::Mul, n, gl), DType::F32);
-    let bl = body.push(Expr::Load(2), DType::F32);
+    let bl = body.push(Expr::Load(InputId(2)), DType::F32);
     let y = body.push(Expr::Binary(BinaryOp::Add, n, bl), DType::F32);
     p.kernels.push(kernel(
         "layer_norm",
@@ -400,10 +400,10 @@ fn matmul_transposed_broadcast_b_with_epilogue() {
     let out = temp(&mut p, DType::F32, &[b0, b1, m, n]);
     let mut body = Body::default();
     let a = body.push(Expr::Acc, DType::F32);
-    let bl = body.push(Expr::Load(0), DType::F32);
+    let bl = body.push(Expr::Load(InputId(0)), DType::F32);
     let s = body.push(Expr::Binary(BinaryOp::Add, a, bl), DType::F32);
     let ge = body.push(Expr::Unary(UnaryOp::Gelu, s), DType::F32);
-    let rl = body.push(Expr::Load(1), DType::F32);
+    let rl = body.push(Expr::Load(InputId(1)), DType::F32);
     let y = body.push(Expr::Binary(BinaryOp::Add, ge, rl), DType::F32);
     p.kernels.push(kernel(
         "linear_gelu",
@@ -510,8 +510,8 @@ fn op_kernels_concat_pad_gather_argmax() {
     let bam = temp(&mut p, DType::I64, &[qd[0]]);
     let bga = temp(&mut p, DType::F32, &[2, 3, qd[1]]);
     let mut body = Body::default();
-    let l = body.push(Expr::Load(0), DType::F32);
-    let tw = body.push(Expr::Load(1), DType::F32);
+    let l = body.push(Expr::Load(InputId(0)), DType::F32);
+    let tw = body.push(Expr::Load(InputId(1)), DType::F32);
     let v = body.push(Expr::Binary(BinaryOp::Mul, l, tw), DType::F32);
     p.kernels.push(kernel(
         "scale",
@@ -620,7 +620,7 @@ fn large_row_and_strided_elementwise() {
     let bx = input(&mut p, "x", DType::F32, &dims);
     let out = temp(&mut p, DType::F32, &[1024, 512]);
     let mut body = Body::default();
-    let l = body.push(Expr::Load(0), DType::F32);
+    let l = body.push(Expr::Load(InputId(0)), DType::F32);
     let one = body.push(Expr::Const(Tensor::scalar(DType::F32, 1.0)), DType::F32);
     let y = body.push(Expr::Binary(BinaryOp::Add, l, one), DType::F32);
     p.kernels.push(kernel(
@@ -660,11 +660,11 @@ fn row_two_inner_dims_with_index() {
     let oy = temp(&mut p, DType::F32, &dims);
     let os = temp(&mut p, DType::F32, &[2]);
     let mut body = Body::default();
-    let x = body.push(Expr::Load(0), DType::F32);
+    let x = body.push(Expr::Load(InputId(0)), DType::F32);
     let j = body.push(Expr::Index(2), DType::I64);
     let jf = body.push(Expr::Cast(j), DType::F32);
     let w = body.push(Expr::Binary(BinaryOp::Mul, x, jf), DType::F32);
-    let s = body.push(Expr::Stage(0), DType::F32);
+    let s = body.push(Expr::Stage(StageId(0)), DType::F32);
     let y = body.push(Expr::Binary(BinaryOp::Sub, w, s), DType::F32);
     p.kernels.push(kernel(
         "block_sum",

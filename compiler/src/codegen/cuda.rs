@@ -281,7 +281,7 @@ pub(crate) fn check_loads(
 ) -> Result<(), CodegenError> {
     for &id in ids {
         if let (Expr::Load(n) | Expr::Gather { input: n, .. }, d) = &body.exprs[id.index()] {
-            let bd = cx.dtype(inputs[*n as usize].buffer)?;
+            let bd = cx.dtype(inputs[n.index()].buffer)?;
             if bd != *d {
                 return Err(cx.malformed(format!("expression {id} loads a {bd} buffer as {d}")));
             }

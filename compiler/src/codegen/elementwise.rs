@@ -96,7 +96,7 @@ impl<'a> Setup<'a> {
         let mut used: Vec<usize> = live
             .iter()
             .filter_map(|&id| match body.exprs[id.index()].0 {
-                Expr::Load(n) | Expr::Gather { input: n, .. } => Some(n as usize),
+                Expr::Load(n) | Expr::Gather { input: n, .. } => Some(n.index()),
                 _ => None,
             })
             .collect();
@@ -273,7 +273,7 @@ fn fast_path(cx: &Ctx, s: &Setup, f: &FastPlan, w: &mut Writer, h: &mut Helpers)
     let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
         match e {
             Expr::Load(n) => {
-                let n = *n as usize;
+                let n = n.index();
                 if is_scalar(n) {
                     Ok(scalar_name(n))
                 } else {
@@ -313,7 +313,7 @@ fn fast_tail(cx: &Ctx, s: &Setup, f: &FastPlan, w: &mut Writer, h: &mut Helpers)
     let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
         match e {
             Expr::Load(n) => {
-                let n = *n as usize;
+                let n = n.index();
                 match f.reads.iter().find(|&&(m, _)| m == n).map(|&(_, fr)| fr) {
                     Some(FastRead::Period(p)) => {
                         let (off, idx) = (s.offset_plus(s.inputs[n].offset), s.period_index(p));
@@ -350,7 +350,7 @@ fn general_path(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<
     let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
         match e {
             Expr::Load(n) => {
-                let n = *n as usize;
+                let n = n.index();
                 let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
                 Ok(cuda::load_conv(h, d, &format!("p{}[{addr}]", s.in_param[n])))
             }
@@ -360,7 +360,7 @@ fn general_path(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<
                 stride,
                 extent,
             } => {
-                let n = *input as usize;
+                let n = input.index();
                 let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
                 Ok(cuda::gather_c(
                     h,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use graphc_ir::{BinaryOp, DType, UnaryOp};
 
 use super::{elementwise, CodegenError, Ctx, CudaKernel, LaunchConfig, SCRATCH};
-use crate::kernel::{contiguous_strides, Access, Body, BufferId, Expr, ExprId, Store};
+use crate::kernel::{contiguous_strides, Access, Body, BufferId, Expr, ExprId, InputId, Store};
 
 /// The accumulation of a GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -419,7 +419,7 @@ fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) ->
                 let Expr::Load(ni) = body.exprs[other.index()].0 else {
                     break;
                 };
-                let input = &mm.inputs[ni as usize];
+                let input = &mm.inputs[ni.index()];
                 if cx.dtype(input.buffer)? != dtype {
                     break;
                 }
@@ -472,7 +472,7 @@ fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) ->
 fn read_back(mm: MatMulFields, d: Access, acc_ids: &[ExprId], cur: Option<ExprId>) -> (Vec<Access>, Body) {
     let mut inputs = mm.inputs.to_vec();
     inputs.push(d);
-    let load = Expr::Load((inputs.len() - 1) as u32);
+    let load = Expr::Load(InputId((inputs.len() - 1) as u32));
     let mut ebody = mm.body.clone();
     for &i in acc_ids {
         ebody.exprs[i.index()].0 = load.clone();

@@ -10,8 +10,8 @@ use super::group::{row_shapes, Groups, Level, Space};
 use super::layout::Layout;
 use super::nodes::{matmul_operand_strides, FKind, FNode, Nodes, Operand};
 use crate::kernel::{
-    contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind,
-    MatMulKernel, OpKernel, Program, RowKernel, Stage, Store,
+    contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, InputId, Kernel,
+    KernelKind, MatMulKernel, OpKernel, Program, RowKernel, Stage, StageId, Store,
 };
 
 pub fn emit(graph: &Graph, nodes: &Nodes, groups: &mut Groups) -> Program {
@@ -218,7 +218,7 @@ impl Emitter<'_> {
                     return body.push(Expr::Const(t.clone()), t.dtype());
                 }
                 let acc = this.access(o, frame.strides(o, level));
-                body.push(Expr::Load(inputs.intern(acc)), this.nodes[o.root].ty.dtype)
+                body.push(Expr::Load(InputId(inputs.intern(acc))), this.nodes[o.root].ty.dtype)
             };
             let dt = node.ty.dtype;
             let e = match &node.kind {
@@ -256,7 +256,7 @@ impl Emitter<'_> {
                     );
                     body.push(
                         Expr::Gather {
-                            input: inputs.intern(acc),
+                            input: InputId(inputs.intern(acc)),
                             index,
                             stride: data.layout.strides[axis],
                             extent: data.dims[axis] as u64,
@@ -272,7 +272,7 @@ impl Emitter<'_> {
                     let value = arg(self, &mut body, &node.operands[0]);
                     stages.push(Stage { op: *op, value });
                     stage_ops.push(op.name().trim_start_matches("reduce_"));
-                    body.push(Expr::Stage((stages.len() - 1) as u32), dt)
+                    body.push(Expr::Stage(StageId((stages.len() - 1) as u32)), dt)
                 }
                 FKind::MatMul => {
                     mm = Some(m);

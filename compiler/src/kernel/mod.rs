@@ -99,29 +99,49 @@ pub fn strides_equal(a: &[i64], b: &[i64], dims: &[usize]) -> bool {
     a.len() == b.len() && dims.len() == a.len() && (0..a.len()).all(|k| dims[k] == 1 || a[k] == b[k])
 }
 
-/// Index of an expression in [`Body::exprs`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ExprId(pub u32);
+/// Defines a `u32` index newtype into one table of the kernel IR: serialized as the
+/// bare number, displayed as it, `index()` for indexing.
+macro_rules! index_newtype {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub u32);
 
-impl ExprId {
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
+        impl $name {
+            pub fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
 }
 
-impl std::fmt::Display for ExprId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
+index_newtype!(
+    /// Index of an expression in [`Body::exprs`].
+    ExprId
+);
+index_newtype!(
+    /// Index of an input in a kernel's `inputs` (what [`Expr::Load`] and
+    /// [`Expr::Gather`] read).
+    InputId
+);
+index_newtype!(
+    /// Index of a stage in a row kernel's `stages` (what [`Expr::Stage`] reads).
+    StageId
+);
 
 /// One SSA expression of a kernel body, computed per element of its space.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Expr {
     /// Element of kernel input `n` (an index into the kernel's `inputs`).
-    Load(u32),
+    Load(InputId),
     /// A literal scalar (a 0-d tensor of the expression's dtype).
     Const(Tensor),
     /// The index along axis `n` of the iteration space (as `Iota` gives it).
@@ -131,14 +151,14 @@ pub enum Expr {
     Select(ExprId, ExprId, ExprId),
     Cast(ExprId),
     /// Row kernels: the result of stage `n` for the current row.
-    Stage(u32),
+    Stage(StageId),
     /// An indexed read (a gather folded into its consumer): element
     /// `access(i) + k * stride` of kernel input `input`'s buffer, where `k` is the value
     /// of the integer expression `index`, counted from the end when negative (as
     /// [`Op::Gather`] does). `k` outside `-extent..extent` is an error on the CPU; a GPU
     /// kernel reads 0.
     Gather {
-        input: u32,
+        input: InputId,
         index: ExprId,
         stride: i64,
         extent: u64,

@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use graphc_compiler::kernel::{
-    contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, Kernel, KernelKind,
-    MatMulKernel, OpKernel, Program, RowKernel, Stage, Store,
+    contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, InputId, Kernel,
+    KernelKind, MatMulKernel, OpKernel, Program, RowKernel, Stage, StageId, Store,
 };
 use graphc_ir::{ArgReduceOp, BinaryOp, DType, Op, PadMode, ReduceOp, Tensor, TensorType, UnaryOp};
 
@@ -78,7 +78,7 @@ impl B {
         B { b: Body::default() }
     }
     pub fn load(&mut self, n: u32, d: DType) -> ExprId {
-        self.b.push(Expr::Load(n), d)
+        self.b.push(Expr::Load(InputId(n)), d)
     }
     pub fn c(&mut self, d: DType, v: f64) -> ExprId {
         self.b.push(Expr::Const(Tensor::scalar(d, v)), d)
@@ -102,7 +102,7 @@ impl B {
         self.b.push(Expr::Index(axis), d)
     }
     pub fn stage(&mut self, n: u32, d: DType) -> ExprId {
-        self.b.push(Expr::Stage(n), d)
+        self.b.push(Expr::Stage(StageId(n)), d)
     }
     pub fn acc(&mut self, d: DType) -> ExprId {
         self.b.push(Expr::Acc, d)

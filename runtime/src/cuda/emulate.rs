@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use graphc_compiler::codegen::{self, GemmEpilogue, ParamAccess, ParamTarget, SCRATCH_BUFFER};
 use graphc_compiler::kernel::{
-    Access, Body, Buffer, BufferId, BufferKind, ElementwiseKernel, Expr, KernelKind, Program, Store,
+    Access, Body, Buffer, BufferId, BufferKind, ElementwiseKernel, Expr, InputId, KernelKind, Program, Store,
 };
 use graphc_ir::{DType, Shape, Tensor, TensorData, TensorType};
 
@@ -158,7 +158,7 @@ fn prune_dead(mut body: Body, inputs: Vec<Access>, stores: &[Store]) -> (Body, V
             continue;
         }
         match e {
-            Expr::Load(x) | Expr::Gather { input: x, .. } => used[*x as usize] = true,
+            Expr::Load(x) | Expr::Gather { input: x, .. } => used[x.index()] = true,
             _ => {}
         }
     }
@@ -172,7 +172,7 @@ fn prune_dead(mut body: Body, inputs: Vec<Access>, stores: &[Store]) -> (Body, V
     }
     for (e, _) in body.exprs.iter_mut() {
         match e {
-            Expr::Load(x) | Expr::Gather { input: x, .. } => *x = new_index[*x as usize],
+            Expr::Load(x) | Expr::Gather { input: x, .. } => *x = InputId(new_index[x.index()]),
             _ => {}
         }
     }

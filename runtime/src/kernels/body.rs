@@ -78,7 +78,7 @@ pub(crate) fn evaluate(
         let e = &body.exprs[i].0;
         let mut deps = e.operands();
         if let Expr::Stage(s) = e {
-            if let Some(st) = stages.get(*s as usize) {
+            if let Some(st) = stages.get(s.index()) {
                 deps.push(st.value);
             }
         }
@@ -105,7 +105,7 @@ pub(crate) fn evaluate(
                 .ok_or_else(|| at(format!("internal error: operand e{id} has no value")))
         };
         let v = match e {
-            Expr::Load(k) => leaves.load(*k).map_err(at)?,
+            Expr::Load(k) => leaves.load(k.0).map_err(at)?,
             Expr::Const(t) => eval_op(
                 &Op::Broadcast {
                     shape: ty.shape.clone(),
@@ -133,7 +133,7 @@ pub(crate) fn evaluate(
                 index,
                 stride,
                 extent,
-            } => leaves.gather(*input, arg(*index)?, *stride, *extent).map_err(at)?,
+            } => leaves.gather(input.0, arg(*index)?, *stride, *extent).map_err(at)?,
         };
         if v.ty() != ty {
             return Err(at(format!("internal error: computed {} for {ty}", v.ty())));
@@ -141,7 +141,7 @@ pub(crate) fn evaluate(
         values[i] = Some(v);
         let mut deps = e.operands();
         if let Expr::Stage(s) = e {
-            if let Some(st) = stages.get(*s as usize) {
+            if let Some(st) = stages.get(s.index()) {
                 deps.push(st.value);
             }
         }

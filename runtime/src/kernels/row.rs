@@ -30,7 +30,7 @@ impl Leaves for RowLeaves<'_, '_, '_> {
         let Expr::Stage(n) = e else {
             return Err("internal error: not a row-kernel expression".into());
         };
-        let n = *n as usize;
+        let n = n.index();
         let stage = self
             .k
             .stages

@@ -141,7 +141,7 @@ impl<'p, 'a> Emit<'p, 'a> {
             .collect();
         let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
             match e {
-                Expr::Load(n) => Ok(cuda::load_conv(h, d, &format!("p{}[ib{n}]", p.in_param[*n as usize]))),
+                Expr::Load(n) => Ok(cuda::load_conv(h, d, &format!("p{}[ib{n}]", p.in_param[n.index()]))),
                 Expr::Index(a) => Ok(index_value(h, p.ix, "row", p.k.outer, *a as usize, d)),
                 Expr::Stage(n) => Ok(format!("st{n}")),
                 _ => Err(cx.malformed("acc in a row kernel")),
@@ -297,7 +297,7 @@ impl<'p, 'a> Emit<'p, 'a> {
         let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
             match e {
                 Expr::Load(n) => {
-                    let n = *n as usize;
+                    let n = n.index();
                     if p.cached(n) {
                         Ok(format!("c{n}[{slot}]"))
                     } else if p.vw > 1 {

@@ -212,7 +212,7 @@ impl RowFields<'_> {
         let mut v: Vec<usize> = ids
             .iter()
             .filter_map(|&id| match self.body.exprs[id.index()].0 {
-                Expr::Load(n) => Some(n as usize),
+                Expr::Load(n) => Some(n.index()),
                 _ => None,
             })
             .collect();
@@ -272,12 +272,12 @@ fn classify(cx: &Ctx, k: RowFields) -> Result<Classes, CodegenError> {
     for (i, (e, _)) in k.body.exprs.iter().enumerate() {
         let ops = cuda::operands(e);
         elem[i] = match e {
-            Expr::Load(n) => k.inner_varies(&k.inputs[*n as usize]),
+            Expr::Load(n) => k.inner_varies(&k.inputs[n.index()]),
             Expr::Index(a) => *a as usize >= ro,
             _ => ops.iter().any(|&o| elem[o.index()]),
         };
         stage_dep[i] = match e {
-            Expr::Stage(n) => Some(*n as usize),
+            Expr::Stage(n) => Some(n.index()),
             _ => ops.iter().filter_map(|&o| stage_dep[o.index()]).max(),
         };
     }

@@ -116,9 +116,9 @@ pub fn varies_from(body: &Body, space: &[usize], inputs: &[Access], from: usize)
     let mut v: Vec<bool> = Vec::with_capacity(body.exprs.len());
     for (e, _) in &body.exprs {
         let x = match e {
-            Expr::Load(n) => input_varies(*n),
+            Expr::Load(n) => input_varies(n.0),
             Expr::Index(a) => *a as usize >= from && moves(*a as usize),
-            Expr::Gather { input, index, .. } => v.get(index.index()).copied().unwrap_or(true) || input_varies(*input),
+            Expr::Gather { input, index, .. } => v.get(index.index()).copied().unwrap_or(true) || input_varies(input.0),
             Expr::Const(_) | Expr::Stage(_) | Expr::Acc => false,
             _ => e.operands().iter().any(|&o| v.get(o.index()).copied().unwrap_or(true)),
         };
@@ -426,7 +426,7 @@ impl<'p> Verifier<'p> {
             let mut dep = ops.iter().filter_map(|&o| max_stage[o.index()]).max();
             let computed = self.expr_type(body, i, space, inputs, extra, &expr)?;
             if let Expr::Stage(n) = e {
-                dep = dep.max(Some(*n));
+                dep = dep.max(Some(n.0));
             }
             if computed != *dt {
                 return Err(KernelVerifyError::DeclaredType {
@@ -511,7 +511,7 @@ impl<'p> Verifier<'p> {
             kind,
         };
         Ok(match e {
-            Expr::Load(n) => input(*n)?,
+            Expr::Load(n) => input(n.0)?,
             Expr::Gather { input: n, index, .. } => {
                 let d = exprs[index.index()].1;
                 if !matches!(d, DType::I64 | DType::I32) {
@@ -522,7 +522,7 @@ impl<'p> Verifier<'p> {
                         dtype: d,
                     });
                 }
-                input(*n)?
+                input(n.0)?
             }
             Expr::Const(t) => {
                 if t.shape().rank() != 0 {
@@ -549,7 +549,7 @@ impl<'p> Verifier<'p> {
                 let Extra::Row { stages, outer_rank } = extra else {
                     return Err(not_allowed("stages", "row"));
                 };
-                let stage = stages.get(*n as usize).ok_or_else(|| KernelVerifyError::MissingStage {
+                let stage = stages.get(n.index()).ok_or_else(|| KernelVerifyError::MissingStage {
                     kernel: self.kernel(),
                     expr: expr(),
                     stages: stages.len(),
