@@ -69,10 +69,14 @@ pub fn bitwise_equal(a: &Tensor, b: &Tensor) -> bool {
 /// Relative L2 error of `got` against `want`: `||got - want|| / ||want||`, 0 when
 /// equal. NaN equals NaN and an infinity equals itself; a non-finite value anywhere
 /// else, different types or different lengths give infinity. Integers and bools are
-/// compared as numbers, so any difference is a positive error.
+/// compared exactly, bit for bit: 0 when equal, else infinity (also i64 values past
+/// 2^53, which f64 cannot tell apart).
 pub fn relative_l2(got: &Tensor, want: &Tensor) -> f64 {
     if got.ty() != want.ty() {
         return f64::INFINITY;
+    }
+    if !want.dtype().is_float() {
+        return if got == want { 0.0 } else { f64::INFINITY };
     }
     relative_l2_values(&got.to_f64_vec(), &want.to_f64_vec())
 }
@@ -203,6 +207,8 @@ mod tests {
         assert_eq!(relative_l2(&t(&[f32::NAN]), &t(&[f32::NAN])), 0.0);
         assert_eq!(relative_l2(&t(&[f32::NAN]), &t(&[1.0])), f64::INFINITY);
         assert_eq!(relative_l2_values(&[1.0], &[1.0, 2.0]), f64::INFINITY);
+        let big = |v: i64| Tensor::new([1], crate::TensorData::I64(vec![v])).unwrap();
+        assert_eq!(relative_l2(&big(1 << 60), &big((1 << 60) + 1)), f64::INFINITY);
     }
 
     #[test]
