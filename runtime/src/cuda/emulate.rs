@@ -40,6 +40,26 @@ pub fn emulate(
     weights: &BTreeMap<String, Tensor>,
     inputs: &HashMap<String, Tensor>,
 ) -> Result<Vec<(String, Tensor)>, KernelError> {
+    let mut mem = load_memory(program, plan, weights, inputs)?;
+    let emu = EmuProgram::new(program)?;
+    for launch in &plan.launches {
+        match launch {
+            Launch::Gemm(g) => gemm(&mut mem, g).map_err(|m| kernel_error(program, g.step, m))?,
+            Launch::Kernel(k) => kernel(&mut mem, &emu, k)?,
+        }
+    }
+
+    read_outputs(&mem, &plan.layout)
+}
+
+/// Device memory for `plan` with the weights and inputs uploaded where the layout puts
+/// them, everything else [`POISON`].
+pub(super) fn load_memory(
+    program: &Program,
+    plan: &LaunchPlan,
+    weights: &BTreeMap<String, Tensor>,
+    inputs: &HashMap<String, Tensor>,
+) -> Result<Memory, KernelError> {
     let slots = bind(program, weights, inputs)?;
     let layout = &plan.layout;
     let mut mem = Memory::new(layout)?;
@@ -58,14 +78,11 @@ pub fn emulate(
         mem.write(x.addr, t.data())?;
     }
 
-    let emu = EmuProgram::new(program)?;
-    for launch in &plan.launches {
-        match launch {
-            Launch::Gemm(g) => gemm(&mut mem, g).map_err(|m| kernel_error(program, g.step, m))?,
-            Launch::Kernel(k) => kernel(&mut mem, &emu, k)?,
-        }
-    }
+    Ok(mem)
+}
 
+/// The graph outputs, read where the layout puts them.
+pub(super) fn read_outputs(mem: &Memory, layout: &super::launch::DeviceLayout) -> Result<Vec<(String, Tensor)>, KernelError> {
     let mut out = Vec::with_capacity(layout.outputs.len());
     for o in &layout.outputs {
         let t = mem.read(o.addr, &o.ty).map_err(|m| KernelError::Output {
@@ -76,6 +93,7 @@ pub fn emulate(
     }
     Ok(out)
 }
+
 
 /// The program whose kernels the launches run: matmul kernels replaced by their
 /// generated epilogues, each reading its GEMM's scratch through a buffer of its own.
@@ -179,19 +197,8 @@ fn prune_dead(mut body: Body, inputs: Vec<Access>, stores: &[Store]) -> (Body, V
     (body, kept)
 }
 
-fn kernel(mem: &mut Memory, emu: &EmuProgram, k: &KernelLaunch) -> Result<(), KernelError> {
-    let program = &emu.program;
-    let err = |m: String| kernel_error(program, k.step, m);
-    if k.args.len() != k.params.len() || k.arg_bytes.len() != k.params.len() {
-        return Err(err(format!(
-            "{} arguments for {} parameters",
-            k.args.len(),
-            k.params.len()
-        )));
-    }
-    if k.grid == 0 || k.block == 0 {
-        return Err(err(format!("launch of {} x {} threads", k.grid, k.block)));
-    }
+/// A launch's outputs may share bytes with its inputs only exactly (an in-place pair).
+pub(super) fn check_overlaps(k: &KernelLaunch) -> Result<(), String> {
     // Outputs may share bytes with inputs only exactly (in place).
     for (i, (pi, ai)) in k.params.iter().zip(&k.args).enumerate() {
         if pi.access != ParamAccess::Write {
@@ -205,13 +212,30 @@ fn kernel(mem: &mut Memory, emu: &EmuProgram, k: &KernelLaunch) -> Result<(), Ke
             let (b0, b1) = (aj.offset, aj.offset + k.arg_bytes[j]);
             let exact = a0 == b0 && a1 == b1 && pj.access == ParamAccess::Read;
             if a0 < b1 && b0 < a1 && !exact {
-                return Err(err(format!(
+                return Err(format!(
                     "output argument {i} ({ai}, {} bytes) overlaps argument {j} ({aj}, {} bytes)",
                     k.arg_bytes[i], k.arg_bytes[j]
-                )));
+                ));
             }
         }
     }
+    Ok(())
+}
+
+fn kernel(mem: &mut Memory, emu: &EmuProgram, k: &KernelLaunch) -> Result<(), KernelError> {
+    let program = &emu.program;
+    let err = |m: String| kernel_error(program, k.step, m);
+    if k.args.len() != k.params.len() || k.arg_bytes.len() != k.params.len() {
+        return Err(err(format!(
+            "{} arguments for {} parameters",
+            k.args.len(),
+            k.params.len()
+        )));
+    }
+    if k.grid == 0 || k.block == 0 {
+        return Err(err(format!("launch of {} x {} threads", k.grid, k.block)));
+    }
+    check_overlaps(k).map_err(err)?;
     let buffer_of = |t: ParamTarget| -> Result<BufferId, KernelError> {
         match t {
             ParamTarget::Buffer(b) => Ok(b),
@@ -254,7 +278,7 @@ fn kernel(mem: &mut Memory, emu: &EmuProgram, k: &KernelLaunch) -> Result<(), Ke
 
 /// `cublasLtMatmul` by its definition, accumulating in f64 and rounding `D` through f32
 /// (f32 compute) or f64.
-fn gemm(mem: &mut Memory, g: &GemmLaunch) -> Result<(), String> {
+pub(super) fn gemm(mem: &mut Memory, g: &GemmLaunch) -> Result<(), String> {
     let lt = &g.lt;
     let dt = lt.dtype;
     let elem = dt.size_bytes() as u64;
@@ -352,7 +376,7 @@ fn encode_f64(dt: DType, v: &[f64]) -> Option<TensorData> {
 }
 
 /// The four regions, as bytes.
-struct Memory {
+pub(super) struct Memory {
     regions: [Vec<u8>; 4],
 }
 
@@ -382,7 +406,7 @@ impl Memory {
         &self.regions[r as usize]
     }
 
-    fn bytes(&self, at: DevAddr, len: u64) -> Result<&[u8], String> {
+    pub(super) fn bytes(&self, at: DevAddr, len: u64) -> Result<&[u8], String> {
         let reg = self.region(at.region);
         let lo = usize::try_from(at.offset).map_err(|_| format!("address {at} out of range"))?;
         let hi = lo
@@ -404,6 +428,23 @@ impl Memory {
         TensorData::from_le_bytes(ty.dtype, bytes, n)
             .and_then(|d| Tensor::new(ty.shape.clone(), d).ok())
             .ok_or_else(|| format!("cannot decode {ty} at {at}"))
+    }
+
+    pub(super) fn write_bytes(&mut self, at: DevAddr, bytes: &[u8]) -> Result<(), KernelError> {
+        let reg = &mut self.regions[at.region as usize];
+        let lo = at.offset as usize;
+        match lo.checked_add(bytes.len()).filter(|&h| h <= reg.len()) {
+            Some(hi) => {
+                reg[lo..hi].copy_from_slice(bytes);
+                Ok(())
+            }
+            None => Err(KernelError::Plan(format!(
+                "a write of {} bytes at {at} lies outside the {}-byte {} region",
+                bytes.len(),
+                reg.len(),
+                at.region.name()
+            ))),
+        }
     }
 
     fn write(&mut self, at: DevAddr, data: &TensorData) -> Result<(), KernelError> {

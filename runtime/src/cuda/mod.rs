@@ -29,6 +29,7 @@ pub mod emulate;
 mod gemm;
 pub mod launch;
 mod session;
+pub mod sim;
 
 pub use bench::{median, BenchOptions, BenchResult, KernelTiming};
 pub use device::{check_device_memory, discover, driver_available, DeviceMemoryReport};
@@ -47,6 +48,9 @@ use crate::kernels::KernelError;
 /// "there is no usable GPU here" (the CLI's exit code 3) from real failures.
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
+    /// cuda-sim: the generated CUDA C run on the host.
+    #[error(transparent)]
+    Sim(#[from] sim::SimError),
     /// libcuda cannot be loaded: no NVIDIA driver on this machine.
     #[error("no CUDA driver: {0} (the CPU executor still works: --device cpu)")]
     NoDriver(String),
@@ -100,6 +104,6 @@ impl CudaError {
         matches!(
             self,
             CudaError::NoDriver(_) | CudaError::NoDevice(_) | CudaError::NoCublasLt(_)
-        )
+        ) || matches!(self, CudaError::Sim(e) if e.is_unavailable())
     }
 }

@@ -63,11 +63,79 @@ impl BudgetArgs {
 #[derive(clap::Args, Clone, Copy)]
 pub struct DeviceArgs {
     /// Where to run: `auto` (the GPU when one is usable: driver, GPU, cuBLASLt; else the
-    /// CPU), `cpu` or `cuda`.
+    /// CPU), `cpu`, `cuda` or `cuda-sim` (the generated CUDA C run on the host).
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub sim: SimArgs,
+}
+
+impl DeviceArgs {
+    /// `--sanitize` and `--sim-gpu` only mean something to cuda-sim.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.device != Device::CudaSim && (self.sim.sanitize.is_some() || self.sim.sim_gpu.is_some()) {
+            anyhow::bail!("--sanitize and --sim-gpu are options of --device cuda-sim");
+        }
+        Ok(())
+    }
+}
+
+/// Options of cuda-sim.
+#[derive(clap::Args, Clone, Copy)]
+pub struct SimArgs {
+    /// With --device cuda-sim: build the kernels with AddressSanitizer + UBSan
+    /// (`address`: out-of-bounds accesses, signed overflow) or ThreadSanitizer
+    /// (`thread`: data races between the threads of a kernel).
+    #[arg(long, value_enum)]
+    pub sanitize: Option<SanitizeArg>,
+    /// With --device cuda-sim: the GPU whose launch list runs (SM count, launch limits).
+    #[arg(long, value_enum)]
+    pub sim_gpu: Option<SimGpu>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SanitizeArg {
+    /// ASan + UBSan.
+    Address,
+    /// TSan.
+    Thread,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SimGpu {
+    /// An RTX 4090D: sm_89, 114 SMs (the default).
+    Rtx4090d,
+    /// An H200: sm_90, 132 SMs, 227 KiB shared memory per block.
+    H200,
+}
+
+impl SimArgs {
+    /// ` under ...` for the device line, or nothing.
+    pub fn describe(&self) -> &'static str {
+        match self.sanitize {
+            None => "",
+            Some(SanitizeArg::Address) => ", under AddressSanitizer + UBSan",
+            Some(SanitizeArg::Thread) => ", under ThreadSanitizer",
+        }
+    }
+
+    pub fn options(&self) -> graphc::cuda::sim::SimOptions {
+        use graphc::cuda::sim::Sanitize;
+        graphc::cuda::sim::SimOptions {
+            device: match self.sim_gpu {
+                Some(SimGpu::H200) => graphc::cuda::DeviceInfo::h200(),
+                _ => graphc::cuda::DeviceInfo::rtx_4090d(),
+            },
+            sanitize: match self.sanitize {
+                None => Sanitize::None,
+                Some(SanitizeArg::Address) => Sanitize::Address,
+                Some(SanitizeArg::Thread) => Sanitize::Thread,
+            },
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,6 +146,9 @@ pub enum Device {
     Cuda,
     /// The GPU when one is usable here, else the CPU.
     Auto,
+    /// The GPU's launch list with each kernel's own CUDA C compiled for the host and run
+    /// with a thread per CUDA thread (exit code 3 without a C++ compiler).
+    CudaSim,
 }
 
 impl Device {
@@ -86,7 +157,7 @@ impl Device {
     pub fn planned_for(self) -> graphc_compiler::plan::Device {
         match self {
             Device::Cpu => graphc_compiler::plan::Device::Cpu,
-            Device::Cuda | Device::Auto => graphc_compiler::plan::Device::Cuda,
+            Device::Cuda | Device::Auto | Device::CudaSim => graphc_compiler::plan::Device::Cuda,
         }
     }
 }

@@ -44,7 +44,7 @@ pub struct BenchArgs {
 #[derive(Serialize)]
 struct BenchReport<'a> {
     model: String,
-    /// `cpu` or `cuda`.
+    /// `cpu`, `cuda` or `cuda-sim`.
     device: &'static str,
     gpu: Option<&'a str>,
     arch: Option<&'a str>,
@@ -136,6 +136,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let times = time_cpu(&compiled, &inputs, args.warmup, args.iters)?;
             report_cpu(&args, &compiled, &times)
         }
+        Target::Sim(mut sim) => {
+            graphc::check_host_memory(&compiled)?;
+            if args.per_kernel {
+                bail!("--per-kernel times GPU launches: use it with --device cuda");
+            }
+            if !args.json {
+                crate::common::print_sim(&sim, args.device.sim.describe());
+            }
+            let mut run = || -> Result<()> {
+                sim.run(compiled.graph.weights(), &inputs)?;
+                Ok(())
+            };
+            let times = time_runs(&mut run, args.warmup, args.iters)?;
+            report_sim(&args, &compiled, &sim, &times)
+        }
         Target::Gpu(mut session) => {
             if !args.json {
                 print_session(&session, &Counts::gpu(&compiled.program, session.launch_plan()));
@@ -153,13 +168,22 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
 /// `warmup` untimed runs, then `iters` (at least 1) timed by the wall clock.
 fn time_cpu(compiled: &Compiled, inputs: &HashMap<String, Tensor>, warmup: usize, iters: usize) -> Result<Times> {
-    for _ in 0..warmup {
+    let mut run = || -> Result<()> {
         graphc::run_cpu(compiled, inputs.clone())?;
+        Ok(())
+    };
+    time_runs(&mut run, warmup, iters)
+}
+
+/// `warmup` untimed calls of `run`, then `iters` (at least 1) timed by the wall clock.
+fn time_runs(run: &mut dyn FnMut() -> Result<()>, warmup: usize, iters: usize) -> Result<Times> {
+    for _ in 0..warmup {
+        run()?;
     }
     let mut times = Vec::with_capacity(iters.max(1));
     for _ in 0..iters.max(1) {
         let start = Instant::now();
-        graphc::run_cpu(compiled, inputs.clone())?;
+        run()?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let median_ms = graphc::ir::compare::median(&mut times);
@@ -202,6 +226,43 @@ fn report_cpu(args: &BenchArgs, compiled: &Compiled, t: &Times) -> Result<()> {
     } else {
         println!(
             "bench    cpu (kernel-IR executor), {counts}: median {:.3} ms over {} runs (min {:.3}, max {:.3}) after {} warm-up",
+            t.median_ms, t.iters, t.min_ms, t.max_ms, args.warmup
+        );
+    }
+    Ok(())
+}
+
+fn report_sim(args: &BenchArgs, compiled: &Compiled, sim: &graphc::cuda::sim::SimSession, t: &Times) -> Result<()> {
+    let counts = Counts::gpu(&compiled.program, sim.launch_plan());
+    let device = &sim.launch_plan().device;
+    if args.json {
+        let report = BenchReport {
+            model: args.model.model.display().to_string(),
+            device: "cuda-sim",
+            gpu: Some(&device.name),
+            arch: Some(&device.arch),
+            precision: args.budget.precision.name(),
+            graph: false,
+            tf32: false,
+            warmup: args.warmup,
+            iters: t.iters,
+            median_ms: t.median_ms,
+            min_ms: t.min_ms,
+            max_ms: t.max_ms,
+            kernels: counts.kernels,
+            launches: counts.launches,
+            gemms: counts.gemms(),
+            modules: counts.modules(),
+            plan: PlanBytes::of(compiled, graphc_compiler::plan::Device::Cuda),
+            device_bytes: None,
+            free_bytes_at_load: None,
+            per_kernel: &[],
+            graph_error: None,
+        };
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "bench    cuda-sim (host threads, not GPU time), {counts}: median {:.3} ms over {} runs (min {:.3}, max {:.3}) after {} warm-up",
             t.median_ms, t.iters, t.min_ms, t.max_ms, args.warmup
         );
     }

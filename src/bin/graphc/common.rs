@@ -78,14 +78,21 @@ pub enum Target {
     Gpu(Box<graphc::cuda::Session>),
     /// The CPU executor; with `--device auto`, the reason the GPU is not usable.
     Cpu(Option<graphc::cuda::CudaError>),
+    /// cuda-sim: the launch list with the kernels built for the host.
+    Sim(Box<graphc::cuda::sim::SimSession>),
 }
 
 /// `--device cpu`: the CPU; `cuda`: a session (an error without a GPU, exit code 3);
 /// `auto`: a session when a GPU is usable (driver, GPU, cuBLASLt), else the CPU.
 pub fn open_device(compiled: &graphc::Compiled, device: DeviceArgs) -> anyhow::Result<Target> {
+    device.check()?;
     let opts = device.gpu.options();
     Ok(match device.device {
         Device::Cpu => Target::Cpu(None),
+        Device::CudaSim => Target::Sim(Box::new(graphc::cuda::sim::SimSession::new(
+            compiled,
+            &device.sim.options(),
+        )?)),
         Device::Cuda => Target::Gpu(Box::new(graphc::cuda::Session::new(compiled, opts)?)),
         Device::Auto => match graphc::cuda::Session::new(compiled, opts) {
             Ok(s) => Target::Gpu(Box::new(s)),
@@ -93,4 +100,17 @@ pub fn open_device(compiled: &graphc::Compiled, device: DeviceArgs) -> anyhow::R
             Err(e) => return Err(e.into()),
         },
     })
+}
+
+/// The `device` line of a cuda-sim session.
+pub fn print_sim(session: &graphc::cuda::sim::SimSession, sanitize: &str) {
+    let lp = session.launch_plan();
+    println!(
+        "device   cuda-sim: the launch list of {} ({}, {} SMs), {} modules built for the host{}",
+        lp.device.name,
+        lp.device.arch,
+        lp.device.sm_count,
+        lp.modules.len(),
+        sanitize
+    );
 }

@@ -10,7 +10,9 @@ use graphc::Compiled;
 use graphc_compiler::plan::report;
 
 use crate::args::{BudgetArgs, Device, DeviceArgs, ModelArgs};
-use crate::common::{human_bytes, load_inputs, open_device, print_graph_error, print_session, summarize, Target};
+use crate::common::{
+    human_bytes, load_inputs, open_device, print_graph_error, print_session, print_sim, summarize, Target,
+};
 use crate::counts::Counts;
 
 #[derive(clap::Args)]
@@ -44,8 +46,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         check,
     } = args;
     if check && device.device == Device::Cpu {
-        bail!("--check compares the GPU with the CPU executor: use it with --device cuda");
+        bail!("--check compares the GPU with the CPU executor: use it with --device cuda or cuda-sim");
     }
+    device.check()?;
     let graph = model.load()?;
     println!(
         "model    {}: {}",
@@ -64,7 +67,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     // The totals of the device that runs it (the CPU has no cuBLASLt workspace).
     let planned = match target {
         Target::Cpu(_) => graphc_compiler::plan::Device::Cpu,
-        Target::Gpu(_) => graphc_compiler::plan::Device::Cuda,
+        Target::Gpu(_) | Target::Sim(_) => graphc_compiler::plan::Device::Cuda,
     };
     println!("plan     the static memory plan (`graphc plan MODEL --picture` draws it):");
     for line in report::summary_for(&compiled.program, &compiled.plan, planned).lines() {
@@ -75,6 +78,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
     let session = match target {
+        Target::Sim(sim) => return run_sim(&compiled, *sim, &graph, inputs.as_deref(), output, check, device),
         Target::Gpu(s) => Some(s),
         Target::Cpu(why) => {
             if let Some(e) = why {
@@ -101,11 +105,43 @@ pub fn run(args: RunArgs) -> Result<()> {
             outputs
         }
     };
-    for (name, t) in &outputs {
+    finish(&outputs, output)
+}
+
+/// The run on cuda-sim (with `check`, compared with the CPU executor).
+fn run_sim(
+    compiled: &Compiled,
+    mut sim: graphc::cuda::sim::SimSession,
+    graph: &graphc::ir::Graph,
+    inputs: Option<&std::path::Path>,
+    output: Option<PathBuf>,
+    check: bool,
+    device: crate::args::DeviceArgs,
+) -> Result<()> {
+    graphc::check_host_memory(compiled)?;
+    let inputs = load_inputs(inputs, graph)?;
+    print_sim(&sim, device.sim.describe());
+    let start = Instant::now();
+    let outputs = sim.run(compiled.graph.weights(), &inputs)?;
+    println!(
+        "run      cuda-sim, {}: {:.2} ms (wall clock on the host)",
+        Counts::gpu(&compiled.program, sim.launch_plan()),
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    if check {
+        let want = graphc::run_cpu(compiled, inputs)?;
+        check_outputs(&outputs, &want, false)?;
+    }
+    finish(&outputs, output)
+}
+
+/// Print the outputs and write them where asked.
+fn finish(outputs: &[(String, Tensor)], output: Option<PathBuf>) -> Result<()> {
+    for (name, t) in outputs {
         println!("output   {name}: {}", summarize(t));
     }
     if let Some(path) = output {
-        graphc::npz::write_npz(&path, &outputs)?;
+        graphc::npz::write_npz(&path, outputs)?;
         println!("wrote    {}", path.display());
     }
     Ok(())

@@ -1,0 +1,386 @@
+//! `--device cuda-sim`: the launch list a GPU would run, with every generated kernel's
+//! **own CUDA C** compiled for the host and executed with real threads.
+//!
+//! - The launch list is the GPU's ([`plan_launches`] for a named device: the RTX
+//!   4090D's sm_89 limits by default): the same device layout, offsets, grids and block
+//!   sizes. GEMMs are computed by cuBLASLt's definition, as the launch emulator
+//!   computes them ([`super::emulate`]).
+//! - Each distinct kernel source becomes a shared object: `cuda_sim.h` (the CUDA
+//!   built-ins given their host meaning) + the source (its `__shared__` arrays made per
+//!   block) + a trampoline. Objects and the runner are cached by source, compiler and
+//!   flags ([`build`]) and built in parallel.
+//! - A separate runner process (`sim_rt.cpp`) loads them and runs each launch with
+//!   every thread of a block as an OS thread, so a missing `__syncthreads` or a
+//!   divergent shuffle misbehaves as on a GPU; barriers and collectives that can never
+//!   complete are reported, not hung on. Every argument is its own allocation:
+//!   guard bytes around it (checked after the launch) or, under
+//!   [`Sanitize::Address`], ASan's red zones, so an access past a buffer is caught even
+//!   where the arena would put a neighbour; write-only arguments start as NaN bytes,
+//!   so an element a kernel fails to write shows; an argument the kernel only reads
+//!   must come back unchanged.
+//! - [`Sanitize::Address`] builds everything with ASan + UBSan (signed overflow in index
+//!   arithmetic is an error), [`Sanitize::Thread`] with TSan (two blocks run at once,
+//!   so a race between blocks is seen too). A report becomes an error naming the
+//!   kernel, its step and its arguments' buffers.
+
+pub mod build;
+mod runner;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use graphc_compiler::codegen::{self, CudaKernel, ParamAccess, ParamTarget};
+use graphc_compiler::kernel::Program;
+use graphc_compiler::plan::MemoryPlan;
+use graphc_compiler::Compiled;
+use graphc_ir::Tensor;
+
+use super::emulate::{check_overlaps, gemm, load_memory, read_outputs, Memory};
+use super::launch::{plan_launches, DeviceInfo, KernelLaunch, Launch, LaunchPlan};
+use super::CudaError;
+use crate::kernels::{kernel_error, KernelError};
+use runner::{Failure, Runner, RunnerArg};
+
+/// Which sanitizer the host build carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sanitize {
+    #[default]
+    None,
+    /// AddressSanitizer + UndefinedBehaviorSanitizer.
+    Address,
+    /// ThreadSanitizer.
+    Thread,
+}
+
+impl Sanitize {
+    pub fn name(self) -> &'static str {
+        match self {
+            Sanitize::None => "plain",
+            Sanitize::Address => "address",
+            Sanitize::Thread => "thread",
+        }
+    }
+
+    /// Threads of one wave of blocks: one block at a time, except under TSan, where
+    /// two 256-thread blocks run at once.
+    fn wave_threads(self) -> u32 {
+        match self {
+            Sanitize::Thread => 512,
+            _ => 1,
+        }
+    }
+}
+
+/// How cuda-sim runs.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The GPU whose launch list runs (limits checked; SMs set the grid sizes).
+    pub device: DeviceInfo,
+    pub sanitize: Sanitize,
+    /// Where built objects are cached ([`build::cache_dir`] when `None`).
+    pub cache_dir: Option<PathBuf>,
+    /// Parallel host compiles (0: one per core).
+    pub jobs: usize,
+    /// A launch that runs longer is a hang.
+    pub launch_timeout: Duration,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            device: DeviceInfo::rtx_4090d(),
+            sanitize: Sanitize::None,
+            cache_dir: None,
+            jobs: 0,
+            launch_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl SimOptions {
+    fn jobs(&self) -> usize {
+        if self.jobs > 0 {
+            self.jobs
+        } else {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        }
+    }
+}
+
+/// What can go wrong in cuda-sim.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// No host C++ compiler: cuda-sim cannot run here (the CLI's exit code 3).
+    #[error("cuda-sim needs a host C++ compiler: {0} (set CXX or install g++; the CPU executor still works: --device cpu)")]
+    NoCompiler(String),
+    #[error("cuda-sim: kernel {kernel}: {message}")]
+    Source { kernel: String, message: String },
+    #[error("cuda-sim: cannot compile {kernel} for the host with {compiler}:\n{log}")]
+    Build {
+        kernel: String,
+        compiler: String,
+        log: String,
+    },
+    /// A launch failed: the runner's check, a sanitizer report, a crash or a hang.
+    #[error("cuda-sim: kernel {kernel} (step {step}, {grid} blocks of {block} threads): {message}")]
+    Kernel {
+        step: usize,
+        kernel: String,
+        grid: u32,
+        block: u32,
+        message: String,
+    },
+    #[error("cuda-sim: {0}")]
+    Runner(String),
+    #[error(transparent)]
+    Exec(#[from] KernelError),
+}
+
+impl SimError {
+    /// There is no host compiler (not a failure of the model or of graphc).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, SimError::NoCompiler(_))
+    }
+}
+
+/// A compiled model ready to run through cuda-sim: its launch list, the kernels built
+/// for the host and loaded into a runner.
+pub struct SimSession {
+    program: Program,
+    plan: LaunchPlan,
+    opts: SimOptions,
+    runner: Runner,
+    /// The runner's module of each [`LaunchPlan::modules`] entry.
+    modules: Vec<u32>,
+}
+
+impl SimSession {
+    /// Generate the kernels of `compiled`, plan its launches for `opts.device`, build
+    /// them for the host and start the runner.
+    pub fn new(compiled: &Compiled, opts: &SimOptions) -> Result<SimSession, CudaError> {
+        let kernels = codegen::generate_all(&compiled.program)?;
+        SimSession::with_kernels(&compiled.program, &compiled.plan, &kernels, opts)
+    }
+
+    /// As [`SimSession::new`], given the generated kernels (e.g. with a bug put in).
+    pub fn with_kernels(
+        program: &Program,
+        plan: &MemoryPlan,
+        kernels: &[CudaKernel],
+        opts: &SimOptions,
+    ) -> Result<SimSession, CudaError> {
+        let lp = plan_launches(program, plan, kernels, &opts.device)?;
+        let compiler = build::find_compiler()?;
+        let dir = build::cache_dir(opts.cache_dir.as_deref());
+        let mut sources = Vec::with_capacity(lp.modules.len());
+        for m in &lp.modules {
+            let k = kernels
+                .get(m.kernel)
+                .ok_or_else(|| SimError::Runner(format!("module {} names kernel {} of {}", m.entry, m.kernel, kernels.len())))?;
+            sources.push((k.name.as_str(), k.source.as_str(), k.entry.as_str()));
+        }
+        let (runner_path, objects) = build::build_all(&compiler, opts.sanitize, &dir, &sources, opts.jobs())?;
+        let mut runner = Runner::spawn(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
+        let mut modules = Vec::with_capacity(objects.len());
+        for (o, (name, _, _)) in objects.iter().zip(&sources) {
+            let id = runner.load(o).map_err(|f| {
+                SimError::Runner(format!(
+                    "cannot load {name}: {}",
+                    match f {
+                        Failure::Reported(m) | Failure::Died(m) => m,
+                    }
+                ))
+            })?;
+            modules.push(id);
+        }
+        Ok(SimSession {
+            program: program.clone(),
+            plan: lp,
+            opts: opts.clone(),
+            runner,
+            modules,
+        })
+    }
+
+    pub fn launch_plan(&self) -> &LaunchPlan {
+        &self.plan
+    }
+
+    /// One run: weights and inputs uploaded, every launch in order, the named outputs.
+    pub fn run(
+        &mut self,
+        weights: &BTreeMap<String, Tensor>,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<Vec<(String, Tensor)>, CudaError> {
+        if self.runner.is_dead() {
+            return Err(SimError::Runner("the runner failed in an earlier run; start a new session".into()).into());
+        }
+        let mut mem = load_memory(&self.program, &self.plan, weights, inputs).map_err(SimError::from)?;
+        for i in 0..self.plan.launches.len() {
+            match &self.plan.launches[i] {
+                Launch::Gemm(g) => gemm(&mut mem, g)
+                    .map_err(|m| SimError::from(kernel_error(&self.program, g.step, m)))?,
+                Launch::Kernel(k) => {
+                    let k = k.clone();
+                    self.kernel(&mut mem, &k)?;
+                }
+            }
+        }
+        Ok(read_outputs(&mem, &self.plan.layout).map_err(SimError::from)?)
+    }
+
+    fn kernel(&mut self, mem: &mut Memory, k: &KernelLaunch) -> Result<(), SimError> {
+        let fail = |message: String| SimError::Kernel {
+            step: k.step,
+            kernel: k.kernel.clone(),
+            grid: k.grid,
+            block: k.block,
+            message,
+        };
+        if k.args.len() != k.params.len() || k.arg_bytes.len() != k.params.len() {
+            return Err(fail(format!("{} arguments for {} parameters", k.args.len(), k.params.len())));
+        }
+        check_overlaps(k).map_err(fail)?;
+        let module = *self
+            .modules
+            .get(k.module)
+            .ok_or_else(|| fail(format!("module {} was not built", k.module)))?;
+        // Arguments at the same address are one allocation in the runner.
+        let mut alias = vec![None; k.args.len()];
+        for i in 0..k.args.len() {
+            alias[i] = (0..i).find(|&j| alias[j].is_none() && k.args[j] == k.args[i]).map(|j| j as u32);
+        }
+        let reads = |i: usize| {
+            (0..k.args.len()).any(|j| (j == i || alias[j] == Some(i as u32)) && k.params[j].access == ParamAccess::Read)
+        };
+        let mut args = Vec::with_capacity(k.args.len());
+        for i in 0..k.args.len() {
+            let data = if alias[i].is_none() && reads(i) {
+                Some(mem.bytes(k.args[i], k.arg_bytes[i]).map_err(&fail)?)
+            } else {
+                None
+            };
+            args.push(RunnerArg {
+                bytes: k.arg_bytes[i],
+                read: k.params[i].access == ParamAccess::Read,
+                write: k.params[i].access == ParamAccess::Write,
+                alias: alias[i],
+                data,
+            });
+        }
+        let smem_limit = self.opts.device.max_shared_per_block_optin.max(self.opts.device.max_shared_per_block);
+        let result = self.runner.launch(
+            module,
+            k.grid,
+            k.block,
+            k.shared_mem_bytes,
+            smem_limit,
+            self.opts.sanitize.wave_threads().max(k.block),
+            &args,
+        );
+        let written = match result {
+            Ok(w) => w,
+            Err(Failure::Reported(m)) | Err(Failure::Died(m)) => {
+                return Err(fail(format!("{m}\n{}", self.describe_args(k))));
+            }
+        };
+        let mut w = written.into_iter();
+        for i in 0..k.args.len() {
+            let writes = alias[i].is_none()
+                && (0..k.args.len()).any(|j| (j == i || alias[j] == Some(i as u32)) && k.params[j].access == ParamAccess::Write);
+            if writes {
+                let bytes = w.next().ok_or_else(|| fail("the runner returned too few outputs".into()))?;
+                mem.write_bytes(k.args[i], &bytes).map_err(|e| fail(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `argument i = pN: buffer (read|write, bytes at addr)`, one per line.
+    fn describe_args(&self, k: &KernelLaunch) -> String {
+        let mut s = String::from("arguments:");
+        for (i, (p, a)) in k.params.iter().zip(&k.args).enumerate() {
+            let buffer = match p.target {
+                ParamTarget::Buffer(b) => match self.program.buffers.get(b.index()).and_then(|x| x.name.as_deref()) {
+                    Some(n) => format!("b{} \"{n}\"", b.0),
+                    None => format!("b{}", b.0),
+                },
+                ParamTarget::GemmScratch => "the GEMM's scratch".to_string(),
+            };
+            let access = if p.access == ParamAccess::Read { "read" } else { "write" };
+            s.push_str(&format!(
+                "\n  argument {i} = p{i}: {buffer} ({access}, {} {} bytes at {a})",
+                p.dtype,
+                k.arg_bytes.get(i).copied().unwrap_or(0)
+            ));
+        }
+        s
+    }
+}
+
+/// Run `compiled` once through cuda-sim.
+pub fn run_sim(
+    compiled: &Compiled,
+    inputs: &HashMap<String, Tensor>,
+    opts: &SimOptions,
+) -> Result<Vec<(String, Tensor)>, CudaError> {
+    SimSession::new(compiled, opts)?.run(compiled.graph.weights(), inputs)
+}
+
+/// One argument of [`run_kernel_source`].
+#[derive(Clone, Debug)]
+pub struct SimArg {
+    pub data: Vec<u8>,
+    pub access: ParamAccess,
+}
+
+/// Run one hand-written (or edited) kernel: `source` with `entry`, `grid` x `block`
+/// threads, pointer arguments as given; written arguments come back in `args`.
+pub fn run_kernel_source(
+    name: &str,
+    source: &str,
+    entry: &str,
+    grid: u32,
+    block: u32,
+    dyn_smem: u32,
+    args: &mut [SimArg],
+    opts: &SimOptions,
+) -> Result<(), SimError> {
+    let compiler = build::find_compiler()?;
+    let dir = build::cache_dir(opts.cache_dir.as_deref());
+    let (runner_path, objects) = build::build_all(&compiler, opts.sanitize, &dir, &[(name, source, entry)], opts.jobs())?;
+    let mut runner = Runner::spawn(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
+    let fail = |message: String| SimError::Kernel {
+        step: 0,
+        kernel: name.to_string(),
+        grid,
+        block,
+        message,
+    };
+    let module = runner.load(&objects[0]).map_err(|f| match f {
+        Failure::Reported(m) | Failure::Died(m) => fail(m),
+    })?;
+    let smem_limit = opts.device.max_shared_per_block_optin.max(opts.device.max_shared_per_block);
+    let rargs: Vec<RunnerArg> = args
+        .iter()
+        .map(|a| RunnerArg {
+            bytes: a.data.len() as u64,
+            read: a.access == ParamAccess::Read,
+            write: a.access == ParamAccess::Write,
+            alias: None,
+            data: (a.access == ParamAccess::Read).then_some(a.data.as_slice()),
+        })
+        .collect();
+    let out = runner
+        .launch(module, grid, block, dyn_smem, smem_limit, opts.sanitize.wave_threads().max(block), &rargs)
+        .map_err(|f| match f {
+            Failure::Reported(m) | Failure::Died(m) => fail(m),
+        })?;
+    let mut out = out.into_iter();
+    for a in args.iter_mut().filter(|a| a.access == ParamAccess::Write) {
+        a.data = out.next().ok_or_else(|| fail("the runner returned too few outputs".into()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! The runner process: spawned once per session, spoken to over its stdin and stdout
+//! (the protocol at the top of `sim_rt.cpp`), its stderr kept for the sanitizers'
+//! reports. A launch that does not answer within the timeout is a hang: the runner is
+//! killed and the launch named.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::Sanitize;
+
+/// At most this much of the runner's stderr is kept.
+const STDERR_LIMIT: usize = 1 << 20;
+
+/// One argument of a launch as the runner sees it.
+pub struct RunnerArg<'a> {
+    pub bytes: u64,
+    pub read: bool,
+    pub write: bool,
+    /// An earlier argument with the same address (an in-place pair).
+    pub alias: Option<u32>,
+    /// The bytes to send (arguments that lead a group some member of which reads).
+    pub data: Option<&'a [u8]>,
+}
+
+/// Why a request failed.
+pub enum Failure {
+    /// The runner answered with an error (the launch is over; the runner lives on).
+    Reported(String),
+    /// The runner died, hung or broke the protocol; it is gone.
+    Died(String),
+}
+
+pub struct Runner {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    chunks: Receiver<Vec<u8>>,
+    pending: Vec<u8>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    timeout: Duration,
+    dead: bool,
+}
+
+impl Runner {
+    pub fn spawn(program: &Path, mode: Sanitize, timeout: Duration) -> Result<Runner, String> {
+        let mut cmd = Command::new(program);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.env(
+            "ASAN_OPTIONS",
+            "detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86:print_summary=1:allocator_may_return_null=1",
+        )
+        .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1:exitcode=87")
+        .env(
+            "TSAN_OPTIONS",
+            "halt_on_error=1:exitcode=66:report_signal_unsafe=0:second_deadlock_stack=0:history_size=4",
+        );
+        let _ = mode;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the runner {}: {e}", program.display()))?;
+        let stdin = child.stdin.take();
+        let mut stdout = child.stdout.take().ok_or("the runner has no stdout")?;
+        let mut stderr = child.stderr.take().ok_or("the runner has no stderr")?;
+        let (tx, chunks) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match stdout.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if tx.send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let err_buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&err_buf);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 14];
+            loop {
+                match stderr.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let mut s = sink.lock().unwrap_or_else(|p| p.into_inner());
+                        let room = STDERR_LIMIT.saturating_sub(s.len());
+                        s.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                }
+            }
+        });
+        Ok(Runner {
+            child,
+            stdin,
+            chunks,
+            pending: Vec::new(),
+            stderr: err_buf,
+            timeout,
+            dead: false,
+        })
+    }
+
+    /// Load a kernel object; its module number.
+    pub fn load(&mut self, path: &Path) -> Result<u32, Failure> {
+        let p = path.as_os_str().as_encoded_bytes();
+        let mut msg = Vec::with_capacity(8 + p.len());
+        put_u32(&mut msg, 1);
+        put_u32(&mut msg, p.len() as u32);
+        msg.extend_from_slice(p);
+        self.send(&[&msg])?;
+        let deadline = Instant::now() + self.timeout;
+        self.status(deadline)?;
+        self.read_u32(deadline)
+    }
+
+    /// Run one launch; the bytes of each argument group that writes, in argument order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &mut self,
+        module: u32,
+        grid: u32,
+        block: u32,
+        dyn_smem: u32,
+        smem_limit: u32,
+        wave_threads: u32,
+        args: &[RunnerArg],
+    ) -> Result<Vec<Vec<u8>>, Failure> {
+        let mut head = Vec::with_capacity(32 + 16 * args.len());
+        for v in [2, module, grid, block, dyn_smem, smem_limit, wave_threads, args.len() as u32] {
+            put_u32(&mut head, v);
+        }
+        for a in args {
+            head.extend_from_slice(&a.bytes.to_le_bytes());
+            put_u32(&mut head, a.read as u32 | (a.write as u32) << 1);
+            put_u32(&mut head, a.alias.unwrap_or(u32::MAX));
+        }
+        let mut parts: Vec<&[u8]> = vec![&head];
+        parts.extend(args.iter().filter_map(|a| a.data));
+        self.send(&parts)?;
+        let deadline = Instant::now() + self.timeout;
+        self.status(deadline)?;
+        let mut out = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            let writes = a.alias.is_none()
+                && args
+                    .iter()
+                    .enumerate()
+                    .any(|(j, b)| (j == i || b.alias == Some(i as u32)) && b.write);
+            if writes {
+                out.push(self.read_bytes(a.bytes as usize, deadline)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn send(&mut self, parts: &[&[u8]]) -> Result<(), Failure> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(Failure::Died("the runner is gone".into()));
+        };
+        for p in parts {
+            if stdin.write_all(p).is_err() {
+                return Err(self.died("it stopped reading"));
+            }
+        }
+        if stdin.flush().is_err() {
+            return Err(self.died("it stopped reading"));
+        }
+        Ok(())
+    }
+
+    fn status(&mut self, deadline: Instant) -> Result<(), Failure> {
+        match self.read_u32(deadline)? {
+            0 => Ok(()),
+            1 => {
+                let n = self.read_u32(deadline)? as usize;
+                let m = self.read_bytes(n, deadline)?;
+                Err(Failure::Reported(String::from_utf8_lossy(&m).into_owned()))
+            }
+            s => Err(self.died(&format!("it answered {s}, not a status"))),
+        }
+    }
+
+    fn read_u32(&mut self, deadline: Instant) -> Result<u32, Failure> {
+        let b = self.read_bytes(4, deadline)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn read_bytes(&mut self, n: usize, deadline: Instant) -> Result<Vec<u8>, Failure> {
+        while self.pending.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(c) => self.pending.extend_from_slice(&c),
+                Err(RecvTimeoutError::Timeout) => {
+                    let secs = self.timeout.as_secs();
+                    return Err(self.died(&format!(
+                        "it did not answer within {secs} s (a hang: a thread spinning or waiting forever)"
+                    )));
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(self.died("it exited")),
+            }
+        }
+        let rest = self.pending.split_off(n);
+        Ok(std::mem::replace(&mut self.pending, rest))
+    }
+
+    /// Kill the runner (if still there) and describe why it is gone, with what its
+    /// stderr says (the sanitizer's report).
+    fn died(&mut self, why: &str) -> Failure {
+        self.dead = true;
+        self.stdin = None;
+        let _ = self.child.kill();
+        let status = self.child.wait().ok();
+        // Let the stderr reader drain what the runner wrote last.
+        std::thread::sleep(Duration::from_millis(50));
+        let err = self.stderr.lock().map(|e| e.clone()).unwrap_or_default();
+        let text = String::from_utf8_lossy(&err);
+        let mut msg = format!("the cuda-sim runner failed: {why}");
+        if let Some(st) = status {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(sig) = st.signal().filter(|_| !why.contains("within")) {
+                msg.push_str(&format!(" (killed by signal {sig}{})", signal_name(sig)));
+            } else if let Some(c) = st.code() {
+                msg.push_str(&format!(" (exit code {c})"));
+            }
+        }
+        let report = summarize_report(&text);
+        if !report.is_empty() {
+            msg.push('\n');
+            msg.push_str(&report);
+        }
+        Failure::Died(msg)
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.stdin.take() {
+            let _ = s.write_all(&3u32.to_le_bytes());
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn put_u32(v: &mut Vec<u8>, x: u32) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        4 => ", SIGILL",
+        6 => ", SIGABRT",
+        7 => ", SIGBUS",
+        8 => ", SIGFPE",
+        9 => ", SIGKILL",
+        11 => ", SIGSEGV: a bad address",
+        _ => "",
+    }
+}
+
+/// The lines of a sanitizer report that say what happened: the error line, graphc's
+/// own context lines, the first frames, the summary; at most 40 lines.
+pub fn summarize_report(text: &str) -> String {
+    let mut keep = Vec::new();
+    let mut frames = 0;
+    let mut in_report = false;
+    for line in text.lines() {
+        let l = line.trim();
+        let head = l.contains("ERROR: AddressSanitizer")
+            || l.contains("WARNING: ThreadSanitizer")
+            || l.contains("runtime error:")
+            || l.starts_with("graphc-sim:")
+            || l.starts_with("SUMMARY:");
+        if head {
+            in_report = true;
+            frames = 0;
+            keep.push(l.to_string());
+        } else if in_report && (l.starts_with('#') && frames < 4) {
+            frames += 1;
+            keep.push(format!("  {l}"));
+        } else if in_report && (l.starts_with("READ of") || l.starts_with("WRITE of") || l.contains(" is located ")) {
+            keep.push(l.to_string());
+        } else if in_report && (l.starts_with("Previous") || l.starts_with("Read of") || l.starts_with("Write of")) {
+            frames = 0;
+            keep.push(l.to_string());
+        }
+        if keep.len() >= 40 {
+            break;
+        }
+    }
+    keep.join("\n")
+}

@@ -1,0 +1,759 @@
+// graphc cuda-sim runner: loads kernels compiled for the host (each a shared object
+// built from the kernel's own CUDA C and cuda_sim.h) and runs launches sent by graphc
+// over stdin, answering on stdout. Every CUDA thread of a block is a real thread;
+// blocks run in waves (one block at a time, or several at once under TSan so races
+// between blocks are seen too). Barriers and warp collectives are implemented here,
+// with the checks a GPU does not make: a __syncthreads some threads of the block never
+// reach, a collective whose mask names a lane that exited or waits elsewhere, lanes of
+// one warp in different collectives.
+//
+// Protocol (little-endian): graphc sends a command word, then its fields.
+//   1 LOAD   u32 len, path          -> u32 0, u32 module  | u32 1, u32 len, message
+//   2 LAUNCH u32 module grid block dyn_smem smem_limit waves_threads nargs,
+//            per argument u64 bytes, u32 flags (1 read, 2 write), u32 alias (an
+//            earlier argument with the same address, or 0xffffffff); then the bytes of
+//            every non-alias argument some member of whose group reads
+//                                     -> u32 0, then the bytes of every non-alias
+//                                        argument whose group writes | u32 1, message
+//   3 QUIT
+// Arguments are separate allocations (256-byte aligned; under ASan each has red
+// zones; otherwise 256 guard bytes each side, checked after the launch); write-only
+// arguments start as 0xff bytes, so an element a kernel fails to write is NaN.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define G_SIM_ASAN 1
+#endif
+
+struct g_sim_abort {};
+
+namespace {
+
+const unsigned kGuard = 256;
+const unsigned char kGuardByte = 0xa5;
+
+enum State { RUNNING, AT_BARRIER, AT_WARP, EXITED };
+
+const char *kind_name(int k) {
+  static const char *names[] = {"__shfl_sync",  "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                                "__ballot_sync", "__all_sync",     "__any_sync",       "__syncwarp"};
+  return k >= 0 && k < 8 ? names[k] : "a warp collective";
+}
+
+struct Warp {
+  pthread_cond_t cv;
+  unsigned arrived = 0;  // lanes waiting in the current collective
+  int kind = 0;
+  unsigned mask = 0;
+  int width = 32;
+  unsigned long long value[32];
+  int arg[32];
+  unsigned long long result[32];
+  unsigned long long seq[32];
+};
+
+struct Slot {
+  void *base;
+  unsigned long long bytes;
+};
+
+struct Block {
+  pthread_mutex_t mu;
+  pthread_cond_t bar_cv;
+  unsigned nthreads = 0;
+  unsigned block = 0;
+  unsigned bar_arrived = 0;
+  unsigned long long bar_gen = 0;
+  unsigned running = 0;
+  unsigned exited = 0;
+  std::vector<State> state;
+  std::vector<Warp> warps;
+  std::vector<Slot> smem;  // static __shared__ arrays by id
+  unsigned long long smem_bytes = 0;
+  void *dyn = nullptr;
+};
+
+struct Launch {
+  const char *entry = "";
+  void (*fn)(void *const *, const void *) = nullptr;
+  void *const *args = nullptr;
+  unsigned grid = 0, block = 0, per_wave = 1;
+  unsigned dyn_smem = 0, smem_limit = 0;
+  std::vector<Block> blocks;  // one per concurrent block
+  unsigned wave = 0;
+  bool stop = false;
+  pthread_barrier_t start, end;
+};
+
+// The first error of the current launch.
+pthread_mutex_t g_err_mu = PTHREAD_MUTEX_INITIALIZER;
+std::string g_error;
+bool g_abort_flag = false;
+inline bool aborted() { return __atomic_load_n(&g_abort_flag, __ATOMIC_ACQUIRE); }
+Launch *g_launch = nullptr;
+
+// For sanitizer reports: what the faulting thread was running.
+__thread Block *tl_block = nullptr;
+__thread unsigned tl_thread = 0;
+
+struct Arg {
+  unsigned char *base = nullptr;  // the allocation (guards included outside ASan)
+  unsigned char *data = nullptr;  // what the kernel gets
+  unsigned long long bytes = 0;
+  unsigned flags = 0;
+  unsigned alias = 0xffffffffu;
+  unsigned long long hash = 0;
+};
+std::vector<Arg> g_args;
+
+void set_error(const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&g_err_mu);
+  if (g_error.empty()) g_error = buf;
+  __atomic_store_n(&g_abort_flag, true, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&g_err_mu);
+}
+
+// Record an error from inside a block (its mutex held) and wake everyone in it.
+void fail_locked(Block &b, const char *fmt, ...) {
+  char buf[1800];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  set_error("block %u: %s", b.block, buf);
+  pthread_cond_broadcast(&b.bar_cv);
+  for (auto &w : b.warps) pthread_cond_broadcast(&w.cv);
+}
+
+std::string lanes(unsigned m) {
+  std::string s;
+  for (int i = 0; i < 32; ++i)
+    if (m & (1u << i)) s += (s.empty() ? "" : ",") + std::to_string(i);
+  return s.empty() ? "none" : s;
+}
+
+const char *state_name(State s) {
+  switch (s) {
+    case RUNNING: return "running";
+    case AT_BARRIER: return "waiting at __syncthreads";
+    case AT_WARP: return "waiting in a warp collective";
+    default: return "exited";
+  }
+}
+
+// Every thread is blocked or gone and nothing can complete: say what waits for what.
+void check_deadlock(Block &b) {
+  if (b.running != 0 || aborted()) return;
+  if (b.bar_arrived > 0) {
+    fail_locked(b,
+                "deadlock: %u of %u threads wait at __syncthreads, %u have exited and the rest wait in warp "
+                "collectives (a barrier in divergent code)",
+                b.bar_arrived, b.nthreads, b.exited);
+    return;
+  }
+  for (size_t w = 0; w < b.warps.size(); ++w) {
+    Warp &wp = b.warps[w];
+    if (wp.arrived == 0) continue;
+    unsigned missing = wp.mask & ~wp.arrived;
+    int lane = __builtin_ctz(missing ? missing : 1u);
+    unsigned t = (unsigned)(w * 32 + lane);
+    fail_locked(b, "deadlock: warp %zu: lanes %s wait in %s with mask 0x%08x, but lane %d is %s", w,
+                lanes(wp.arrived).c_str(), kind_name(wp.kind), wp.mask, lane,
+                t < b.nthreads ? state_name(b.state[t]) : "not in the block");
+    return;
+  }
+}
+
+void wait_on(Block &b, pthread_cond_t &cv) {
+  if (!aborted()) pthread_cond_wait(&cv, &b.mu);
+  if (aborted()) {
+    pthread_mutex_unlock(&b.mu);
+    throw g_sim_abort();
+  }
+}
+
+unsigned long long warp_result(Warp &w, unsigned lane) {
+  const int width = w.width;
+  const unsigned seg = lane & ~(unsigned)(width - 1);
+  unsigned src = lane;
+  switch (w.kind) {
+    case 0: src = seg + ((unsigned)w.arg[lane] % (unsigned)width); break;
+    case 1: src = (lane - seg) >= (unsigned)w.arg[lane] ? lane - (unsigned)w.arg[lane] : lane; break;
+    case 2: src = (lane - seg) + (unsigned)w.arg[lane] < (unsigned)width ? lane + (unsigned)w.arg[lane] : lane; break;
+    case 3: {
+      unsigned s = lane ^ (unsigned)w.arg[lane];
+      src = (s & ~(unsigned)(width - 1)) == seg ? s : lane;
+      break;
+    }
+    case 4: {
+      unsigned m = 0;
+      for (int i = 0; i < 32; ++i)
+        if ((w.mask >> i & 1u) && w.value[i]) m |= 1u << i;
+      return m;
+    }
+    case 5:
+    case 6: {
+      bool all = true, any = false;
+      for (int i = 0; i < 32; ++i)
+        if (w.mask >> i & 1u) {
+          all = all && w.value[i];
+          any = any || w.value[i];
+        }
+      return w.kind == 5 ? all : any;
+    }
+    default: return 0;
+  }
+  return w.value[src];
+}
+
+}  // namespace
+
+extern "C" {
+
+void g_sim_trap(const char *what) {
+  Block *b = tl_block;
+  if (!b) abort();
+  pthread_mutex_lock(&b->mu);
+  fail_locked(*b, "thread %u: %s", tl_thread, what);
+  pthread_mutex_unlock(&b->mu);
+  throw g_sim_abort();
+}
+
+void g_sim_syncthreads(void) {
+  Block &b = *tl_block;
+  pthread_mutex_lock(&b.mu);
+  if (aborted()) {
+    pthread_mutex_unlock(&b.mu);
+    throw g_sim_abort();
+  }
+  b.state[tl_thread] = AT_BARRIER;
+  b.running--;
+  b.bar_arrived++;
+  if (b.bar_arrived == b.nthreads) {
+    b.bar_arrived = 0;
+    b.bar_gen++;
+    for (auto &s : b.state) s = RUNNING;
+    b.running = b.nthreads;
+    pthread_cond_broadcast(&b.bar_cv);
+  } else {
+    if (b.bar_arrived + b.exited == b.nthreads)
+      fail_locked(b, "__syncthreads reached by %u threads while %u threads of the block have exited (a barrier in divergent code)",
+                  b.bar_arrived, b.exited);
+    check_deadlock(b);
+    const unsigned long long gen = b.bar_gen;
+    while (b.bar_gen == gen) wait_on(b, b.bar_cv);
+  }
+  pthread_mutex_unlock(&b.mu);
+}
+
+unsigned long long g_sim_warp(int kind, unsigned mask, unsigned long long value, int arg, int width) {
+  Block &b = *tl_block;
+  const unsigned t = tl_thread, w = t / 32, lane = t % 32;
+  pthread_mutex_lock(&b.mu);
+  if (aborted()) {
+    pthread_mutex_unlock(&b.mu);
+    throw g_sim_abort();
+  }
+  Warp &wp = b.warps[w];
+  const unsigned lanes_here = b.nthreads - w * 32 >= 32 ? 0xffffffffu : (1u << (b.nthreads - w * 32)) - 1u;
+  if (!(mask >> lane & 1u)) {
+    fail_locked(b, "thread %u: %s with mask 0x%08x, which leaves out the calling lane %u", t, kind_name(kind), mask, lane);
+  } else if (mask & ~lanes_here) {
+    fail_locked(b, "thread %u: %s with mask 0x%08x names lanes the warp does not have (lanes %s)", t, kind_name(kind),
+                mask, lanes(lanes_here).c_str());
+  } else if (width <= 0 || width > 32 || (width & (width - 1))) {
+    fail_locked(b, "thread %u: %s with width %d (a power of two up to 32)", t, kind_name(kind), width);
+  } else if (wp.arrived != 0 && (wp.kind != kind || wp.mask != mask || wp.width != width)) {
+    fail_locked(b, "warp %u: lane %u calls %s with mask 0x%08x while lanes %s wait in %s with mask 0x%08x (divergent warp collectives)",
+                w, lane, kind_name(kind), mask, lanes(wp.arrived).c_str(), kind_name(wp.kind), wp.mask);
+  }
+  if (aborted()) {
+    pthread_mutex_unlock(&b.mu);
+    throw g_sim_abort();
+  }
+  if (wp.arrived == 0) {
+    wp.kind = kind;
+    wp.mask = mask;
+    wp.width = width;
+  }
+  wp.value[lane] = value;
+  wp.arg[lane] = arg;
+  wp.arrived |= 1u << lane;
+  b.state[t] = AT_WARP;
+  b.running--;
+  const unsigned long long seq = wp.seq[lane];
+  if (wp.arrived == wp.mask) {
+    if (kind == 0 || kind == 3) {
+      // The source lane must take part in the collective.
+      for (int i = 0; i < 32; ++i) {
+        if (!(mask >> i & 1u)) continue;
+        unsigned r = (unsigned)i;
+        unsigned seg = r & ~(unsigned)(width - 1);
+        unsigned src = kind == 0 ? seg + ((unsigned)wp.arg[i] % (unsigned)width) : r ^ (unsigned)wp.arg[i];
+        if (kind == 3 && (src & ~(unsigned)(width - 1)) != seg) src = r;
+        if (!(mask >> src & 1u)) {
+          fail_locked(b, "warp %u: lane %d reads lane %u in %s, which is not in the mask 0x%08x (undefined)", w, i, src,
+                      kind_name(kind), mask);
+          pthread_mutex_unlock(&b.mu);
+          throw g_sim_abort();
+        }
+      }
+    }
+    for (int i = 0; i < 32; ++i) {
+      if (!(mask >> i & 1u)) continue;
+      wp.result[i] = warp_result(wp, (unsigned)i);
+      wp.seq[i]++;
+      b.state[w * 32 + i] = RUNNING;
+      b.running++;
+    }
+    wp.arrived = 0;
+    pthread_cond_broadcast(&wp.cv);
+  } else {
+    check_deadlock(b);
+    while (wp.seq[lane] == seq) wait_on(b, wp.cv);
+  }
+  const unsigned long long r = wp.result[lane];
+  pthread_mutex_unlock(&b.mu);
+  return r;
+}
+
+unsigned g_sim_active_mask(void) {
+  Block &b = *tl_block;
+  const unsigned w = tl_thread / 32;
+  pthread_mutex_lock(&b.mu);
+  unsigned m = 0;
+  for (unsigned i = 0; i < 32 && w * 32 + i < b.nthreads; ++i)
+    if (b.state[w * 32 + i] != EXITED) m |= 1u << i;
+  pthread_mutex_unlock(&b.mu);
+  return m;
+}
+
+void *g_sim_smem(int id, unsigned long long bytes, unsigned long long align) {
+  Block &b = *tl_block;
+  pthread_mutex_lock(&b.mu);
+  if (id < 0 || id > 4096) {
+    fail_locked(b, "shared array id %d", id);
+    pthread_mutex_unlock(&b.mu);
+    throw g_sim_abort();
+  }
+  if ((size_t)id >= b.smem.size()) b.smem.resize((size_t)id + 1, Slot{nullptr, 0});
+  Slot &s = b.smem[(size_t)id];
+  if (!s.base) {
+    b.smem_bytes += bytes;
+    if (b.smem_bytes + g_launch->dyn_smem > g_launch->smem_limit) {
+      fail_locked(b, "%llu bytes of static and %u of dynamic shared memory, over the device's %u bytes per block",
+                  b.smem_bytes, g_launch->dyn_smem, g_launch->smem_limit);
+      pthread_mutex_unlock(&b.mu);
+      throw g_sim_abort();
+    }
+    void *p = nullptr;
+    if (posix_memalign(&p, align < 16 ? 16 : (size_t)align, bytes ? (size_t)bytes : 1) != 0) {
+      fail_locked(b, "cannot allocate %llu bytes of shared memory", bytes);
+      pthread_mutex_unlock(&b.mu);
+      throw g_sim_abort();
+    }
+    memset(p, 0xff, (size_t)bytes);
+    s.base = p;
+    s.bytes = bytes;
+  } else if (s.bytes != bytes) {
+    fail_locked(b, "shared array %d declared with %llu and %llu bytes", id, s.bytes, bytes);
+    pthread_mutex_unlock(&b.mu);
+    throw g_sim_abort();
+  }
+  void *p = s.base;
+  pthread_mutex_unlock(&b.mu);
+  return p;
+}
+
+void *g_sim_dyn_smem(void) { return tl_block->dyn; }
+
+#ifdef G_SIM_ASAN
+// ASan calls this when it finds an error, before its report: say which launch and
+// which of its buffers the bad address belongs to (or lies beside).
+void __asan_on_error(void) {
+  const uintptr_t a = (uintptr_t)__asan_get_report_address();
+  Launch *l = g_launch;
+  fprintf(stderr, "graphc-sim: kernel %s, block %u, thread %u\n", l ? l->entry : "?", tl_block ? tl_block->block : 0,
+          tl_thread);
+  long best = -1;
+  uintptr_t best_d = ~(uintptr_t)0;
+  const char *side = "";
+  for (size_t i = 0; i < g_args.size(); ++i) {
+    const Arg &g = g_args[i];
+    if (g.alias != 0xffffffffu || !g.data) continue;
+    uintptr_t lo = (uintptr_t)g.data, hi = lo + g.bytes;
+    uintptr_t d = a < lo ? lo - a : (a >= hi ? a - hi : 0);
+    if (d < best_d) {
+      best_d = d;
+      best = (long)i;
+      side = a < lo ? "before" : (a >= hi ? "past the end of" : "inside");
+    }
+  }
+  if (best >= 0)
+    fprintf(stderr, "graphc-sim: address %#lx is %lu bytes %s argument %ld (%llu bytes)\n", (unsigned long)a,
+            (unsigned long)best_d, side, best, g_args[(size_t)best].bytes);
+  if (tl_block)
+    for (size_t i = 0; i < tl_block->smem.size(); ++i) {
+      const Slot &s = tl_block->smem[i];
+      uintptr_t lo = (uintptr_t)s.base, hi = lo + s.bytes;
+      if (s.base && a + 64 >= lo && a < hi + 64)
+        fprintf(stderr, "graphc-sim: address %#lx is near shared array %zu (%llu bytes at %#lx)\n", (unsigned long)a, i,
+                s.bytes, (unsigned long)lo);
+    }
+  fflush(stderr);
+}
+#endif
+
+}  // extern "C"
+
+namespace {
+
+struct Worker {
+  Launch *l;
+  unsigned index;  // slot * block + thread
+};
+
+void reset_block(Launch &l, Block &b, unsigned block) {
+  b.block = block;
+  b.nthreads = l.block;
+  b.bar_arrived = 0;
+  b.running = l.block;
+  b.exited = 0;
+  b.state.assign(l.block, RUNNING);
+  for (auto &w : b.warps) {
+    w.arrived = 0;
+    for (int i = 0; i < 32; ++i) w.seq[i] = 0;
+  }
+  for (auto &s : b.smem) free(s.base);
+  b.smem.clear();
+  b.smem_bytes = 0;
+  free(b.dyn);
+  b.dyn = nullptr;
+  if (l.dyn_smem) {
+    if (posix_memalign(&b.dyn, 16, l.dyn_smem) != 0) b.dyn = nullptr;
+    if (b.dyn) memset(b.dyn, 0xff, l.dyn_smem);
+  }
+}
+
+void exit_thread(Block &b, unsigned t) {
+  pthread_mutex_lock(&b.mu);
+  if (b.state[t] == RUNNING) b.running--;
+  b.state[t] = EXITED;
+  b.exited++;
+  Warp &wp = b.warps[t / 32];
+  if (!aborted() && wp.arrived != 0 && (wp.mask >> (t % 32) & 1u))
+    fail_locked(b, "warp %u: lane %u exited while lanes %s wait for it in %s with mask 0x%08x", t / 32, t % 32,
+                lanes(wp.arrived).c_str(), kind_name(wp.kind), wp.mask);
+  if (!aborted() && b.bar_arrived > 0 && b.bar_arrived + b.exited == b.nthreads)
+    fail_locked(b, "__syncthreads reached by %u threads while %u threads of the block have exited (a barrier in divergent code)",
+                b.bar_arrived, b.exited);
+  if (b.exited < b.nthreads) check_deadlock(b);
+  pthread_mutex_unlock(&b.mu);
+}
+
+void *worker_main(void *p) {
+  Worker *wk = (Worker *)p;
+  Launch &l = *wk->l;
+  const unsigned slot = wk->index / l.block, t = wk->index % l.block;
+  for (;;) {
+    pthread_barrier_wait(&l.start);
+    if (l.stop) break;
+    const unsigned block = l.wave * l.per_wave + slot;
+    if (block < l.grid) {
+      Block &b = l.blocks[slot];
+      tl_block = &b;
+      tl_thread = t;
+      struct {
+        unsigned tx, ty, tz, bx, by, bz, dx, dy, dz, gx, gy, gz;
+      } ids = {t, 0, 0, block, 0, 0, l.block, 1, 1, l.grid, 1, 1};
+      try {
+        l.fn(l.args, &ids);
+      } catch (const g_sim_abort &) {
+      } catch (...) {
+        set_error("block %u thread %u: an exception escaped the kernel", block, t);
+      }
+      exit_thread(b, t);
+      tl_block = nullptr;
+    }
+    pthread_barrier_wait(&l.end);
+  }
+  return nullptr;
+}
+
+// Run one launch; returns false with g_error set on failure.
+bool run_launch(Launch &l) {
+  g_error.clear();
+  __atomic_store_n(&g_abort_flag, false, __ATOMIC_RELEASE);
+  g_launch = &l;
+  if (l.grid == 0 || l.block == 0) {
+    set_error("launch of %u blocks of %u threads", l.grid, l.block);
+    return false;
+  }
+  if (l.dyn_smem > l.smem_limit) {
+    set_error("%u bytes of dynamic shared memory, over the device's %u bytes per block", l.dyn_smem, l.smem_limit);
+    return false;
+  }
+  const unsigned slots = l.per_wave < l.grid ? l.per_wave : l.grid;
+  l.per_wave = slots;
+  l.blocks = std::vector<Block>(slots);
+  for (auto &b : l.blocks) {
+    pthread_mutex_init(&b.mu, nullptr);
+    pthread_cond_init(&b.bar_cv, nullptr);
+    b.warps = std::vector<Warp>((l.block + 31) / 32);
+    for (auto &w : b.warps) {
+      pthread_cond_init(&w.cv, nullptr);
+      for (int i = 0; i < 32; ++i) w.seq[i] = 0;
+    }
+  }
+  const unsigned n = slots * l.block;
+  pthread_barrier_init(&l.start, nullptr, n + 1);
+  pthread_barrier_init(&l.end, nullptr, n + 1);
+  std::vector<pthread_t> threads(n);
+  std::vector<Worker> workers(n);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1 << 20);
+  unsigned started = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    workers[i] = Worker{&l, i};
+    if (pthread_create(&threads[i], &attr, worker_main, &workers[i]) != 0) break;
+    started++;
+  }
+  pthread_attr_destroy(&attr);
+  if (started < n) {
+    // Cannot run the block at all; release the threads that did start.
+    fprintf(stderr, "graphc-sim: cannot start %u threads\n", n);
+    _exit(70);
+  }
+  const unsigned waves = (l.grid + slots - 1) / slots;
+  for (unsigned w = 0; w < waves && !aborted(); ++w) {
+    l.wave = w;
+    for (unsigned s = 0; s < slots; ++s) reset_block(l, l.blocks[s], w * slots + s);
+    pthread_barrier_wait(&l.start);
+    pthread_barrier_wait(&l.end);
+  }
+  l.stop = true;
+  pthread_barrier_wait(&l.start);
+  for (unsigned i = 0; i < n; ++i) pthread_join(threads[i], nullptr);
+  for (auto &b : l.blocks) {
+    for (auto &s : b.smem) free(s.base);
+    free(b.dyn);
+    for (auto &w : b.warps) pthread_cond_destroy(&w.cv);
+    pthread_cond_destroy(&b.bar_cv);
+    pthread_mutex_destroy(&b.mu);
+  }
+  pthread_barrier_destroy(&l.start);
+  pthread_barrier_destroy(&l.end);
+  g_launch = nullptr;
+  return !aborted();
+}
+
+// ---- the protocol ----
+
+void read_exact(void *p, size_t n) {
+  unsigned char *c = (unsigned char *)p;
+  while (n > 0) {
+    ssize_t r = read(0, c, n);
+    if (r <= 0) _exit(0);  // graphc went away
+    c += r;
+    n -= (size_t)r;
+  }
+}
+
+void write_exact(const void *p, size_t n) {
+  const unsigned char *c = (const unsigned char *)p;
+  while (n > 0) {
+    ssize_t r = write(1, c, n);
+    if (r <= 0) _exit(0);
+    c += r;
+    n -= (size_t)r;
+  }
+}
+
+unsigned read_u32() {
+  unsigned v;
+  read_exact(&v, 4);
+  return v;
+}
+
+void write_u32(unsigned v) { write_exact(&v, 4); }
+
+void reply_error(const std::string &m) {
+  write_u32(1);
+  write_u32((unsigned)m.size());
+  write_exact(m.data(), m.size());
+}
+
+unsigned long long fnv64(const unsigned char *p, unsigned long long n) {
+  unsigned long long h = 1469598103934665603ull;
+  for (unsigned long long i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+struct Module {
+  std::string path;
+  void (*fn)(void *const *, const void *);
+  int arity;
+};
+std::vector<Module> g_modules;
+
+void do_load() {
+  unsigned len = read_u32();
+  std::string path(len, '\0');
+  read_exact(&path[0], len);
+  void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    reply_error(std::string("cannot load ") + path + ": " + (e ? e : "?"));
+    return;
+  }
+  void *entry = dlsym(h, "graphc_sim_entry");
+  void *arity = dlsym(h, "graphc_sim_arity");
+  if (!entry || !arity) {
+    reply_error(path + " has no graphc_sim_entry / graphc_sim_arity");
+    return;
+  }
+  Module m;
+  m.path = path;
+  m.fn = (void (*)(void *const *, const void *))entry;
+  m.arity = ((int (*)(void))arity)();
+  g_modules.push_back(m);
+  write_u32(0);
+  write_u32((unsigned)g_modules.size() - 1);
+}
+
+bool alloc_arg(Arg &a) {
+  const size_t n = a.bytes ? (size_t)a.bytes : 1;
+#ifdef G_SIM_ASAN
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, n) != 0) return false;
+  a.base = a.data = (unsigned char *)p;
+#else
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, n + 2 * kGuard) != 0) return false;
+  a.base = (unsigned char *)p;
+  a.data = a.base + kGuard;
+  memset(a.base, kGuardByte, kGuard);
+  memset(a.data + a.bytes, kGuardByte, kGuard);
+#endif
+  return true;
+}
+
+// Guard bytes a kernel overwrote (outside ASan): how far before or after.
+std::string check_guards(const Arg &a, size_t i) {
+#ifdef G_SIM_ASAN
+  (void)a;
+  (void)i;
+  return "";
+#else
+  for (unsigned k = 0; k < kGuard; ++k)
+    if (a.base[k] != kGuardByte)
+      return "wrote " + std::to_string(kGuard - k) + " bytes before argument " + std::to_string(i) + " (" +
+             std::to_string(a.bytes) + " bytes)";
+  for (unsigned k = kGuard; k-- > 0;)
+    if (a.data[a.bytes + k] != kGuardByte)
+      return "wrote past the end of argument " + std::to_string(i) + " (" + std::to_string(a.bytes) + " bytes), up to " +
+             std::to_string(k + 1) + " bytes beyond";
+  return "";
+#endif
+}
+
+void do_launch() {
+  Launch l;
+  const unsigned module = read_u32();
+  l.grid = read_u32();
+  l.block = read_u32();
+  l.dyn_smem = read_u32();
+  l.smem_limit = read_u32();
+  const unsigned wave_threads = read_u32();
+  const unsigned nargs = read_u32();
+  g_args.assign(nargs, Arg());
+  for (unsigned i = 0; i < nargs; ++i) {
+    read_exact(&g_args[i].bytes, 8);
+    g_args[i].flags = read_u32();
+    g_args[i].alias = read_u32();
+    if (g_args[i].alias != 0xffffffffu && (g_args[i].alias >= i || g_args[g_args[i].alias].alias != 0xffffffffu)) {
+      fprintf(stderr, "graphc-sim: argument %u aliases %u\n", i, g_args[i].alias);
+      _exit(71);
+    }
+  }
+  // Group flags: what the group of each leader does.
+  std::vector<unsigned> group(nargs, 0);
+  for (unsigned i = 0; i < nargs; ++i) group[g_args[i].alias == 0xffffffffu ? i : g_args[i].alias] |= g_args[i].flags;
+  std::string err;
+  for (unsigned i = 0; i < nargs; ++i) {
+    Arg &a = g_args[i];
+    if (a.alias != 0xffffffffu) continue;
+    if (!alloc_arg(a)) {
+      fprintf(stderr, "graphc-sim: cannot allocate %llu bytes\n", a.bytes);
+      _exit(72);
+    }
+    if (group[i] & 1u)
+      read_exact(a.data, (size_t)a.bytes);
+    else
+      memset(a.data, 0xff, (size_t)a.bytes);
+    if (!(group[i] & 2u)) a.hash = fnv64(a.data, a.bytes);
+  }
+  std::vector<void *> ptrs(nargs);
+  for (unsigned i = 0; i < nargs; ++i) ptrs[i] = g_args[g_args[i].alias == 0xffffffffu ? i : g_args[i].alias].data;
+  if (module >= g_modules.size()) {
+    err = "no module " + std::to_string(module);
+  } else if (g_modules[module].arity != (int)nargs) {
+    err = "the kernel has " + std::to_string(g_modules[module].arity) + " parameters but the launch passes " +
+          std::to_string(nargs) + " arguments";
+  } else {
+    l.entry = g_modules[module].path.c_str();
+    l.fn = g_modules[module].fn;
+    l.args = ptrs.data();
+    l.per_wave = wave_threads / (l.block ? l.block : 1);
+    if (l.per_wave == 0) l.per_wave = 1;
+    if (!run_launch(l)) err = g_error;
+  }
+  for (unsigned i = 0; i < nargs && err.empty(); ++i) {
+    const Arg &a = g_args[i];
+    if (a.alias != 0xffffffffu) continue;
+    err = check_guards(a, i);
+    if (err.empty() && !(group[i] & 2u) && fnv64(a.data, a.bytes) != a.hash)
+      err = "wrote to argument " + std::to_string(i) + ", which the kernel only reads (a const parameter)";
+  }
+  if (!err.empty()) {
+    reply_error(err);
+  } else {
+    write_u32(0);
+    for (unsigned i = 0; i < nargs; ++i)
+      if (g_args[i].alias == 0xffffffffu && (group[i] & 2u)) write_exact(g_args[i].data, (size_t)g_args[i].bytes);
+  }
+  for (auto &a : g_args)
+    if (a.alias == 0xffffffffu) free(a.base);
+  g_args.clear();
+}
+
+}  // namespace
+
+int main() {
+  for (;;) {
+    const unsigned cmd = read_u32();
+    if (cmd == 1)
+      do_load();
+    else if (cmd == 2)
+      do_launch();
+    else
+      return 0;
+  }
+}
