@@ -12,6 +12,9 @@
 //!   f32 and rounds at stores and explicit casts (see `cuda::ROUND_EVERY_HALF_OP`).
 //!   Conversions are inline PTX (`cvt.f32.f16`, `cvt.rn.f16.f32`) and bit arithmetic
 //!   for bf16 (round to nearest even, NaN kept quiet with its payload).
+//! - Every PTX-only construct is a prelude helper ([`Helper`]) with an inline-PTX body
+//!   for the GPU (`__CUDA_ARCH__`) and a CPU body with the ISA's results for the host
+//!   build of `--device cuda-sim`; [`prelude_source`] gives their text.
 //! - f64 is computed in `double`; integers wrap (add/sub/mul go through unsigned
 //!   arithmetic); bool is an `unsigned char` 0/1.
 //! - Integer division, `mod` and `fmod` by zero, and an integer `pow` of 0 to a negative
@@ -33,6 +36,7 @@ mod layout;
 mod matmul;
 mod op_kernels;
 mod prelude;
+mod ptx;
 mod row;
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +46,7 @@ use graphc_ir::DType;
 use crate::kernel::{BufferId, ElementwiseKernel, KernelKind, MatMulKernel, Program};
 
 pub use matmul::{GemmCompute, GemmDesc, GemmEpilogue, GemmOperand, GemmOutput};
+pub use prelude::{prelude_source, Helper};
 
 /// Threads per block of elementwise-like kernels.
 pub const ELEMENTWISE_BLOCK: u32 = 256;

@@ -1,16 +1,22 @@
 //! The device helpers a kernel uses, emitted before it (only those it needs, in a
 //! fixed order, so sources are deterministic and NVRTC sees no unused functions).
+//!
+//! A helper that uses inline PTX has the form `#ifdef __CUDA_ARCH__` (the PTX) `#else`
+//! (plain C++ with the same results, for the host build of `--device cuda-sim`)
+//! `#endif`; those bodies are in `ptx.rs`.
 
 use std::collections::BTreeSet;
 
 use super::cuda::{f32_lit, f64_lit};
+use super::ptx;
 
 /// One helper (or group of helpers). Order is emission order: dependencies first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Helper {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Helper {
     /// 16- and 8-byte vector types for vectorized loads and stores.
     Vec,
-    /// f16 <-> f32 (inline PTX; NaN payloads kept as the `half` crate keeps them).
+    /// f16 <-> f32 (inline PTX, a CPU body in bit arithmetic; NaN payloads kept as the
+    /// `half` crate keeps them).
     F16,
     /// bf16 <-> f32 (bit arithmetic, round to nearest even).
     Bf16,
@@ -39,12 +45,53 @@ pub(crate) enum Helper {
     IntMod,
     IntFmod,
     IntPow,
+    /// `g_mma_m16n8k16_bf16_f32` and `g_mma_m16n8k16_f16_f32` (`mma.sync`, f32
+    /// accumulators).
+    Mma,
+    /// `g_ldmatrix_x{1,2,4}[_trans]` (`ldmatrix` of 8x8 b16 matrices from shared memory).
+    Ldmatrix,
+    /// `g_cp_async_{4,8,16}[_zfill]`, `g_cp_async_commit`, `g_cp_async_wait<N>`,
+    /// `g_cp_async_wait_all` (`cp.async` global to shared, with groups).
+    CpAsync,
 }
 
 impl Helper {
+    /// Every helper, in emission order.
+    pub const ALL: &'static [Helper] = &[
+        Helper::Vec,
+        Helper::F16,
+        Helper::Bf16,
+        Helper::F64ToHalf,
+        Helper::I64ToF64Odd,
+        Helper::FloatToInt,
+        Helper::SigmoidF32,
+        Helper::SigmoidF64,
+        Helper::GeluF32,
+        Helper::GeluF64,
+        Helper::GeluTanhF32,
+        Helper::GeluTanhF64,
+        Helper::SignF32,
+        Helper::SignF64,
+        Helper::PowF32,
+        Helper::PowF64,
+        Helper::MaxF32,
+        Helper::MaxF64,
+        Helper::MinF32,
+        Helper::MinF64,
+        Helper::ModF32,
+        Helper::ModF64,
+        Helper::IntDiv,
+        Helper::IntMod,
+        Helper::IntFmod,
+        Helper::IntPow,
+        Helper::Mma,
+        Helper::Ldmatrix,
+        Helper::CpAsync,
+    ];
+
     fn deps(self) -> &'static [Helper] {
         match self {
-            Helper::F64ToHalf => &[Helper::F16, Helper::Bf16],
+            Helper::F64ToHalf | Helper::Mma => &[Helper::F16, Helper::Bf16],
             _ => &[],
         }
     }
@@ -74,6 +121,9 @@ impl Helper {
             | Helper::ModF32
             | Helper::ModF64 => float_source(self, f),
             Helper::IntDiv | Helper::IntMod | Helper::IntFmod | Helper::IntPow => int_source(self, f),
+            Helper::Mma => ptx::MMA.to_string(),
+            Helper::Ldmatrix => ptx::LDMATRIX.to_string(),
+            Helper::CpAsync => ptx::CP_ASYNC.to_string(),
         }
     }
 }
@@ -87,7 +137,8 @@ fn conversion_source(h: Helper, f: &str) -> String {
              struct alignas(2) g_vec2 { unsigned short w[1]; };\n"
             .to_string(),
         Helper::F16 => format!(
-            "{f} float g_f16_to_f32(unsigned short h) {{\n\
+            "#ifdef __CUDA_ARCH__\n\
+             {f} float g_f16_to_f32(unsigned short h) {{\n\
              \x20 float x;\n\
              \x20 asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(x) : \"h\"(h));\n\
              \x20 if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u)\n\
@@ -103,7 +154,11 @@ fn conversion_source(h: Helper, f: &str) -> String {
              \x20 }}\n\
              \x20 return h;\n\
              }}\n\
-             {f} float g_rnd_f16(float x) {{ return g_f16_to_f32(g_f32_to_f16(x)); }}\n"
+             #else\n\
+             {cpu}\
+             #endif\n\
+             {f} float g_rnd_f16(float x) {{ return g_f16_to_f32(g_f32_to_f16(x)); }}\n",
+            cpu = ptx::F16_CPU
         ),
         Helper::Bf16 => format!(
             "{f} float g_bf16_to_f32(unsigned short h) {{\n\
@@ -280,6 +335,16 @@ fn int_source(h: Helper, f: &str) -> String {
         ),
         _ => String::new(),
     }
+}
+
+/// The source of `helpers` and their dependencies, in emission order (what a kernel that
+/// needs them starts with).
+pub fn prelude_source(helpers: &[Helper]) -> String {
+    let mut h = Helpers::new();
+    for &x in helpers {
+        h.need(x);
+    }
+    h.source()
 }
 
 /// The set of helpers a kernel needs.
