@@ -27,10 +27,12 @@ pub enum Need {
     OnnxTests,
     /// A CUDA driver and GPU.
     Gpu,
+    /// A host C++ compiler (`$CXX`, `c++`, `g++` or `clang++`), for cuda-sim.
+    Cxx,
 }
 
 impl Need {
-    pub const ALL: [Need; 4] = [Need::Nvrtc, Need::Ptxas, Need::OnnxTests, Need::Gpu];
+    pub const ALL: [Need; 5] = [Need::Nvrtc, Need::Ptxas, Need::OnnxTests, Need::Gpu, Need::Cxx];
 
     /// The name `GRAPHC_REQUIRE` lists it by.
     pub fn name(self) -> &'static str {
@@ -39,6 +41,7 @@ impl Need {
             Need::Ptxas => "ptxas",
             Need::OnnxTests => "onnx-tests",
             Need::Gpu => "gpu",
+            Need::Cxx => "cxx",
         }
     }
 
@@ -49,6 +52,7 @@ impl Need {
             Need::Nvrtc | Need::Ptxas => "GRAPHC_REQUIRE_NVRTC",
             Need::OnnxTests => "GRAPHC_REQUIRE_ONNX_TESTS",
             Need::Gpu => "GRAPHC_REQUIRE_GPU",
+            Need::Cxx => "GRAPHC_REQUIRE_CXX",
         };
         listed || std::env::var(legacy).is_ok_and(|v| v == "1")
     }

@@ -204,16 +204,18 @@ __device__ __forceinline__ void g_cp_async_wait_all() { asm volatile("cp.async.w
 // reads a destination before the wait that covers it sees the old contents (as it may on
 // a GPU): copies are queued per thread with their group (the number of commits before
 // them), performed in issue order by the wait that covers them. A queue of more than
-// 256 pending copies traps. A kernel must wait for its copies before it exits.
+// 256 pending copies traps. A kernel must wait for its copies before it exits. The queue
+// lives in cuda-sim's storage of the calling CUDA thread (zeroed when the thread starts;
+// host threads are reused, and fibers share one).
 struct g_cp_async_op { void* dst; const void* src; unsigned bytes, src_bytes, group; };
 struct g_cp_async_queue { g_cp_async_op op[256]; unsigned n, commits; };
 inline g_cp_async_queue& g_cp_async_q() {
-  static thread_local g_cp_async_queue q;
-  return q;
+  return *(g_cp_async_queue*)g_sim_thread_storage(sizeof(g_cp_async_queue));
 }
 inline void g_cp_async_push(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
   g_cp_async_queue& q = g_cp_async_q();
-  if (q.n == 256u || src_bytes > bytes) __builtin_trap();
+  if (q.n == 256u) g_sim_trap("cp.async: more than 256 copies pending in one thread");
+  if (src_bytes > bytes) g_sim_trap("cp.async: src-size larger than cp-size");
   q.op[q.n].dst = dst;
   q.op[q.n].src = src;
   q.op[q.n].bytes = bytes;

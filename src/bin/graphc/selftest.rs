@@ -9,12 +9,12 @@ use clap::ValueEnum;
 use graphc::ir::Tensor;
 use graphc::selftest::CaseResult;
 
-use crate::args::GpuArgs;
+use crate::args::{GpuArgs, SimArgs};
 
 #[derive(clap::Args)]
 pub struct SelftestArgs {
-    /// Where the cases run: `cuda` (the GPU) or `emulate` (the launch lists for an H200,
-    /// run on the CPU).
+    /// Where the cases run: `cuda` (the GPU), `emulate` (the launch lists for an H200,
+    /// run on the CPU) or `cuda-sim` (the generated CUDA C run on the host).
     #[arg(long, value_enum, default_value_t = SelftestDevice::Cuda)]
     pub device: SelftestDevice,
     /// Only the cases whose name contains this.
@@ -25,6 +25,8 @@ pub struct SelftestArgs {
     pub json: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub sim: SimArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -33,6 +35,9 @@ pub enum SelftestDevice {
     Cuda,
     /// The launch lists for an H200, run on the CPU by the launch emulator.
     Emulate,
+    /// The launch lists (RTX 4090D by default) with every kernel's own CUDA C built
+    /// for the host and run with a thread per CUDA thread.
+    CudaSim,
 }
 
 pub fn run(args: SelftestArgs) -> Result<()> {
@@ -41,7 +46,12 @@ pub fn run(args: SelftestArgs) -> Result<()> {
         filter,
         json,
         gpu,
+        sim,
     } = args;
+    if device != SelftestDevice::CudaSim && (sim.sanitize.is_some() || sim.sim_gpu.is_some()) {
+        bail!("--sanitize and --sim-gpu are options of --device cuda-sim");
+    }
+    let sim_opts = sim.options();
     let cases: Vec<_> = graphc::selftest::cases()?
         .into_iter()
         .filter(|c| filter.as_deref().is_none_or(|f| c.name.contains(f)))
@@ -56,6 +66,7 @@ pub fn run(args: SelftestArgs) -> Result<()> {
     let mut runner = |c: &graphc::Compiled, inputs: &HashMap<String, Tensor>| match device {
         SelftestDevice::Cuda => graphc::run_cuda(c, inputs.clone(), opts.clone()),
         SelftestDevice::Emulate => emulate(c, inputs),
+        SelftestDevice::CudaSim => graphc::cuda::sim::run_sim(c, inputs, &sim_opts).map_err(graphc::Error::Cuda),
     };
     let mut results = Vec::new();
     let start = Instant::now();
@@ -82,6 +93,11 @@ pub fn run(args: SelftestArgs) -> Result<()> {
             match device {
                 SelftestDevice::Cuda => "the GPU",
                 SelftestDevice::Emulate => "the launch emulator (H200 launch lists)",
+                SelftestDevice::CudaSim => match sim.sanitize {
+                    None => "cuda-sim",
+                    Some(crate::args::SanitizeArg::Address) => "cuda-sim under AddressSanitizer + UBSan",
+                    Some(crate::args::SanitizeArg::Thread) => "cuda-sim under ThreadSanitizer",
+                },
             },
             start.elapsed().as_secs_f64()
         );

@@ -32,21 +32,28 @@ struct dim3 {
 };
 static const int warpSize = 32;
 
-// The ids of the calling thread; set by the trampoline before the kernel runs.
-static __thread uint3 threadIdx;
-static __thread uint3 blockIdx;
-static __thread dim3 blockDim;
-static __thread dim3 gridDim;
-
 // The runner's side (exported by the runner executable).
 extern "C" {
+// The ids of the calling CUDA thread.
+uint3 g_sim_thread_idx(void);
+uint3 g_sim_block_idx(void);
+dim3 g_sim_block_dim(void);
+dim3 g_sim_grid_dim(void);
 void g_sim_syncthreads(void);
 unsigned long long g_sim_warp(int kind, unsigned mask, unsigned long long value, int arg, int width);
 unsigned g_sim_active_mask(void);
 void *g_sim_smem(int id, unsigned long long bytes, unsigned long long align);
 void *g_sim_dyn_smem(void);
 void g_sim_trap(const char *what);
+// Zeroed storage of the calling CUDA thread (one object per thread; host-only helper
+// state such as cp.async's queue of pending copies).
+void *g_sim_thread_storage(unsigned long long bytes);
 }
+
+#define threadIdx (g_sim_thread_idx())
+#define blockIdx (g_sim_block_idx())
+#define blockDim (g_sim_block_dim())
+#define gridDim (g_sim_grid_dim())
 
 enum { G_SIM_SHFL_IDX, G_SIM_SHFL_UP, G_SIM_SHFL_DOWN, G_SIM_SHFL_XOR, G_SIM_BALLOT, G_SIM_ALL, G_SIM_ANY, G_SIM_SYNCWARP };
 
@@ -225,18 +232,8 @@ inline int g_sim_arity(void (*)(P...)) {
   return (int)sizeof...(P);
 }
 
-struct g_sim_ids {
-  uint3 thread, block;
-  dim3 block_dim, grid_dim;
-};
-#define G_SIM_TRAMPOLINE(KERNEL)                                                                \
-  extern "C" int graphc_sim_arity(void) { return g_sim_arity(KERNEL); }                         \
-  extern "C" void graphc_sim_entry(void *const *args, const g_sim_ids *ids) {                   \
-    threadIdx = ids->thread;                                                                    \
-    blockIdx = ids->block;                                                                      \
-    blockDim = ids->block_dim;                                                                  \
-    gridDim = ids->grid_dim;                                                                    \
-    g_sim_call(KERNEL, args);                                                                   \
-  }
+#define G_SIM_TRAMPOLINE(KERNEL)                                                  \
+  extern "C" int graphc_sim_arity(void) { return g_sim_arity(KERNEL); }           \
+  extern "C" void graphc_sim_entry(void *const *args) { g_sim_call(KERNEL, args); }
 
 #endif

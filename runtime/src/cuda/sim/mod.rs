@@ -28,6 +28,7 @@ mod runner;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use graphc_compiler::codegen::{self, CudaKernel, ParamAccess, ParamTarget};
@@ -151,7 +152,7 @@ pub struct SimSession {
     program: Program,
     plan: LaunchPlan,
     opts: SimOptions,
-    runner: Runner,
+    runner: Arc<Mutex<Runner>>,
     /// The runner's module of each [`LaunchPlan::modules`] entry.
     modules: Vec<u32>,
 }
@@ -182,10 +183,10 @@ impl SimSession {
             sources.push((k.name.as_str(), k.source.as_str(), k.entry.as_str()));
         }
         let (runner_path, objects) = build::build_all(&compiler, opts.sanitize, &dir, &sources, opts.jobs())?;
-        let mut runner = Runner::spawn(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
+        let runner = runner::shared(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
         let mut modules = Vec::with_capacity(objects.len());
         for (o, (name, _, _)) in objects.iter().zip(&sources) {
-            let id = runner.load(o).map_err(|f| {
+            let id = lock(&runner).load(o).map_err(|f| {
                 SimError::Runner(format!(
                     "cannot load {name}: {}",
                     match f {
@@ -214,7 +215,7 @@ impl SimSession {
         weights: &BTreeMap<String, Tensor>,
         inputs: &HashMap<String, Tensor>,
     ) -> Result<Vec<(String, Tensor)>, CudaError> {
-        if self.runner.is_dead() {
+        if lock(&self.runner).is_dead() {
             return Err(SimError::Runner("the runner failed in an earlier run; start a new session".into()).into());
         }
         let mut mem = load_memory(&self.program, &self.plan, weights, inputs).map_err(SimError::from)?;
@@ -271,7 +272,7 @@ impl SimSession {
             });
         }
         let smem_limit = self.opts.device.max_shared_per_block_optin.max(self.opts.device.max_shared_per_block);
-        let result = self.runner.launch(
+        let result = lock(&self.runner).launch(
             module,
             k.grid,
             k.block,
@@ -320,6 +321,10 @@ impl SimSession {
     }
 }
 
+fn lock(r: &Mutex<Runner>) -> std::sync::MutexGuard<'_, Runner> {
+    r.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Run `compiled` once through cuda-sim.
 pub fn run_sim(
     compiled: &Compiled,
@@ -329,15 +334,39 @@ pub fn run_sim(
     SimSession::new(compiled, opts)?.run(compiled.graph.weights(), inputs)
 }
 
-/// One argument of [`run_kernel_source`].
-#[derive(Clone, Debug)]
+/// One argument of [`run_kernel_source`]: its bytes (the initial contents when the
+/// kernel reads it; the result when it writes it), or the same allocation as an earlier
+/// argument (an in-place pair).
+#[derive(Clone, Debug, Default)]
 pub struct SimArg {
     pub data: Vec<u8>,
-    pub access: ParamAccess,
+    pub read: bool,
+    pub write: bool,
+    /// This argument is argument `alias` (which must come earlier and not be an alias).
+    pub alias: Option<usize>,
+}
+
+impl SimArg {
+    pub fn input(data: Vec<u8>) -> SimArg {
+        SimArg {
+            data,
+            read: true,
+            ..SimArg::default()
+        }
+    }
+
+    pub fn output(bytes: usize) -> SimArg {
+        SimArg {
+            data: vec![0; bytes],
+            write: true,
+            ..SimArg::default()
+        }
+    }
 }
 
 /// Run one hand-written (or edited) kernel: `source` with `entry`, `grid` x `block`
 /// threads, pointer arguments as given; written arguments come back in `args`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_kernel_source(
     name: &str,
     source: &str,
@@ -351,7 +380,8 @@ pub fn run_kernel_source(
     let compiler = build::find_compiler()?;
     let dir = build::cache_dir(opts.cache_dir.as_deref());
     let (runner_path, objects) = build::build_all(&compiler, opts.sanitize, &dir, &[(name, source, entry)], opts.jobs())?;
-    let mut runner = Runner::spawn(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
+    let runner = runner::shared(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
+    let mut runner = lock(&runner);
     let fail = |message: String| SimError::Kernel {
         step: 0,
         kernel: name.to_string(),
@@ -363,14 +393,27 @@ pub fn run_kernel_source(
         Failure::Reported(m) | Failure::Died(m) => fail(m),
     })?;
     let smem_limit = opts.device.max_shared_per_block_optin.max(opts.device.max_shared_per_block);
+    for (i, a) in args.iter().enumerate() {
+        if let Some(j) = a.alias {
+            if j >= i || args[j].alias.is_some() {
+                return Err(fail(format!("argument {i} aliases argument {j}, which is not an earlier plain one")));
+            }
+        }
+    }
+    let group_reads = |i: usize| args.iter().enumerate().any(|(j, b)| (j == i || b.alias == Some(i)) && b.read);
+    let group_writes = |i: usize| args.iter().enumerate().any(|(j, b)| (j == i || b.alias == Some(i)) && b.write);
     let rargs: Vec<RunnerArg> = args
         .iter()
-        .map(|a| RunnerArg {
-            bytes: a.data.len() as u64,
-            read: a.access == ParamAccess::Read,
-            write: a.access == ParamAccess::Write,
-            alias: None,
-            data: (a.access == ParamAccess::Read).then_some(a.data.as_slice()),
+        .enumerate()
+        .map(|(i, a)| {
+            let leader = a.alias.map_or(a, |j| &args[j]);
+            RunnerArg {
+                bytes: leader.data.len() as u64,
+                read: a.read,
+                write: a.write,
+                alias: a.alias.map(|j| j as u32),
+                data: (a.alias.is_none() && group_reads(i)).then_some(a.data.as_slice()),
+            }
         })
         .collect();
     let out = runner
@@ -378,9 +421,12 @@ pub fn run_kernel_source(
         .map_err(|f| match f {
             Failure::Reported(m) | Failure::Died(m) => fail(m),
         })?;
+    let writes: Vec<bool> = (0..args.len()).map(|i| args[i].alias.is_none() && group_writes(i)).collect();
     let mut out = out.into_iter();
-    for a in args.iter_mut().filter(|a| a.access == ParamAccess::Write) {
-        a.data = out.next().ok_or_else(|| fail("the runner returned too few outputs".into()))?;
+    for (a, w) in args.iter_mut().zip(writes) {
+        if w {
+            a.data = out.next().ok_or_else(|| fail("the runner returned too few outputs".into()))?;
+        }
     }
     Ok(())
 }

@@ -7,7 +7,9 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::Sanitize;
@@ -35,6 +37,8 @@ pub enum Failure {
 }
 
 pub struct Runner {
+    /// Objects loaded so far, and their module numbers.
+    loaded: std::collections::HashMap<std::path::PathBuf, u32>,
     child: Child,
     stdin: Option<ChildStdin>,
     chunks: Receiver<Vec<u8>>,
@@ -94,6 +98,7 @@ impl Runner {
             }
         });
         Ok(Runner {
+            loaded: Default::default(),
             child,
             stdin,
             chunks,
@@ -104,8 +109,17 @@ impl Runner {
         })
     }
 
-    /// Load a kernel object; its module number.
+    /// Load a kernel object (once); its module number.
     pub fn load(&mut self, path: &Path) -> Result<u32, Failure> {
+        if let Some(&m) = self.loaded.get(path) {
+            return Ok(m);
+        }
+        let m = self.load_new(path)?;
+        self.loaded.insert(path.to_path_buf(), m);
+        Ok(m)
+    }
+
+    fn load_new(&mut self, path: &Path) -> Result<u32, Failure> {
         let p = path.as_os_str().as_encoded_bytes();
         let mut msg = Vec::with_capacity(8 + p.len());
         put_u32(&mut msg, 1);
@@ -304,4 +318,24 @@ pub fn summarize_report(text: &str) -> String {
         }
     }
     keep.join("\n")
+}
+
+/// The runner of each runner executable, shared by every session of this process (a
+/// runner keeps its threads and loaded kernels; starting hundreds of threads is what
+/// costs most under TSan). A runner that failed is replaced by a fresh one.
+pub fn shared(program: &Path, mode: Sanitize, timeout: Duration) -> Result<Arc<Mutex<Runner>>, String> {
+    static RUNNERS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<Runner>>>>> = OnceLock::new();
+    let mut map = RUNNERS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(r) = map.get(program) {
+        let alive = r.lock().map(|r| !r.is_dead()).unwrap_or(false);
+        if alive {
+            return Ok(Arc::clone(r));
+        }
+    }
+    let r = Arc::new(Mutex::new(Runner::spawn(program, mode, timeout)?));
+    map.insert(program.to_path_buf(), Arc::clone(&r));
+    Ok(r)
 }

@@ -33,7 +33,18 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
 #define G_SIM_ASAN 1
+#endif
+
+// Under TSan every CUDA thread is an OS thread (TSan sees their races); otherwise a
+// fiber (ucontext) of one OS thread, switched at every barrier and collective: the
+// same semantics, a hundred times cheaper on a small host.
+#if defined(__SANITIZE_THREAD__)
+#define G_SIM_OS_THREADS 1
+#else
+#include <sys/mman.h>
+#include <ucontext.h>
 #endif
 
 struct g_sim_abort {};
@@ -41,7 +52,10 @@ struct g_sim_abort {};
 namespace {
 
 const unsigned kGuard = 256;
-const unsigned char kGuardByte = 0xa5;
+// The guard byte at position k of argument i's guards: different in every argument and
+// position, so a value a kernel read past one buffer and wrote past another (x * 1.0)
+// still changes the guard it lands in.
+unsigned char guard_byte(unsigned i, unsigned k) { return (unsigned char)(0xa5u ^ (k * 131u) ^ (i * 71u + 13u)); }
 
 enum State { RUNNING, AT_BARRIER, AT_WARP, EXITED };
 
@@ -80,21 +94,51 @@ struct Block {
   std::vector<State> state;
   std::vector<Warp> warps;
   std::vector<Slot> smem;  // static __shared__ arrays by id
+  std::vector<Slot> tstore;  // g_sim_thread_storage, by thread
   unsigned long long smem_bytes = 0;
   void *dyn = nullptr;
 };
 
 struct Launch {
   const char *entry = "";
-  void (*fn)(void *const *, const void *) = nullptr;
+  void (*fn)(void *const *) = nullptr;
   void *const *args = nullptr;
   unsigned grid = 0, block = 0, per_wave = 1;
   unsigned dyn_smem = 0, smem_limit = 0;
   std::vector<Block> blocks;  // one per concurrent block
   unsigned wave = 0;
   bool stop = false;
-  pthread_barrier_t start, end;
 };
+
+// A reusable barrier (kept for the runner's life: destroying a pthread barrier while
+// its last waiters leave it is a race TSan reports).
+struct Barrier {
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  unsigned count = 0, arrived = 0;
+  unsigned long long gen = 0;
+};
+Barrier g_start, g_end;
+
+void barrier_wait(Barrier &b) {
+  pthread_mutex_lock(&b.mu);
+  const unsigned long long gen = b.gen;
+  if (++b.arrived == b.count) {
+    b.arrived = 0;
+    b.gen++;
+    pthread_cond_broadcast(&b.cv);
+  } else {
+    while (b.gen == gen) pthread_cond_wait(&b.cv, &b.mu);
+  }
+  pthread_mutex_unlock(&b.mu);
+}
+
+void barrier_set(Barrier &b, unsigned count) {
+  pthread_mutex_lock(&b.mu);
+  b.count = count;
+  b.arrived = 0;
+  pthread_mutex_unlock(&b.mu);
+}
 
 // The first error of the current launch.
 pthread_mutex_t g_err_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -106,6 +150,15 @@ Launch *g_launch = nullptr;
 // For sanitizer reports: what the faulting thread was running.
 __thread Block *tl_block = nullptr;
 __thread unsigned tl_thread = 0;
+// The calling CUDA thread's ids (the header's threadIdx etc. read these).
+struct Ids {
+  unsigned tx, ty, tz, bx, by, bz, dx, dy, dz, gx, gy, gz;
+};
+__thread Ids tl_ids;
+
+#ifndef G_SIM_OS_THREADS
+void fiber_yield();
+#endif
 
 struct Arg {
   unsigned char *base = nullptr;  // the allocation (guards included outside ASan)
@@ -181,7 +234,14 @@ void check_deadlock(Block &b) {
 }
 
 void wait_on(Block &b, pthread_cond_t &cv) {
+#ifdef G_SIM_OS_THREADS
   if (!aborted()) pthread_cond_wait(&cv, &b.mu);
+#else
+  (void)cv;
+  pthread_mutex_unlock(&b.mu);
+  fiber_yield();
+  pthread_mutex_lock(&b.mu);
+#endif
   if (aborted()) {
     pthread_mutex_unlock(&b.mu);
     throw g_sim_abort();
@@ -383,6 +443,33 @@ void *g_sim_smem(int id, unsigned long long bytes, unsigned long long align) {
 
 void *g_sim_dyn_smem(void) { return tl_block->dyn; }
 
+void *g_sim_thread_storage(unsigned long long bytes) {
+  Block &b = *tl_block;
+  pthread_mutex_lock(&b.mu);
+  if (b.tstore.size() < b.nthreads) b.tstore.resize(b.nthreads, Slot{nullptr, 0});
+  Slot &s = b.tstore[tl_thread];
+  if (!s.base) {
+    s.base = calloc(1, bytes ? (size_t)bytes : 1);
+    s.bytes = bytes;
+  }
+  if (!s.base || s.bytes != bytes) {
+    fail_locked(b, "thread %u: thread storage of %llu bytes asked for, %llu held", tl_thread, bytes, s.bytes);
+    pthread_mutex_unlock(&b.mu);
+    throw g_sim_abort();
+  }
+  void *p = s.base;
+  pthread_mutex_unlock(&b.mu);
+  return p;
+}
+
+struct g_sim_uint3 {
+  unsigned x, y, z;
+};
+g_sim_uint3 g_sim_thread_idx(void) { return {tl_ids.tx, tl_ids.ty, tl_ids.tz}; }
+g_sim_uint3 g_sim_block_idx(void) { return {tl_ids.bx, tl_ids.by, tl_ids.bz}; }
+g_sim_uint3 g_sim_block_dim(void) { return {tl_ids.dx, tl_ids.dy, tl_ids.dz}; }
+g_sim_uint3 g_sim_grid_dim(void) { return {tl_ids.gx, tl_ids.gy, tl_ids.gz}; }
+
 #ifdef G_SIM_ASAN
 // ASan calls this when it finds an error, before its report: say which launch and
 // which of its buffers the bad address belongs to (or lies beside).
@@ -424,11 +511,6 @@ void __asan_on_error(void) {
 
 namespace {
 
-struct Worker {
-  Launch *l;
-  unsigned index;  // slot * block + thread
-};
-
 void reset_block(Launch &l, Block &b, unsigned block) {
   b.block = block;
   b.nthreads = l.block;
@@ -442,6 +524,8 @@ void reset_block(Launch &l, Block &b, unsigned block) {
   }
   for (auto &s : b.smem) free(s.base);
   b.smem.clear();
+  for (auto &s : b.tstore) free(s.base);
+  b.tstore.clear();
   b.smem_bytes = 0;
   free(b.dyn);
   b.dyn = nullptr;
@@ -467,34 +551,198 @@ void exit_thread(Block &b, unsigned t) {
   pthread_mutex_unlock(&b.mu);
 }
 
-void *worker_main(void *p) {
-  Worker *wk = (Worker *)p;
-  Launch &l = *wk->l;
-  const unsigned slot = wk->index / l.block, t = wk->index % l.block;
+// One CUDA thread, start to end.
+void run_thread(Launch &l, Block &b, unsigned block, unsigned t) {
+  tl_block = &b;
+  tl_thread = t;
+  tl_ids = Ids{t, 0, 0, block, 0, 0, l.block, 1, 1, l.grid, 1, 1};
+  try {
+    l.fn(l.args);
+  } catch (const g_sim_abort &) {
+  } catch (...) {
+    set_error("block %u thread %u: an exception escaped the kernel", block, t);
+  }
+  exit_thread(b, t);
+  tl_block = nullptr;
+}
+
+#ifdef G_SIM_OS_THREADS
+// The threads, kept from launch to launch (thread creation is what costs most under
+// TSan): a launch wakes the first `slots * block` of them.
+struct Pool {
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  unsigned long long gen = 0;
+  Launch *cur = nullptr;
+  unsigned want = 0;
+  std::vector<pthread_t> threads;
+};
+Pool g_pool;
+
+void run_waves(Launch &l, unsigned index) {
+  const unsigned slot = index / l.block, t = index % l.block;
   for (;;) {
-    pthread_barrier_wait(&l.start);
-    if (l.stop) break;
+    barrier_wait(g_start);
+    if (l.stop) {
+      barrier_wait(g_end);
+      break;
+    }
     const unsigned block = l.wave * l.per_wave + slot;
     if (block < l.grid) {
       Block &b = l.blocks[slot];
-      tl_block = &b;
-      tl_thread = t;
-      struct {
-        unsigned tx, ty, tz, bx, by, bz, dx, dy, dz, gx, gy, gz;
-      } ids = {t, 0, 0, block, 0, 0, l.block, 1, 1, l.grid, 1, 1};
-      try {
-        l.fn(l.args, &ids);
-      } catch (const g_sim_abort &) {
-      } catch (...) {
-        set_error("block %u thread %u: an exception escaped the kernel", block, t);
-      }
-      exit_thread(b, t);
-      tl_block = nullptr;
+      run_thread(l, b, block, t);
     }
-    pthread_barrier_wait(&l.end);
+    barrier_wait(g_end);
+  }
+}
+
+void *worker_main(void *p) {
+  const unsigned index = (unsigned)(uintptr_t)p;
+  unsigned long long seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&g_pool.mu);
+    while (g_pool.gen == seen) pthread_cond_wait(&g_pool.cv, &g_pool.mu);
+    seen = g_pool.gen;
+    Launch *l = g_pool.cur;
+    const unsigned want = g_pool.want;
+    pthread_mutex_unlock(&g_pool.mu);
+    if (index < want && l) run_waves(*l, index);
   }
   return nullptr;
 }
+
+// At least `n` threads in the pool.
+bool grow_pool(unsigned n) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1 << 20);
+  bool ok = true;
+  while (g_pool.threads.size() < n) {
+    pthread_t th;
+    if (pthread_create(&th, &attr, worker_main, (void *)(uintptr_t)g_pool.threads.size()) != 0) {
+      ok = false;
+      break;
+    }
+    pthread_detach(th);
+    g_pool.threads.push_back(th);
+  }
+  pthread_attr_destroy(&attr);
+  return ok;
+}
+
+#else
+struct Fiber {
+  ucontext_t ctx;
+  char *stack = nullptr;
+  unsigned slot = 0, t = 0, block = 0;
+  bool done = true;
+  void *fake = nullptr;
+};
+const size_t kFiberStack = 256 << 10;
+std::vector<Fiber> g_fibers;
+ucontext_t g_sched;
+Fiber *g_cur = nullptr;
+Launch *g_fiber_launch = nullptr;
+#ifdef G_SIM_ASAN
+const void *g_sched_bottom = nullptr;
+size_t g_sched_size = 0;
+#endif
+
+void fiber_yield() {
+  Fiber *f = g_cur;
+#ifdef G_SIM_ASAN
+  __sanitizer_start_switch_fiber(&f->fake, g_sched_bottom, g_sched_size);
+#endif
+  swapcontext(&f->ctx, &g_sched);
+#ifdef G_SIM_ASAN
+  __sanitizer_finish_switch_fiber(f->fake, nullptr, nullptr);
+#endif
+}
+
+void fiber_entry() {
+  Fiber *f = g_cur;
+#ifdef G_SIM_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &g_sched_bottom, &g_sched_size);
+#endif
+  Launch &l = *g_fiber_launch;
+  run_thread(l, l.blocks[f->slot], f->block, f->t);
+  f->done = true;
+#ifdef G_SIM_ASAN
+  __sanitizer_start_switch_fiber(nullptr, g_sched_bottom, g_sched_size);
+#endif
+  setcontext(&g_sched);
+}
+
+// Resume fiber `f` until it blocks or ends.
+void resume(Launch &l, Fiber &f) {
+  g_cur = &f;
+  tl_block = &l.blocks[f.slot];
+  tl_thread = f.t;
+  tl_ids = Ids{f.t, 0, 0, f.block, 0, 0, l.block, 1, 1, l.grid, 1, 1};
+#ifdef G_SIM_ASAN
+  void *fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack, kFiberStack);
+#endif
+  swapcontext(&g_sched, &f.ctx);
+#ifdef G_SIM_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  g_cur = nullptr;
+}
+
+// Every wave's threads as fibers, resumed in passes (alternately first to last and
+// last to first) while any can run.
+void run_fibers(Launch &l, unsigned slots) {
+  const unsigned n = slots * l.block;
+  while (g_fibers.size() < n) {
+    Fiber f;
+    void *m = mmap(nullptr, kFiberStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      fprintf(stderr, "graphc-sim: cannot map a fiber stack\n");
+      _exit(70);
+    }
+    mprotect(m, 4096, PROT_NONE);  // a guard page below the stack
+    f.stack = (char *)m;
+    g_fibers.push_back(f);
+  }
+  g_fiber_launch = &l;
+  const unsigned waves = (l.grid + slots - 1) / slots;
+  for (unsigned w = 0; w < waves && !aborted(); ++w) {
+    l.wave = w;
+    unsigned live = 0;
+    for (unsigned s = 0; s < slots; ++s) reset_block(l, l.blocks[s], w * slots + s);
+    for (unsigned i = 0; i < n; ++i) {
+      Fiber &f = g_fibers[i];
+      f.slot = i / l.block;
+      f.t = i % l.block;
+      f.block = w * slots + f.slot;
+      f.done = f.block >= l.grid;
+      if (f.done) continue;
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack + 4096;
+      f.ctx.uc_stack.ss_size = kFiberStack - 4096;
+      f.ctx.uc_link = nullptr;
+      makecontext(&f.ctx, fiber_entry, 0);
+      live++;
+    }
+    for (bool forward = true; live > 0; forward = !forward) {
+      unsigned resumed = 0;
+      const bool all = aborted();
+      for (unsigned k = 0; k < n; ++k) {
+        Fiber &f = g_fibers[forward ? k : n - 1 - k];
+        if (f.done || !(all || l.blocks[f.slot].state[f.t] == RUNNING)) continue;
+        resume(l, f);
+        resumed++;
+        if (f.done) live--;
+      }
+      if (resumed == 0 && live > 0 && !aborted()) {
+        set_error("no CUDA thread of the block can run, and the deadlock went unexplained");
+      }
+    }
+  }
+  g_fiber_launch = nullptr;
+}
+#endif
 
 // Run one launch; returns false with g_error set on failure.
 bool run_launch(Launch &l) {
@@ -521,45 +769,41 @@ bool run_launch(Launch &l) {
       for (int i = 0; i < 32; ++i) w.seq[i] = 0;
     }
   }
+#ifdef G_SIM_OS_THREADS
   const unsigned n = slots * l.block;
-  pthread_barrier_init(&l.start, nullptr, n + 1);
-  pthread_barrier_init(&l.end, nullptr, n + 1);
-  std::vector<pthread_t> threads(n);
-  std::vector<Worker> workers(n);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 1 << 20);
-  unsigned started = 0;
-  for (unsigned i = 0; i < n; ++i) {
-    workers[i] = Worker{&l, i};
-    if (pthread_create(&threads[i], &attr, worker_main, &workers[i]) != 0) break;
-    started++;
-  }
-  pthread_attr_destroy(&attr);
-  if (started < n) {
-    // Cannot run the block at all; release the threads that did start.
+  barrier_set(g_start, n + 1);
+  barrier_set(g_end, n + 1);
+  if (!grow_pool(n)) {
     fprintf(stderr, "graphc-sim: cannot start %u threads\n", n);
     _exit(70);
   }
+  pthread_mutex_lock(&g_pool.mu);
+  g_pool.cur = &l;
+  g_pool.want = n;
+  g_pool.gen++;
+  pthread_cond_broadcast(&g_pool.cv);
+  pthread_mutex_unlock(&g_pool.mu);
   const unsigned waves = (l.grid + slots - 1) / slots;
   for (unsigned w = 0; w < waves && !aborted(); ++w) {
     l.wave = w;
     for (unsigned s = 0; s < slots; ++s) reset_block(l, l.blocks[s], w * slots + s);
-    pthread_barrier_wait(&l.start);
-    pthread_barrier_wait(&l.end);
+    barrier_wait(g_start);
+    barrier_wait(g_end);
   }
   l.stop = true;
-  pthread_barrier_wait(&l.start);
-  for (unsigned i = 0; i < n; ++i) pthread_join(threads[i], nullptr);
+  barrier_wait(g_start);
+  barrier_wait(g_end);
+#else
+  run_fibers(l, slots);
+#endif
   for (auto &b : l.blocks) {
     for (auto &s : b.smem) free(s.base);
+    for (auto &s : b.tstore) free(s.base);
     free(b.dyn);
     for (auto &w : b.warps) pthread_cond_destroy(&w.cv);
     pthread_cond_destroy(&b.bar_cv);
     pthread_mutex_destroy(&b.mu);
   }
-  pthread_barrier_destroy(&l.start);
-  pthread_barrier_destroy(&l.end);
   g_launch = nullptr;
   return !aborted();
 }
@@ -608,7 +852,7 @@ unsigned long long fnv64(const unsigned char *p, unsigned long long n) {
 
 struct Module {
   std::string path;
-  void (*fn)(void *const *, const void *);
+  void (*fn)(void *const *);
   int arity;
 };
 std::vector<Module> g_modules;
@@ -631,16 +875,17 @@ void do_load() {
   }
   Module m;
   m.path = path;
-  m.fn = (void (*)(void *const *, const void *))entry;
+  m.fn = (void (*)(void *const *))entry;
   m.arity = ((int (*)(void))arity)();
   g_modules.push_back(m);
   write_u32(0);
   write_u32((unsigned)g_modules.size() - 1);
 }
 
-bool alloc_arg(Arg &a) {
+bool alloc_arg(Arg &a, unsigned index) {
   const size_t n = a.bytes ? (size_t)a.bytes : 1;
 #ifdef G_SIM_ASAN
+  (void)index;
   void *p = nullptr;
   if (posix_memalign(&p, 256, n) != 0) return false;
   a.base = a.data = (unsigned char *)p;
@@ -649,8 +894,10 @@ bool alloc_arg(Arg &a) {
   if (posix_memalign(&p, 256, n + 2 * kGuard) != 0) return false;
   a.base = (unsigned char *)p;
   a.data = a.base + kGuard;
-  memset(a.base, kGuardByte, kGuard);
-  memset(a.data + a.bytes, kGuardByte, kGuard);
+  for (unsigned k = 0; k < kGuard; ++k) {
+    a.base[k] = guard_byte(index, kGuard + k);
+    a.data[a.bytes + k] = guard_byte(index, k);
+  }
 #endif
   return true;
 }
@@ -663,11 +910,11 @@ std::string check_guards(const Arg &a, size_t i) {
   return "";
 #else
   for (unsigned k = 0; k < kGuard; ++k)
-    if (a.base[k] != kGuardByte)
+    if (a.base[k] != guard_byte((unsigned)i, kGuard + k))
       return "wrote " + std::to_string(kGuard - k) + " bytes before argument " + std::to_string(i) + " (" +
              std::to_string(a.bytes) + " bytes)";
   for (unsigned k = kGuard; k-- > 0;)
-    if (a.data[a.bytes + k] != kGuardByte)
+    if (a.data[a.bytes + k] != guard_byte((unsigned)i, k))
       return "wrote past the end of argument " + std::to_string(i) + " (" + std::to_string(a.bytes) + " bytes), up to " +
              std::to_string(k + 1) + " bytes beyond";
   return "";
@@ -700,7 +947,7 @@ void do_launch() {
   for (unsigned i = 0; i < nargs; ++i) {
     Arg &a = g_args[i];
     if (a.alias != 0xffffffffu) continue;
-    if (!alloc_arg(a)) {
+    if (!alloc_arg(a, i)) {
       fprintf(stderr, "graphc-sim: cannot allocate %llu bytes\n", a.bytes);
       _exit(72);
     }
