@@ -125,7 +125,11 @@ pub fn run_case(
     };
     let got = match run(&compiled, &case.inputs) {
         Ok(g) => g,
-        Err(crate::Error::Cuda(e @ (crate::cuda::CudaError::NoDriver(_) | crate::cuda::CudaError::NoDevice(_)))) => {
+        Err(crate::Error::Cuda(
+            e @ (crate::cuda::CudaError::NoDriver(_)
+            | crate::cuda::CudaError::NoDevice(_)
+            | crate::cuda::CudaError::Sim(crate::cuda::sim::SimError::NoCompiler(_))),
+        )) => {
             r.error = Some(e.to_string());
             r.no_device = Some(e);
             return r;

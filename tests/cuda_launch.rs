@@ -7,9 +7,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{random_inputs, rel_l2, repo_path};
+use common::{example_models as models, random_inputs, rel_l2, repo_path};
 use graphc::ir::{DType, Graph, Tensor};
-use graphc::models::{gpt, kernel_bench, mlp, GptConfig, MlpConfig};
+use graphc::models::{gpt, GptConfig};
 use graphc_compiler::codegen::{self, GridSize, ParamTarget};
 use graphc_compiler::plan::Place;
 use graphc_runtime::cuda::{
@@ -38,45 +38,6 @@ fn compare(name: &str, got: &[(String, Tensor)], want: &[(String, Tensor)]) {
             "{name}/{n1}: emulated launches vs CPU executor: relative L2 {err:.3e}"
         );
     }
-}
-
-fn models() -> Vec<(String, Graph)> {
-    let mut v: Vec<(String, Graph)> = vec![
-        ("mlp".into(), mlp(&MlpConfig::default()).unwrap()),
-        ("block".into(), gpt(&GptConfig::default()).unwrap()),
-        (
-            "saved block".into(),
-            graphc::load_model(&repo_path("examples/models/transformer_block.gir"), &[]).unwrap(),
-        ),
-        ("gelu_sigmoid".into(), kernel_bench::gelu_sigmoid(5000).unwrap()),
-        (
-            "layernorm_gelu bf16".into(),
-            kernel_bench::layernorm_gelu(16, 256, DType::BF16).unwrap(),
-        ),
-        ("softmax".into(), kernel_bench::softmax(8, 1000).unwrap()),
-    ];
-    for dtype in [DType::F32, DType::F16, DType::BF16] {
-        v.push((
-            format!("2-layer gpt {dtype}"),
-            gpt(&GptConfig {
-                layers: 2,
-                d_model: 64,
-                dtype,
-                ..GptConfig::default()
-            })
-            .unwrap(),
-        ));
-    }
-    v.push((
-        "mlp bf16".into(),
-        mlp(&MlpConfig {
-            widths: vec![64, 256, 64],
-            dtype: DType::BF16,
-            ..MlpConfig::default()
-        })
-        .unwrap(),
-    ));
-    v
 }
 
 /// Every example, on both reference devices: the launch list, run on the CPU, gives the

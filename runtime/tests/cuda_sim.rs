@@ -193,7 +193,7 @@ fn ptx_helpers_run_on_cuda_sim_as_the_isa_defines() {
                 &mut args,
                 &opts(mode),
             )
-                .unwrap_or_else(|e| panic!("{} ({}): {e}", c.name, mode.name()));
+            .unwrap_or_else(|e| panic!("{} ({}): {e}", c.name, mode.name()));
             (c.check)(&args[c.output].data, ptx_cases::Exec::Sim)
                 .unwrap_or_else(|e| panic!("{} ({}): {e}", c.name, mode.name()));
         }
@@ -211,7 +211,11 @@ fn vector_kernel() -> Built {
 /// must contain it).
 fn inject(kernels: &[CudaKernel], k: usize, from: &str, to: &str) -> Vec<CudaKernel> {
     let mut v = kernels.to_vec();
-    assert!(v[k].source.contains(from), "kernel {k} has no `{from}`:\n{}", v[k].source);
+    assert!(
+        v[k].source.contains(from),
+        "kernel {k} has no `{from}`:\n{}",
+        v[k].source
+    );
     v[k].source = v[k].source.replace(from, to);
     v
 }
@@ -233,7 +237,9 @@ fn the_unchanged_kernels_pass_plain_and_sanitized() {
     let ins = inputs(&b.graph, 1);
     let want = b.want(&ins);
     for mode in [Sanitize::None, Sanitize::Address, Sanitize::Thread] {
-        let got = b.sim(&b.kernels, &ins, mode).unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
+        let got = b
+            .sim(&b.kernels, &ins, mode)
+            .unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
         for (n, a, w) in zip_outputs(&got, &want).unwrap() {
             assert!(close(a, w), "{n} ({})", mode.name());
         }
@@ -285,7 +291,12 @@ fn signed_overflow_in_an_index_is_caught() {
     }
     let b = vector_kernel();
     let ins = inputs(&b.graph, 1);
-    let bad = inject(&b.kernels, 0, "const int i = v * 4;", "const int i = (v + 2147483000) * 4 - 2147483000 * 4;");
+    let bad = inject(
+        &b.kernels,
+        0,
+        "const int i = v * 4;",
+        "const int i = (v + 2147483000) * 4 - 2147483000 * 4;",
+    );
     let e = sim_error(b.sim(&bad, &ins, Sanitize::Address));
     assert!(e.contains("signed integer overflow"), "{e}");
 }
@@ -331,7 +342,9 @@ fn a_racy_in_place_write_is_caught() {
     }
     let b = vector_kernel();
     let src = &b.kernels[0];
-    let racy = src.source.replace("*(g_vec16*)(p1 + i) =", "*(g_vec16*)(p1 + (i + 4) % 4096) =");
+    let racy = src
+        .source
+        .replace("*(g_vec16*)(p1 + i) =", "*(g_vec16*)(p1 + (i + 4) % 4096) =");
     assert_ne!(racy, src.source);
     let x: Vec<u8> = (0..4099u32).flat_map(|i| (i as f32 * 1e-3).to_le_bytes()).collect();
     let n = x.len();
@@ -349,7 +362,9 @@ fn a_racy_in_place_write_is_caught() {
     };
     let ok = run(&src.source, Sanitize::Thread).expect("in place, each thread its own elements: no race");
     assert_eq!(ok[0].data.len(), n);
-    let e = run(&racy, Sanitize::Thread).expect_err("the race went unnoticed").to_string();
+    let e = run(&racy, Sanitize::Thread)
+        .expect_err("the race went unnoticed")
+        .to_string();
     assert!(e.contains("ThreadSanitizer: data race"), "{e}");
     assert!(e.contains(&src.name), "names the kernel: {e}");
 }
@@ -366,10 +381,16 @@ fn divergent_barriers_and_shuffles_are_reported() {
         run_kernel_source("t", &src, "g_t", 1, 64, 0, &mut args, &opts(Sanitize::None)).map(|_| args)
     };
     let ok = run("  float v = (float)threadIdx.x;\n  v += __shfl_xor_sync(0xffffffffu, v, 1);\n  __syncthreads();\n  p0[threadIdx.x] = v;").unwrap();
-    let v: Vec<f32> = ok[0].data.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let v: Vec<f32> = ok[0]
+        .data
+        .chunks(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     assert_eq!(v[0], 1.0);
     assert_eq!(v[5], 9.0);
-    let e = run("  if (threadIdx.x < 32) __syncthreads();\n  p0[threadIdx.x] = 0.0f;").unwrap_err().to_string();
+    let e = run("  if (threadIdx.x < 32) __syncthreads();\n  p0[threadIdx.x] = 0.0f;")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("divergent code"), "{e}");
     let e = run("  float v = 1.0f;\n  if (threadIdx.x % 2 == 0) v = __shfl_xor_sync(0xffffffffu, v, 1);\n  p0[threadIdx.x] = v;")
         .unwrap_err()

@@ -28,3 +28,56 @@ pub fn repo_path(rel: &str) -> PathBuf {
 pub fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
     graphc::ir::compare::relative_l2_values(got, want)
 }
+
+/// The examples every device path is checked on: the MLP, the transformer block (built
+/// and as saved), kernel benchmarks, 2-layer GPTs in f32/f16/bf16, a bf16 MLP.
+pub fn example_models() -> Vec<(String, Graph)> {
+    let mut v: Vec<(String, Graph)> = vec![
+        (
+            "mlp".into(),
+            graphc::models::mlp(&graphc::models::MlpConfig::default()).unwrap(),
+        ),
+        (
+            "block".into(),
+            graphc::models::gpt(&graphc::models::GptConfig::default()).unwrap(),
+        ),
+        (
+            "saved block".into(),
+            graphc::load_model(&repo_path("examples/models/transformer_block.gir"), &[]).unwrap(),
+        ),
+        (
+            "gelu_sigmoid".into(),
+            graphc::models::kernel_bench::gelu_sigmoid(5000).unwrap(),
+        ),
+        (
+            "layernorm_gelu bf16".into(),
+            graphc::models::kernel_bench::layernorm_gelu(16, 256, graphc::ir::DType::BF16).unwrap(),
+        ),
+        (
+            "softmax".into(),
+            graphc::models::kernel_bench::softmax(8, 1000).unwrap(),
+        ),
+    ];
+    for dtype in [graphc::ir::DType::F32, graphc::ir::DType::F16, graphc::ir::DType::BF16] {
+        v.push((
+            format!("2-layer gpt {dtype}"),
+            graphc::models::gpt(&graphc::models::GptConfig {
+                layers: 2,
+                d_model: 64,
+                dtype,
+                ..graphc::models::GptConfig::default()
+            })
+            .unwrap(),
+        ));
+    }
+    v.push((
+        "mlp bf16".into(),
+        graphc::models::mlp(&graphc::models::MlpConfig {
+            widths: vec![64, 256, 64],
+            dtype: graphc::ir::DType::BF16,
+            ..graphc::models::MlpConfig::default()
+        })
+        .unwrap(),
+    ));
+    v
+}

@@ -82,7 +82,10 @@ pub(super) fn load_memory(
 }
 
 /// The graph outputs, read where the layout puts them.
-pub(super) fn read_outputs(mem: &Memory, layout: &super::launch::DeviceLayout) -> Result<Vec<(String, Tensor)>, KernelError> {
+pub(super) fn read_outputs(
+    mem: &Memory,
+    layout: &super::launch::DeviceLayout,
+) -> Result<Vec<(String, Tensor)>, KernelError> {
     let mut out = Vec::with_capacity(layout.outputs.len());
     for o in &layout.outputs {
         let t = mem.read(o.addr, &o.ty).map_err(|m| KernelError::Output {
@@ -93,7 +96,6 @@ pub(super) fn read_outputs(mem: &Memory, layout: &super::launch::DeviceLayout) -
     }
     Ok(out)
 }
-
 
 /// The program whose kernels the launches run: matmul kernels replaced by their
 /// generated epilogues, each reading its GEMM's scratch through a buffer of its own.

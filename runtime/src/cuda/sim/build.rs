@@ -68,7 +68,11 @@ pub fn find_compiler() -> Result<Compiler, SimError> {
             if !out.status.success() {
                 return Err(format!("{} --version failed", program.display()));
             }
-            let version = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
+            let version = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
             Ok(Compiler { program, args, version })
         })
         .clone()
@@ -136,7 +140,11 @@ pub fn host_source(name: &str, source: &str, entry: &str) -> Result<String, SimE
         if line.contains("__shared__") {
             let rewritten = shared_decl(line, &mut next_id).ok_or_else(|| SimError::Source {
                 kernel: name.to_string(),
-                message: format!("line {}: a __shared__ declaration cuda-sim cannot place: `{}`", n + 1, line.trim()),
+                message: format!(
+                    "line {}: a __shared__ declaration cuda-sim cannot place: `{}`",
+                    n + 1,
+                    line.trim()
+                ),
             })?;
             out.push_str(&rewritten);
         } else {
@@ -155,7 +163,9 @@ pub fn host_source(name: &str, source: &str, entry: &str) -> Result<String, SimE
 }
 
 fn c_ident(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect()
 }
 
 /// `[extern] __shared__ [alignas(N)] T name[dims];` as a reference to the block's
@@ -208,7 +218,9 @@ fn shared_decl(line: &str, next_id: &mut usize) -> Option<String> {
         if dims != "[]" {
             return None;
         }
-        return Some(format!("{indent}{ty}* {name} = reinterpret_cast<{ty}*>(g_sim_dyn_smem());"));
+        return Some(format!(
+            "{indent}{ty}* {name} = reinterpret_cast<{ty}*>(g_sim_dyn_smem());"
+        ));
     }
     if !dims.is_empty() && !(dims.starts_with('[') && dims.ends_with(']')) {
         return None;
@@ -347,7 +359,8 @@ fn compile(compiler: &Compiler, mode: Sanitize, job: &Job) -> Result<(), SimErro
     }
     // The source stays beside the object, for reading diagnostics against.
     let _ = std::fs::rename(&src, format!("{stem}.cpp"));
-    std::fs::rename(&tmp, &job.out).map_err(|e| SimError::Runner(format!("cannot rename into {}: {e}", job.out.display())))
+    std::fs::rename(&tmp, &job.out)
+        .map_err(|e| SimError::Runner(format!("cannot rename into {}: {e}", job.out.display())))
 }
 
 #[cfg(test)]
@@ -372,7 +385,12 @@ mod tests {
         assert!(shared_decl("__shared__ float x[4] = {0};", &mut id).is_none());
         assert!(shared_decl("__shared__ float a[2], b[2];", &mut id).is_none());
         assert!(host_source("k", "  __shared__ int x[2], y;\n", "g_k").is_err());
-        let s = host_source("k", "extern \"C\" __global__ void g_k(float* p) { p[0] = 1.0f; }\n", "g_k").unwrap();
+        let s = host_source(
+            "k",
+            "extern \"C\" __global__ void g_k(float* p) { p[0] = 1.0f; }\n",
+            "g_k",
+        )
+        .unwrap();
         assert!(s.ends_with("G_SIM_TRAMPOLINE(g_k)\n"));
         assert!(s.contains("#line 1 \"g_k.cu\""));
     }

@@ -114,7 +114,9 @@ impl SimOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// No host C++ compiler: cuda-sim cannot run here (the CLI's exit code 3).
-    #[error("cuda-sim needs a host C++ compiler: {0} (set CXX or install g++; the CPU executor still works: --device cpu)")]
+    #[error(
+        "cuda-sim needs a host C++ compiler: {0} (set CXX or install g++; the CPU executor still works: --device cpu)"
+    )]
     NoCompiler(String),
     #[error("cuda-sim: kernel {kernel}: {message}")]
     Source { kernel: String, message: String },
@@ -177,9 +179,14 @@ impl SimSession {
         let dir = build::cache_dir(opts.cache_dir.as_deref());
         let mut sources = Vec::with_capacity(lp.modules.len());
         for m in &lp.modules {
-            let k = kernels
-                .get(m.kernel)
-                .ok_or_else(|| SimError::Runner(format!("module {} names kernel {} of {}", m.entry, m.kernel, kernels.len())))?;
+            let k = kernels.get(m.kernel).ok_or_else(|| {
+                SimError::Runner(format!(
+                    "module {} names kernel {} of {}",
+                    m.entry,
+                    m.kernel,
+                    kernels.len()
+                ))
+            })?;
             sources.push((k.name.as_str(), k.source.as_str(), k.entry.as_str()));
         }
         let (runner_path, objects) = build::build_all(&compiler, opts.sanitize, &dir, &sources, opts.jobs())?;
@@ -221,8 +228,9 @@ impl SimSession {
         let mut mem = load_memory(&self.program, &self.plan, weights, inputs).map_err(SimError::from)?;
         for i in 0..self.plan.launches.len() {
             match &self.plan.launches[i] {
-                Launch::Gemm(g) => gemm(&mut mem, g)
-                    .map_err(|m| SimError::from(kernel_error(&self.program, g.step, m)))?,
+                Launch::Gemm(g) => {
+                    gemm(&mut mem, g).map_err(|m| SimError::from(kernel_error(&self.program, g.step, m)))?
+                }
                 Launch::Kernel(k) => {
                     let k = k.clone();
                     self.kernel(&mut mem, &k)?;
@@ -241,7 +249,11 @@ impl SimSession {
             message,
         };
         if k.args.len() != k.params.len() || k.arg_bytes.len() != k.params.len() {
-            return Err(fail(format!("{} arguments for {} parameters", k.args.len(), k.params.len())));
+            return Err(fail(format!(
+                "{} arguments for {} parameters",
+                k.args.len(),
+                k.params.len()
+            )));
         }
         check_overlaps(k).map_err(fail)?;
         let module = *self
@@ -251,7 +263,9 @@ impl SimSession {
         // Arguments at the same address are one allocation in the runner.
         let mut alias = vec![None; k.args.len()];
         for i in 0..k.args.len() {
-            alias[i] = (0..i).find(|&j| alias[j].is_none() && k.args[j] == k.args[i]).map(|j| j as u32);
+            alias[i] = (0..i)
+                .find(|&j| alias[j].is_none() && k.args[j] == k.args[i])
+                .map(|j| j as u32);
         }
         let reads = |i: usize| {
             (0..k.args.len()).any(|j| (j == i || alias[j] == Some(i as u32)) && k.params[j].access == ParamAccess::Read)
@@ -271,7 +285,11 @@ impl SimSession {
                 data,
             });
         }
-        let smem_limit = self.opts.device.max_shared_per_block_optin.max(self.opts.device.max_shared_per_block);
+        let smem_limit = self
+            .opts
+            .device
+            .max_shared_per_block_optin
+            .max(self.opts.device.max_shared_per_block);
         let result = lock(&self.runner).launch(
             module,
             k.grid,
@@ -290,9 +308,12 @@ impl SimSession {
         let mut w = written.into_iter();
         for i in 0..k.args.len() {
             let writes = alias[i].is_none()
-                && (0..k.args.len()).any(|j| (j == i || alias[j] == Some(i as u32)) && k.params[j].access == ParamAccess::Write);
+                && (0..k.args.len())
+                    .any(|j| (j == i || alias[j] == Some(i as u32)) && k.params[j].access == ParamAccess::Write);
             if writes {
-                let bytes = w.next().ok_or_else(|| fail("the runner returned too few outputs".into()))?;
+                let bytes = w
+                    .next()
+                    .ok_or_else(|| fail("the runner returned too few outputs".into()))?;
                 mem.write_bytes(k.args[i], &bytes).map_err(|e| fail(e.to_string()))?;
             }
         }
@@ -379,7 +400,8 @@ pub fn run_kernel_source(
 ) -> Result<(), SimError> {
     let compiler = build::find_compiler()?;
     let dir = build::cache_dir(opts.cache_dir.as_deref());
-    let (runner_path, objects) = build::build_all(&compiler, opts.sanitize, &dir, &[(name, source, entry)], opts.jobs())?;
+    let (runner_path, objects) =
+        build::build_all(&compiler, opts.sanitize, &dir, &[(name, source, entry)], opts.jobs())?;
     let runner = runner::shared(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
     let mut runner = lock(&runner);
     let fail = |message: String| SimError::Kernel {
@@ -392,16 +414,29 @@ pub fn run_kernel_source(
     let module = runner.load(&objects[0]).map_err(|f| match f {
         Failure::Reported(m) | Failure::Died(m) => fail(m),
     })?;
-    let smem_limit = opts.device.max_shared_per_block_optin.max(opts.device.max_shared_per_block);
+    let smem_limit = opts
+        .device
+        .max_shared_per_block_optin
+        .max(opts.device.max_shared_per_block);
     for (i, a) in args.iter().enumerate() {
         if let Some(j) = a.alias {
             if j >= i || args[j].alias.is_some() {
-                return Err(fail(format!("argument {i} aliases argument {j}, which is not an earlier plain one")));
+                return Err(fail(format!(
+                    "argument {i} aliases argument {j}, which is not an earlier plain one"
+                )));
             }
         }
     }
-    let group_reads = |i: usize| args.iter().enumerate().any(|(j, b)| (j == i || b.alias == Some(i)) && b.read);
-    let group_writes = |i: usize| args.iter().enumerate().any(|(j, b)| (j == i || b.alias == Some(i)) && b.write);
+    let group_reads = |i: usize| {
+        args.iter()
+            .enumerate()
+            .any(|(j, b)| (j == i || b.alias == Some(i)) && b.read)
+    };
+    let group_writes = |i: usize| {
+        args.iter()
+            .enumerate()
+            .any(|(j, b)| (j == i || b.alias == Some(i)) && b.write)
+    };
     let rargs: Vec<RunnerArg> = args
         .iter()
         .enumerate()
@@ -417,15 +452,27 @@ pub fn run_kernel_source(
         })
         .collect();
     let out = runner
-        .launch(module, grid, block, dyn_smem, smem_limit, opts.sanitize.wave_threads().max(block), &rargs)
+        .launch(
+            module,
+            grid,
+            block,
+            dyn_smem,
+            smem_limit,
+            opts.sanitize.wave_threads().max(block),
+            &rargs,
+        )
         .map_err(|f| match f {
             Failure::Reported(m) | Failure::Died(m) => fail(m),
         })?;
-    let writes: Vec<bool> = (0..args.len()).map(|i| args[i].alias.is_none() && group_writes(i)).collect();
+    let writes: Vec<bool> = (0..args.len())
+        .map(|i| args[i].alias.is_none() && group_writes(i))
+        .collect();
     let mut out = out.into_iter();
     for (a, w) in args.iter_mut().zip(writes) {
         if w {
-            a.data = out.next().ok_or_else(|| fail("the runner returned too few outputs".into()))?;
+            a.data = out
+                .next()
+                .ok_or_else(|| fail("the runner returned too few outputs".into()))?;
         }
     }
     Ok(())

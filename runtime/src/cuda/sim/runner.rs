@@ -3,12 +3,12 @@
 //! reports. A launch that does not answer within the timeout is a hang: the runner is
 //! killed and the launch named.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -144,7 +144,16 @@ impl Runner {
         args: &[RunnerArg],
     ) -> Result<Vec<Vec<u8>>, Failure> {
         let mut head = Vec::with_capacity(32 + 16 * args.len());
-        for v in [2, module, grid, block, dyn_smem, smem_limit, wave_threads, args.len() as u32] {
+        for v in [
+            2,
+            module,
+            grid,
+            block,
+            dyn_smem,
+            smem_limit,
+            wave_threads,
+            args.len() as u32,
+        ] {
             put_u32(&mut head, v);
         }
         for a in args {

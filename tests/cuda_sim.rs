@@ -1,0 +1,189 @@
+//! `--device cuda-sim` end to end: every example and fixture's launch list, with each
+//! generated kernel's own CUDA C built for the host, gives the CPU executor's and the
+//! interpreter's outputs; every self-test case passes; the CLI runs it, checks it, and
+//! says when it cannot (no host compiler: exit code 3).
+//!
+//! Without a host C++ compiler these tests say they skipped, unless `GRAPHC_REQUIRE`
+//! lists `cxx`. The self-test under both sanitizers runs from `.ci/run`
+//! (`graphc selftest --device cuda-sim --sanitize address|thread`).
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use common::{example_models, random_inputs, repo_path};
+use graphc::cuda::sim::{SimOptions, SimSession};
+use graphc::ir::Tensor;
+use graphc::selftest::compare_outputs;
+use graphc_testkit::{skip, Need};
+
+fn have_cxx() -> bool {
+    match graphc::cuda::sim::build::find_compiler() {
+        Ok(_) => true,
+        Err(e) => {
+            skip(Need::Cxx, e);
+            false
+        }
+    }
+}
+
+/// `got` against `want` within the self-test's tolerances, every output.
+fn check(name: &str, what: &str, got: &[(String, Tensor)], want: &[(String, Tensor)]) {
+    let checks = compare_outputs(got, want, false).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for c in checks {
+        assert!(
+            c.pass,
+            "{name}/{}: cuda-sim vs {what}: relative L2 {:.3e} (tolerance {:.0e})",
+            c.name, c.rel_l2, c.tolerance
+        );
+    }
+}
+
+fn run_sim(name: &str, g: &graphc::ir::Graph, seed: u64) {
+    let c = graphc::compile(g).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let inputs = random_inputs(g, seed);
+    let mut s = SimSession::new(&c, &SimOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        s.launch_plan().kernel_launch_count() > 0,
+        "{name}: runs generated kernels"
+    );
+    let got = s
+        .run(c.graph.weights(), &inputs)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let want = graphc::run_cpu(&c, inputs.clone()).unwrap();
+    check(name, "the CPU executor", &got, &want);
+    let reference = graphc::ir::interpret(g, &inputs).unwrap_or_else(|e| panic!("{name}: interpreter: {e}"));
+    check(name, "the interpreter", &got, &reference);
+}
+
+#[test]
+fn examples_run_on_cuda_sim_as_on_the_cpu() {
+    if !have_cxx() {
+        return;
+    }
+    for (name, g) in example_models() {
+        run_sim(&name, &g, 5);
+    }
+}
+
+#[test]
+fn fixtures_run_on_cuda_sim_as_on_the_cpu() {
+    if !have_cxx() {
+        return;
+    }
+    for (name, dims) in [
+        ("gpt2", vec![]),
+        ("bert", vec![]),
+        ("llama", vec![]),
+        ("vit", vec![]),
+        ("gpt2_dynamic", vec![("batch".to_string(), 2), ("seq".to_string(), 8)]),
+    ] {
+        let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
+        let g = graphc::load_model(&dir.join("model.onnx"), &dims).unwrap();
+        run_sim(name, &g, 3);
+    }
+}
+
+/// Every self-test case (every kind of launch) passes on cuda-sim.
+#[test]
+fn selftest_cases_pass_on_cuda_sim() {
+    if !have_cxx() {
+        return;
+    }
+    let cases = graphc::selftest::cases().unwrap();
+    let opts = SimOptions::default();
+    let mut sim = |c: &graphc::Compiled, inputs: &HashMap<String, Tensor>| {
+        graphc::cuda::sim::run_sim(c, inputs, &opts).map_err(graphc::Error::Cuda)
+    };
+    let mut failed = Vec::new();
+    for case in &cases {
+        let r = graphc::selftest::run_case(case, false, &mut sim);
+        if !r.pass {
+            failed.push(format!("{}: {:?} {} {:.2e}", r.name, r.error, r.worst_output, r.rel_l2));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+fn graphc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_graphc"))
+}
+
+#[test]
+fn the_cli_runs_and_checks_on_cuda_sim() {
+    if !have_cxx() {
+        return;
+    }
+    let model = repo_path("examples/models/transformer_block.gir");
+    let out = graphc()
+        .args(["run", model.to_str().unwrap(), "--device", "cuda-sim", "--check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("device   cuda-sim: the launch list of NVIDIA GeForce RTX 4090 D"),
+        "{text}"
+    );
+    assert!(text.contains("check    y rel_l2"), "{text}");
+    let out = graphc()
+        .args([
+            "selftest",
+            "--device",
+            "cuda-sim",
+            "--filter",
+            "row softmax f32 [64,100]",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 of 1 cases pass on cuda-sim"), "{text}");
+    let out = graphc()
+        .args([
+            "bench",
+            model.to_str().unwrap(),
+            "--device",
+            "cuda-sim",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("bench    cuda-sim (host threads, not GPU time)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn cuda_sim_without_a_compiler_is_exit_code_3_and_options_need_it() {
+    let model = repo_path("examples/models/transformer_block.gir");
+    let out = graphc()
+        .args(["run", model.to_str().unwrap(), "--device", "cuda-sim"])
+        .env("CXX", "/nonexistent/c++")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("cuda-sim needs a host C++ compiler"), "{err}");
+    assert!(err.contains("--device cpu"), "{err}");
+    let out = graphc()
+        .args([
+            "run",
+            model.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--sanitize",
+            "address",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("options of --device cuda-sim"));
+}
