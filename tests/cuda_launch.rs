@@ -8,8 +8,8 @@ mod common;
 use std::collections::HashMap;
 
 use common::{example_models as models, random_inputs, rel_l2, repo_path};
-use graphc::ir::{DType, Graph, Tensor};
-use graphc::models::{gpt, GptConfig};
+use graphc::ir::{DType, Tensor};
+use graphc::models::{gpt, mlp, GptConfig, MlpConfig};
 use graphc_compiler::codegen::{self, GridSize, ParamTarget};
 use graphc_compiler::plan::Place;
 use graphc_runtime::cuda::{

@@ -222,7 +222,7 @@ fn shared_decl(line: &str, next_id: &mut usize) -> Option<String> {
             "{indent}{ty}* {name} = reinterpret_cast<{ty}*>(g_sim_dyn_smem());"
         ));
     }
-    if !dims.is_empty() && !(dims.starts_with('[') && dims.ends_with(']')) {
+    if !(dims.is_empty() || dims.starts_with('[') && dims.ends_with(']')) {
         return None;
     }
     let id = *next_id;

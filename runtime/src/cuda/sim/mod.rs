@@ -271,16 +271,16 @@ impl SimSession {
             (0..k.args.len()).any(|j| (j == i || alias[j] == Some(i as u32)) && k.params[j].access == ParamAccess::Read)
         };
         let mut args = Vec::with_capacity(k.args.len());
-        for i in 0..k.args.len() {
+        for (i, ((&addr, &bytes), p)) in k.args.iter().zip(&k.arg_bytes).zip(&k.params).enumerate() {
             let data = if alias[i].is_none() && reads(i) {
-                Some(mem.bytes(k.args[i], k.arg_bytes[i]).map_err(&fail)?)
+                Some(mem.bytes(addr, bytes).map_err(&fail)?)
             } else {
                 None
             };
             args.push(RunnerArg {
-                bytes: k.arg_bytes[i],
-                read: k.params[i].access == ParamAccess::Read,
-                write: k.params[i].access == ParamAccess::Write,
+                bytes,
+                read: p.access == ParamAccess::Read,
+                write: p.access == ParamAccess::Write,
                 alias: alias[i],
                 data,
             });
