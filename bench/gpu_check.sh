@@ -5,7 +5,8 @@
 #
 # a. environment (GPU, driver, Python packages, graphc version); stops when graphc's CUDA
 #    executor finds no driver or GPU (exit 3);
-# b0. `graphc selftest --device cuda`: every kind of launch on small graphs;
+# b0. `graphc selftest --device cuda`: every kind of launch on small graphs; b0s. the same
+#     cases on cuda-sim (the kernels' CUDA C on the host), and the cases where they differ;
 # b. correctness: `graphc run MODEL --device cuda --check` (CUDA against graphc's CPU
 #    executor on the same inputs), with and without CUDA graphs, for every
 #    examples/models/*.gir, the builder models (write_models), the fusion kernels
@@ -90,6 +91,12 @@ write_md() {
 		echo
 		echo '```'
 		grep -vE '^ok ' "$OUT/runs/selftest.txt" 2>/dev/null | tail -n 40
+		echo '```'
+		echo
+		echo "## cuda-sim vs the GPU: the self-test cases whose outcome differs (cuda-sim exit code ${SIM_RC:-not run})"
+		echo
+		echo '```'
+		cat "$OUT/runs/selftest_diff.txt" 2>/dev/null
 		echo '```'
 		echo
 		echo "## Correctness: CUDA vs graphc's CPU executor (graphc run --device cuda --check)"
@@ -238,6 +245,22 @@ timeout -k 5 150 "$GRAPHC" selftest --device cuda </dev/null >"$OUT/runs/selftes
 SELFTEST_RC=$?
 cat "$OUT/runs/selftest.txt"
 say "selftest exit code $SELFTEST_RC"
+
+# ---------------------------------------------------------------------------- b0s. cuda-sim
+# The same cases through cuda-sim for an H200 (each kernel's CUDA C built for the host):
+# a case that passes on one and fails on the other is a bug in codegen or in cuda-sim.
+section "b0s. graphc selftest --device cuda-sim --sim-gpu h200 (the same cases on the host)"
+timeout -k 5 120 "$GRAPHC" selftest --device cuda-sim --sim-gpu h200 </dev/null >"$OUT/runs/selftest_sim.txt" 2>&1
+SIM_RC=$?
+tail -n 3 "$OUT/runs/selftest_sim.txt"
+say "cuda-sim selftest exit code $SIM_RC"
+outcomes() { awk '$1 == "ok" || $1 == "FAIL" { o = $1; $1 = ""; sub(/ +[0-9]+ kernels .*/, ""); print o "\t" $0 }' "$1" | sort -t "$(printf '\t')" -k2; }
+outcomes "$OUT/runs/selftest.txt" >"$OUT/runs/selftest.outcomes"
+outcomes "$OUT/runs/selftest_sim.txt" >"$OUT/runs/selftest_sim.outcomes"
+join -t "$(printf '\t')" -1 2 -2 2 "$OUT/runs/selftest.outcomes" "$OUT/runs/selftest_sim.outcomes" |
+	awk -F '\t' '$2 != $3 { print "differs: " $1 ": GPU " $2 ", cuda-sim " $3 }' >"$OUT/runs/selftest_diff.txt"
+cat "$OUT/runs/selftest_diff.txt"
+say "cases where the GPU and cuda-sim disagree: $(wc -l <"$OUT/runs/selftest_diff.txt")"
 
 # ---------------------------------------------------------------------------- b. correctness
 section "b. correctness"

@@ -15,7 +15,7 @@ use super::{Sanitize, SimError};
 /// The header every kernel translation unit starts with.
 pub const HEADER: &str = include_str!("cuda_sim.h");
 /// The runner's source.
-const RUNTIME: &str = include_str!("sim_rt.cpp");
+const RUNTIME: &str = concat!(include_str!("sim_rt.cpp"), include_str!("sim_io.cpp"));
 
 /// A host C++ compiler: the program and the arguments `$CXX` put before ours.
 #[derive(Clone, Debug)]
