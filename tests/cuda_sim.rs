@@ -1,11 +1,11 @@
 //! `--device cuda-sim` end to end: every example and fixture's launch list, with each
 //! generated kernel's own CUDA C built for the host, gives the CPU executor's and the
-//! interpreter's outputs; every self-test case passes; the CLI runs it, checks it, and
-//! says when it cannot (no host compiler: exit code 3).
+//! interpreter's outputs, plain and under ASan/UBSan and TSan; every self-test case
+//! passes; the CLI runs it, checks it, and says when it cannot (no host compiler: exit
+//! code 3).
 //!
-//! Without a host C++ compiler these tests say they skipped, unless `GRAPHC_REQUIRE`
-//! lists `cxx`. The self-test under both sanitizers runs from `.ci/run`
-//! (`graphc selftest --device cuda-sim --sanitize address|thread`).
+//! The self-test runs plain and under both sanitizers. Without a host C++ compiler
+//! these tests say they skipped, unless `GRAPHC_REQUIRE` lists `cxx`.
 
 mod common;
 
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::process::Command;
 
 use common::{example_models, random_inputs, repo_path};
-use graphc::cuda::sim::{SimOptions, SimSession};
+use graphc::cuda::sim::{Sanitize, SimOptions, SimSession};
 use graphc::ir::Tensor;
 use graphc::selftest::compare_outputs;
 use graphc_testkit::{skip, Need};
@@ -40,21 +40,30 @@ fn check(name: &str, what: &str, got: &[(String, Tensor)], want: &[(String, Tens
     }
 }
 
+/// `g` on cuda-sim (plain, then under both sanitizers, which must report nothing)
+/// against the CPU executor and the interpreter.
 fn run_sim(name: &str, g: &graphc::ir::Graph, seed: u64) {
     let c = graphc::compile(g).unwrap_or_else(|e| panic!("{name}: {e}"));
     let inputs = random_inputs(g, seed);
-    let mut s = SimSession::new(&c, &SimOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert!(
-        s.launch_plan().kernel_launch_count() > 0,
-        "{name}: runs generated kernels"
-    );
-    let got = s
-        .run(c.graph.weights(), &inputs)
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
     let want = graphc::run_cpu(&c, inputs.clone()).unwrap();
-    check(name, "the CPU executor", &got, &want);
     let reference = graphc::ir::interpret(g, &inputs).unwrap_or_else(|e| panic!("{name}: interpreter: {e}"));
-    check(name, "the interpreter", &got, &reference);
+    for sanitize in [Sanitize::None, Sanitize::Address, Sanitize::Thread] {
+        let opts = SimOptions {
+            sanitize,
+            ..SimOptions::default()
+        };
+        let name = format!("{name} ({})", sanitize.name());
+        let mut s = SimSession::new(&c, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            s.launch_plan().kernel_launch_count() > 0,
+            "{name}: runs generated kernels"
+        );
+        let got = s
+            .run(c.graph.weights(), &inputs)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        check(&name, "the CPU executor", &got, &want);
+        check(&name, "the interpreter", &got, &reference);
+    }
 }
 
 #[test]
@@ -85,14 +94,17 @@ fn fixtures_run_on_cuda_sim_as_on_the_cpu() {
     }
 }
 
-/// Every self-test case (every kind of launch) passes on cuda-sim.
-#[test]
-fn selftest_cases_pass_on_cuda_sim() {
+/// Every self-test case (every kind of launch) passes on cuda-sim: plain, under
+/// AddressSanitizer + UBSan, and under ThreadSanitizer (which reports nothing).
+fn selftest_cases_pass(sanitize: Sanitize) {
     if !have_cxx() {
         return;
     }
     let cases = graphc::selftest::cases().unwrap();
-    let opts = SimOptions::default();
+    let opts = SimOptions {
+        sanitize,
+        ..SimOptions::default()
+    };
     let mut sim = |c: &graphc::Compiled, inputs: &HashMap<String, Tensor>| {
         graphc::cuda::sim::run_sim(c, inputs, &opts).map_err(graphc::Error::Cuda)
     };
@@ -103,7 +115,27 @@ fn selftest_cases_pass_on_cuda_sim() {
             failed.push(format!("{}: {:?} {} {:.2e}", r.name, r.error, r.worst_output, r.rel_l2));
         }
     }
-    assert!(failed.is_empty(), "{failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "{} under {}: {failed:#?}",
+        cases.len(),
+        sanitize.name()
+    );
+}
+
+#[test]
+fn selftest_cases_pass_on_cuda_sim() {
+    selftest_cases_pass(Sanitize::None);
+}
+
+#[test]
+fn selftest_cases_pass_on_cuda_sim_under_asan_and_ubsan() {
+    selftest_cases_pass(Sanitize::Address);
+}
+
+#[test]
+fn selftest_cases_pass_on_cuda_sim_under_tsan() {
+    selftest_cases_pass(Sanitize::Thread);
 }
 
 fn graphc() -> Command {

@@ -401,3 +401,46 @@ fn divergent_barriers_and_shuffles_are_reported() {
         .to_string();
     assert!(e.contains("not in the mask"), "{e}");
 }
+
+/// The cache folder as a hostile user may leave it: a link (to a file outside) or a
+/// FIFO where a kernel's object goes is neither followed, read nor replaced.
+#[test]
+fn planted_links_and_fifos_in_the_cache_are_refused() {
+    if !have_cxx() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("graphc-sim-hostile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, b"keep me").unwrap();
+    let b = vector_kernel();
+    let k = &b.kernels[0];
+    let compiler = sim::build::find_compiler().unwrap();
+    let (_, obj) = sim::build::object(&compiler, Sanitize::None, &dir, &k.name, &k.source, &k.entry).unwrap();
+    let o = SimOptions {
+        cache_dir: Some(dir.clone()),
+        ..SimOptions::default()
+    };
+    std::os::unix::fs::symlink(&victim, &obj).unwrap();
+    let e = SimSession::with_kernels(&b.program, &b.plan, &b.kernels, &o)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("is not a regular file"), "{e}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(std::fs::symlink_metadata(&obj).unwrap().file_type().is_symlink());
+    std::fs::remove_file(&obj).unwrap();
+    let status = std::process::Command::new("mkfifo").arg(&obj).status().unwrap();
+    assert!(status.success());
+    let e = SimSession::with_kernels(&b.program, &b.plan, &b.kernels, &o)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("is not a regular file"), "{e}");
+    std::fs::remove_file(&obj).unwrap();
+    let ins = inputs(&b.graph, 1);
+    let got = SimSession::with_kernels(&b.program, &b.plan, &b.kernels, &o)
+        .and_then(|mut s| s.run(b.graph.weights(), &ins))
+        .expect("a clean cache works");
+    assert_eq!(got.len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

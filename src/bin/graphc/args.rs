@@ -147,7 +147,7 @@ pub enum Device {
     /// The GPU when one is usable here, else the CPU.
     Auto,
     /// The GPU's launch list with each kernel's own CUDA C compiled for the host and run
-    /// with a thread per CUDA thread (exit code 3 without a C++ compiler).
+    /// with a fiber per CUDA thread (exit code 3 without a C++ compiler).
     CudaSim,
 }
 

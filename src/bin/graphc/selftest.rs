@@ -36,7 +36,7 @@ pub enum SelftestDevice {
     /// The launch lists for an H200, run on the CPU by the launch emulator.
     Emulate,
     /// The launch lists (RTX 4090D by default) with every kernel's own CUDA C built
-    /// for the host and run with a thread per CUDA thread.
+    /// for the host and run with a fiber per CUDA thread.
     CudaSim,
 }
 

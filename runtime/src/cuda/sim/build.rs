@@ -116,9 +116,21 @@ fn flags(mode: Sanitize, shared: bool) -> Vec<&'static str> {
             "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer",
         ]),
+        // The runner itself is not instrumented (its bookkeeping is not the kernels'
+        // memory): it declares CUDA's happens-before edges to TSan and links TSan's
+        // runtime (`link_libs`), first, so it starts before anything else.
+        Sanitize::Thread if !shared => f.extend(["-g", "-DGRAPHC_SIM_TSAN=1"]),
         Sanitize::Thread => f.extend(["-g", "-fsanitize=thread"]),
     }
     f
+}
+
+/// The libraries the runner links, after its source.
+fn link_libs(mode: Sanitize) -> &'static [&'static str] {
+    match mode {
+        Sanitize::Thread => &["-ltsan", "-ldl"],
+        _ => &["-ldl"],
+    }
 }
 
 /// The cache folder: the option, else `<graphc cache>/sim`, else one under the temp folder.
@@ -249,11 +261,26 @@ fn key(compiler: &Compiler, mode: Sanitize, shared: bool, source: &str) -> Strin
     h.field(b"graphc-sim-v1");
     h.field(compiler.describe().as_bytes());
     h.field(compiler.version.as_bytes());
-    for f in flags(mode, shared) {
+    for f in flags(mode, shared).iter().chain(link_libs(mode)) {
         h.field(f.as_bytes());
     }
     h.field(source.as_bytes());
     format!("{:032x}", h.finish())
+}
+
+/// A kernel's host source and the path of its object in the cache folder `dir`.
+pub fn object(
+    compiler: &Compiler,
+    mode: Sanitize,
+    dir: &Path,
+    name: &str,
+    source: &str,
+    entry: &str,
+) -> Result<(String, PathBuf), SimError> {
+    let src = host_source(name, source, entry)?;
+    let k = key(compiler, mode, true, &src);
+    let out = dir.join(format!("{}-{}-{k}.so", c_ident(entry), mode.name()));
+    Ok((src, out))
 }
 
 /// The runner executable for `mode` (built if not cached) and the kernel objects of
@@ -277,9 +304,7 @@ pub fn build_all(
     });
     let mut objects = Vec::with_capacity(kernels.len());
     for &(name, source, entry) in kernels {
-        let src = host_source(name, source, entry)?;
-        let k = key(compiler, mode, true, &src);
-        let out = dir.join(format!("{}-{}-{k}.so", c_ident(entry), mode.name()));
+        let (src, out) = object(compiler, mode, dir, name, source, entry)?;
         objects.push(out.clone());
         todo.push(Job {
             name,
@@ -288,7 +313,8 @@ pub fn build_all(
             out,
         });
     }
-    todo.retain(|j| !j.out.is_file());
+    // A cache entry is a regular file (not a link, FIFO or directory planted there).
+    todo.retain(|j| !std::fs::symlink_metadata(&j.out).is_ok_and(|m| m.file_type().is_file()));
     todo.dedup_by(|a, b| a.out == b.out);
     let next = Mutex::new(0usize);
     let first_error: Mutex<Option<SimError>> = Mutex::new(None);
@@ -327,8 +353,7 @@ fn compile(compiler: &Compiler, mode: Sanitize, job: &Job) -> Result<(), SimErro
     let stem = job.out.display().to_string();
     let src = PathBuf::from(format!("{stem}.tmp{}-{n}.cpp", std::process::id()));
     let tmp = PathBuf::from(format!("{stem}.tmp{}-{n}", std::process::id()));
-    let io = |e: std::io::Error| SimError::Runner(format!("cannot write {}: {e}", src.display()));
-    std::fs::write(&src, &job.source).map_err(io)?;
+    files::write_file(&src, job.source.as_bytes()).map_err(|e| SimError::Runner(e.to_string()))?;
     let mut cmd = Command::new(&compiler.program);
     cmd.args(&compiler.args)
         .args(flags(mode, job.shared))
@@ -341,7 +366,7 @@ fn compile(compiler: &Compiler, mode: Sanitize, job: &Job) -> Result<(), SimErro
         .arg(&tmp)
         .stdin(Stdio::null());
     if !job.shared {
-        cmd.arg("-ldl");
+        cmd.args(link_libs(mode));
     }
     let out = cmd
         .output()
@@ -358,9 +383,26 @@ fn compile(compiler: &Compiler, mode: Sanitize, job: &Job) -> Result<(), SimErro
         });
     }
     // The source stays beside the object, for reading diagnostics against.
-    let _ = std::fs::rename(&src, format!("{stem}.cpp"));
-    std::fs::rename(&tmp, &job.out)
-        .map_err(|e| SimError::Runner(format!("cannot rename into {}: {e}", job.out.display())))
+    if replace_regular(&src, Path::new(&format!("{stem}.cpp"))).is_err() {
+        let _ = std::fs::remove_file(&src);
+    }
+    replace_regular(&tmp, &job.out).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Rename `from` over `to`, which must be missing or a regular file (never a link,
+/// FIFO or directory planted in the cache folder).
+fn replace_regular(from: &Path, to: &Path) -> Result<(), SimError> {
+    if let Ok(m) = std::fs::symlink_metadata(to) {
+        if !m.file_type().is_file() {
+            return Err(SimError::Runner(format!(
+                "{}: is not a regular file; cuda-sim will not replace it",
+                to.display()
+            )));
+        }
+    }
+    std::fs::rename(from, to).map_err(|e| SimError::Runner(format!("cannot rename into {}: {e}", to.display())))
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 // graphc cuda-sim: the CUDA built-ins a generated kernel uses, given their meaning on
 // the host. Every kernel translation unit starts with this header; it is compiled by a
 // host C++ compiler into a shared object the cuda-sim runner loads. Each CUDA thread
-// of a block is a real OS thread of the runner: barriers, warp shuffles and votes block
-// until every thread (lane of the mask) arrives, and the runner reports a barrier or a
+// of a block is a fiber of the runner: barriers, warp shuffles and votes wait until
+// every thread (lane of the mask) arrives, and the runner reports a barrier or a
 // collective that can never complete instead of hanging.
 //
 // `__CUDA_ARCH__` is not defined here (prelude helpers choose their CPU body by it);

@@ -1,5 +1,5 @@
 //! `--device cuda-sim`: the launch list a GPU would run, with every generated kernel's
-//! **own CUDA C** compiled for the host and executed with real threads.
+//! **own CUDA C** compiled for the host and executed with a fiber per CUDA thread.
 //!
 //! - The launch list is the GPU's ([`plan_launches`] for a named device: the RTX
 //!   4090D's sm_89 limits by default): the same device layout, offsets, grids and block
@@ -10,8 +10,8 @@
 //!   block) + a trampoline. Objects and the runner are cached by source, compiler and
 //!   flags ([`build`]) and built in parallel.
 //! - A separate runner process (`sim_rt.cpp`) loads them and runs each launch with
-//!   every thread of a block as an OS thread, so a missing `__syncthreads` or a
-//!   divergent shuffle misbehaves as on a GPU; barriers and collectives that can never
+//!   every CUDA thread as a fiber switched at every barrier and collective, so a
+//!   missing `__syncthreads` or a divergent shuffle misbehaves as on a GPU; barriers and collectives that can never
 //!   complete are reported, not hung on. Every argument is its own allocation:
 //!   guard bytes around it (checked after the launch) or, under
 //!   [`Sanitize::Address`], ASan's red zones, so an access past a buffer is caught even
@@ -19,8 +19,9 @@
 //!   so an element a kernel fails to write shows; an argument the kernel only reads
 //!   must come back unchanged.
 //! - [`Sanitize::Address`] builds everything with ASan + UBSan (signed overflow in index
-//!   arithmetic is an error), [`Sanitize::Thread`] with TSan (two blocks run at once,
-//!   so a race between blocks is seen too). A report becomes an error naming the
+//!   arithmetic is an error), [`Sanitize::Thread`] with TSan (each fiber a TSan
+//!   context ordered only by CUDA's barriers; 1024 threads' worth of blocks run at
+//!   once, so a race between blocks is seen too). A report becomes an error naming the
 //!   kernel, its step and its arguments' buffers.
 
 pub mod build;
@@ -64,11 +65,12 @@ impl Sanitize {
         }
     }
 
-    /// Threads of one wave of blocks: one block at a time, except under TSan, where
-    /// two 256-thread blocks run at once.
+    /// Threads of one wave of blocks (run at once): one block at a time, except under
+    /// TSan, where up to 1024 threads' blocks interleave, so races between blocks are
+    /// seen too.
     fn wave_threads(self) -> u32 {
         match self {
-            Sanitize::Thread => 512,
+            Sanitize::Thread => 1024,
             _ => 1,
         }
     }
@@ -101,6 +103,19 @@ impl Default for SimOptions {
 }
 
 impl SimOptions {
+    /// A launch's shape with this device's shared-memory limits.
+    fn shape(&self, grid: u32, block: u32, dyn_smem: u32) -> runner::Shape {
+        let d = &self.device;
+        runner::Shape {
+            grid,
+            block,
+            dyn_smem,
+            smem_limit: d.max_shared_per_block_optin.max(d.max_shared_per_block),
+            static_limit: d.max_shared_per_block,
+            wave_threads: self.sanitize.wave_threads().max(block),
+        }
+    }
+
     fn jobs(&self) -> usize {
         if self.jobs > 0 {
             self.jobs
@@ -285,20 +300,8 @@ impl SimSession {
                 data,
             });
         }
-        let smem_limit = self
-            .opts
-            .device
-            .max_shared_per_block_optin
-            .max(self.opts.device.max_shared_per_block);
-        let result = lock(&self.runner).launch(
-            module,
-            k.grid,
-            k.block,
-            k.shared_mem_bytes,
-            smem_limit,
-            self.opts.sanitize.wave_threads().max(k.block),
-            &args,
-        );
+        let shape = self.opts.shape(k.grid, k.block, k.shared_mem_bytes);
+        let result = lock(&self.runner).launch(module, &shape, &args);
         let written = match result {
             Ok(w) => w,
             Err(Failure::Reported(m)) | Err(Failure::Died(m)) => {
@@ -414,10 +417,6 @@ pub fn run_kernel_source(
     let module = runner.load(&objects[0]).map_err(|f| match f {
         Failure::Reported(m) | Failure::Died(m) => fail(m),
     })?;
-    let smem_limit = opts
-        .device
-        .max_shared_per_block_optin
-        .max(opts.device.max_shared_per_block);
     for (i, a) in args.iter().enumerate() {
         if let Some(j) = a.alias {
             if j >= i || args[j].alias.is_some() {
@@ -452,15 +451,7 @@ pub fn run_kernel_source(
         })
         .collect();
     let out = runner
-        .launch(
-            module,
-            grid,
-            block,
-            dyn_smem,
-            smem_limit,
-            opts.sanitize.wave_threads().max(block),
-            &rargs,
-        )
+        .launch(module, &opts.shape(grid, block, dyn_smem), &rargs)
         .map_err(|f| match f {
             Failure::Reported(m) | Failure::Died(m) => fail(m),
         })?;

@@ -28,6 +28,19 @@ pub struct RunnerArg<'a> {
     pub data: Option<&'a [u8]>,
 }
 
+/// The shape and limits of one launch.
+pub struct Shape {
+    pub grid: u32,
+    pub block: u32,
+    pub dyn_smem: u32,
+    /// Static + dynamic shared memory a block may use (the opt-in maximum).
+    pub smem_limit: u32,
+    /// Static shared memory a block may declare (48 KiB on every GPU since Volta).
+    pub static_limit: u32,
+    /// Threads of one wave of blocks run at once.
+    pub wave_threads: u32,
+}
+
 /// Why a request failed.
 pub enum Failure {
     /// The runner answered with an error (the launch is over; the runner lives on).
@@ -132,26 +145,18 @@ impl Runner {
     }
 
     /// Run one launch; the bytes of each argument group that writes, in argument order.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch(
-        &mut self,
-        module: u32,
-        grid: u32,
-        block: u32,
-        dyn_smem: u32,
-        smem_limit: u32,
-        wave_threads: u32,
-        args: &[RunnerArg],
-    ) -> Result<Vec<Vec<u8>>, Failure> {
-        let mut head = Vec::with_capacity(32 + 16 * args.len());
+    pub fn launch(&mut self, module: u32, shape: &Shape, args: &[RunnerArg]) -> Result<Vec<Vec<u8>>, Failure> {
+        let mut head = Vec::with_capacity(36 + 16 * args.len());
+        let s = shape;
         for v in [
             2,
             module,
-            grid,
-            block,
-            dyn_smem,
-            smem_limit,
-            wave_threads,
+            s.grid,
+            s.block,
+            s.dyn_smem,
+            s.smem_limit,
+            s.static_limit,
+            s.wave_threads,
             args.len() as u32,
         ] {
             put_u32(&mut head, v);

@@ -21,48 +21,15 @@ bool run_launch(Launch &l) {
   l.per_wave = slots;
   l.blocks = std::vector<Block>(slots);
   for (auto &b : l.blocks) {
-    pthread_mutex_init(&b.mu, nullptr);
-    pthread_cond_init(&b.bar_cv, nullptr);
     b.warps = std::vector<Warp>((l.block + 31) / 32);
-    for (auto &w : b.warps) {
-      pthread_cond_init(&w.cv, nullptr);
+    for (auto &w : b.warps)
       for (int i = 0; i < 32; ++i) w.seq[i] = 0;
-    }
   }
-#ifdef G_SIM_OS_THREADS
-  const unsigned n = slots * l.block;
-  barrier_set(g_start, n + 1);
-  barrier_set(g_end, n + 1);
-  if (!grow_pool(n)) {
-    fprintf(stderr, "graphc-sim: cannot start %u threads\n", n);
-    _exit(70);
-  }
-  pthread_mutex_lock(&g_pool.mu);
-  g_pool.cur = &l;
-  g_pool.want = n;
-  g_pool.gen++;
-  pthread_cond_broadcast(&g_pool.cv);
-  pthread_mutex_unlock(&g_pool.mu);
-  const unsigned waves = (l.grid + slots - 1) / slots;
-  for (unsigned w = 0; w < waves && !aborted(); ++w) {
-    l.wave = w;
-    for (unsigned s = 0; s < slots; ++s) reset_block(l, l.blocks[s], w * slots + s);
-    barrier_wait(g_start);
-    barrier_wait(g_end);
-  }
-  l.stop = true;
-  barrier_wait(g_start);
-  barrier_wait(g_end);
-#else
   run_fibers(l, slots);
-#endif
   for (auto &b : l.blocks) {
     for (auto &s : b.smem) free(s.base);
     for (auto &s : b.tstore) free(s.base);
     free(b.dyn);
-    for (auto &w : b.warps) pthread_cond_destroy(&w.cv);
-    pthread_cond_destroy(&b.bar_cv);
-    pthread_mutex_destroy(&b.mu);
   }
   g_launch = nullptr;
   return !aborted();
@@ -186,6 +153,7 @@ void do_launch() {
   l.block = read_u32();
   l.dyn_smem = read_u32();
   l.smem_limit = read_u32();
+  l.static_limit = read_u32();
   const unsigned wave_threads = read_u32();
   const unsigned nargs = read_u32();
   g_args.assign(nargs, Arg());

@@ -1,15 +1,15 @@
 // graphc cuda-sim runner: loads kernels compiled for the host (each a shared object
 // built from the kernel's own CUDA C and cuda_sim.h) and runs launches sent by graphc
-// over stdin, answering on stdout. Every CUDA thread of a block is a real thread;
-// blocks run in waves (one block at a time, or several at once under TSan so races
-// between blocks are seen too). Barriers and warp collectives are implemented here,
+// over stdin, answering on stdout. Every CUDA thread is a fiber; blocks run in waves
+// (one block at a time, or several at once under TSan so races between blocks are
+// seen too). Barriers and warp collectives are implemented here,
 // with the checks a GPU does not make: a __syncthreads some threads of the block never
 // reach, a collective whose mask names a lane that exited or waits elsewhere, lanes of
 // one warp in different collectives.
 //
 // Protocol (little-endian): graphc sends a command word, then its fields.
 //   1 LOAD   u32 len, path          -> u32 0, u32 module  | u32 1, u32 len, message
-//   2 LAUNCH u32 module grid block dyn_smem smem_limit waves_threads nargs,
+//   2 LAUNCH u32 module grid block dyn_smem smem_limit static_limit wave_threads nargs,
 //            per argument u64 bytes, u32 flags (1 read, 2 write), u32 alias (an
 //            earlier argument with the same address, or 0xffffffff); then the bytes of
 //            every non-alias argument some member of whose group reads
@@ -37,14 +37,29 @@
 #define G_SIM_ASAN 1
 #endif
 
-// Under TSan every CUDA thread is an OS thread (TSan sees their races); otherwise a
-// fiber (ucontext) of one OS thread, switched at every barrier and collective: the
-// same semantics, a hundred times cheaper on a small host.
-#if defined(__SANITIZE_THREAD__)
-#define G_SIM_OS_THREADS 1
-#else
+// Every CUDA thread is a fiber (ucontext) of one OS thread, switched at every barrier
+// and collective. Under TSan (the runner built with GRAPHC_SIM_TSAN, linked with TSan's
+// runtime, itself uninstrumented) every fiber is a TSan context, switched without
+// synchronizing, and the happens-before edges are exactly CUDA's: a __syncthreads
+// orders the block's threads, a __syncwarp its lanes, a block's start and end order it
+// with the host; warp shuffles and votes order nothing. So TSan reports any pair of
+// accesses those edges do not order.
 #include <sys/mman.h>
 #include <ucontext.h>
+#if defined(GRAPHC_SIM_TSAN)
+extern "C" {
+void *__tsan_get_current_fiber(void);
+void *__tsan_create_fiber(unsigned flags);
+void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+void __tsan_set_fiber_name(void *fiber, const char *name);
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+}
+#define G_HB_RELEASE(p) __tsan_release((void *)(p))
+#define G_HB_ACQUIRE(p) __tsan_acquire((void *)(p))
+#else
+#define G_HB_RELEASE(p) ((void)0)
+#define G_HB_ACQUIRE(p) ((void)0)
 #endif
 
 struct g_sim_abort {};
@@ -58,6 +73,7 @@ const unsigned kGuard = 256;
 unsigned char guard_byte(unsigned i, unsigned k) { return (unsigned char)(0xa5u ^ (k * 131u) ^ (i * 71u + 13u)); }
 
 enum State { RUNNING, AT_BARRIER, AT_WARP, EXITED };
+const int G_SIM_SYNCWARP_KIND = 7;  // cuda_sim.h's G_SIM_SYNCWARP
 
 const char *kind_name(int k) {
   static const char *names[] = {"__shfl_sync",  "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
@@ -66,7 +82,6 @@ const char *kind_name(int k) {
 }
 
 struct Warp {
-  pthread_cond_t cv;
   unsigned arrived = 0;  // lanes waiting in the current collective
   int kind = 0;
   unsigned mask = 0;
@@ -75,6 +90,8 @@ struct Warp {
   int arg[32];
   unsigned long long result[32];
   unsigned long long seq[32];
+  unsigned long long gen = 0;  // completed collectives
+  unsigned char hb[2];         // TSan: __syncwarp's edges, by generation parity
 };
 
 struct Slot {
@@ -83,8 +100,6 @@ struct Slot {
 };
 
 struct Block {
-  pthread_mutex_t mu;
-  pthread_cond_t bar_cv;
   unsigned nthreads = 0;
   unsigned block = 0;
   unsigned bar_arrived = 0;
@@ -97,6 +112,7 @@ struct Block {
   std::vector<Slot> tstore;  // g_sim_thread_storage, by thread
   unsigned long long smem_bytes = 0;
   void *dyn = nullptr;
+  unsigned char hb_start, hb_end, hb_bar[2];  // TSan: the block's happens-before edges
 };
 
 struct Launch {
@@ -104,44 +120,13 @@ struct Launch {
   void (*fn)(void *const *) = nullptr;
   void *const *args = nullptr;
   unsigned grid = 0, block = 0, per_wave = 1;
-  unsigned dyn_smem = 0, smem_limit = 0;
+  unsigned dyn_smem = 0, smem_limit = 0, static_limit = 0;
   std::vector<Block> blocks;  // one per concurrent block
   unsigned wave = 0;
   bool stop = false;
 };
 
-// A reusable barrier (kept for the runner's life: destroying a pthread barrier while
-// its last waiters leave it is a race TSan reports).
-struct Barrier {
-  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-  unsigned count = 0, arrived = 0;
-  unsigned long long gen = 0;
-};
-Barrier g_start, g_end;
-
-void barrier_wait(Barrier &b) {
-  pthread_mutex_lock(&b.mu);
-  const unsigned long long gen = b.gen;
-  if (++b.arrived == b.count) {
-    b.arrived = 0;
-    b.gen++;
-    pthread_cond_broadcast(&b.cv);
-  } else {
-    while (b.gen == gen) pthread_cond_wait(&b.cv, &b.mu);
-  }
-  pthread_mutex_unlock(&b.mu);
-}
-
-void barrier_set(Barrier &b, unsigned count) {
-  pthread_mutex_lock(&b.mu);
-  b.count = count;
-  b.arrived = 0;
-  pthread_mutex_unlock(&b.mu);
-}
-
 // The first error of the current launch.
-pthread_mutex_t g_err_mu = PTHREAD_MUTEX_INITIALIZER;
 std::string g_error;
 bool g_abort_flag = false;
 inline bool aborted() { return __atomic_load_n(&g_abort_flag, __ATOMIC_ACQUIRE); }
@@ -156,9 +141,7 @@ struct Ids {
 };
 __thread Ids tl_ids;
 
-#ifndef G_SIM_OS_THREADS
 void fiber_yield();
-#endif
 
 struct Arg {
   unsigned char *base = nullptr;  // the allocation (guards included outside ASan)
@@ -176,22 +159,19 @@ void set_error(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  pthread_mutex_lock(&g_err_mu);
   if (g_error.empty()) g_error = buf;
   __atomic_store_n(&g_abort_flag, true, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&g_err_mu);
 }
 
-// Record an error from inside a block (its mutex held) and wake everyone in it.
-void fail_locked(Block &b, const char *fmt, ...) {
+// Record an error from inside a block; the scheduler then resumes every fiber, which
+// unwinds at its next barrier or collective.
+void fail_block(Block &b, const char *fmt, ...) {
   char buf[1800];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   set_error("block %u: %s", b.block, buf);
-  pthread_cond_broadcast(&b.bar_cv);
-  for (auto &w : b.warps) pthread_cond_broadcast(&w.cv);
 }
 
 std::string lanes(unsigned m) {
@@ -214,7 +194,7 @@ const char *state_name(State s) {
 void check_deadlock(Block &b) {
   if (b.running != 0 || aborted()) return;
   if (b.bar_arrived > 0) {
-    fail_locked(b,
+    fail_block(b,
                 "deadlock: %u of %u threads wait at __syncthreads, %u have exited and the rest wait in warp "
                 "collectives (a barrier in divergent code)",
                 b.bar_arrived, b.nthreads, b.exited);
@@ -226,26 +206,19 @@ void check_deadlock(Block &b) {
     unsigned missing = wp.mask & ~wp.arrived;
     int lane = __builtin_ctz(missing ? missing : 1u);
     unsigned t = (unsigned)(w * 32 + lane);
-    fail_locked(b, "deadlock: warp %zu: lanes %s wait in %s with mask 0x%08x, but lane %d is %s", w,
+    fail_block(b, "deadlock: warp %zu: lanes %s wait in %s with mask 0x%08x, but lane %d is %s", w,
                 lanes(wp.arrived).c_str(), kind_name(wp.kind), wp.mask, lane,
                 t < b.nthreads ? state_name(b.state[t]) : "not in the block");
     return;
   }
 }
 
-void wait_on(Block &b, pthread_cond_t &cv) {
-#ifdef G_SIM_OS_THREADS
-  if (!aborted()) pthread_cond_wait(&cv, &b.mu);
-#else
-  (void)cv;
-  pthread_mutex_unlock(&b.mu);
+// Give the OS thread to the scheduler until it resumes this fiber (its state RUNNING
+// again, or the launch failed).
+void wait_on(Block &b) {
+  (void)b;
   fiber_yield();
-  pthread_mutex_lock(&b.mu);
-#endif
-  if (aborted()) {
-    pthread_mutex_unlock(&b.mu);
-    throw g_sim_abort();
-  }
+  if (aborted()) throw g_sim_abort();
 }
 
 unsigned long long warp_result(Warp &w, unsigned lane) {
@@ -289,62 +262,55 @@ extern "C" {
 void g_sim_trap(const char *what) {
   Block *b = tl_block;
   if (!b) abort();
-  pthread_mutex_lock(&b->mu);
-  fail_locked(*b, "thread %u: %s", tl_thread, what);
-  pthread_mutex_unlock(&b->mu);
+  fail_block(*b, "thread %u: %s", tl_thread, what);
   throw g_sim_abort();
 }
 
 void g_sim_syncthreads(void) {
   Block &b = *tl_block;
-  pthread_mutex_lock(&b.mu);
   if (aborted()) {
-    pthread_mutex_unlock(&b.mu);
     throw g_sim_abort();
   }
   b.state[tl_thread] = AT_BARRIER;
   b.running--;
   b.bar_arrived++;
+  const unsigned long long gen = b.bar_gen;
+  G_HB_RELEASE(&b.hb_bar[gen & 1]);
   if (b.bar_arrived == b.nthreads) {
     b.bar_arrived = 0;
     b.bar_gen++;
     for (auto &s : b.state) s = RUNNING;
     b.running = b.nthreads;
-    pthread_cond_broadcast(&b.bar_cv);
   } else {
     if (b.bar_arrived + b.exited == b.nthreads)
-      fail_locked(b, "__syncthreads reached by %u threads while %u threads of the block have exited (a barrier in divergent code)",
+      fail_block(b, "__syncthreads reached by %u threads while %u threads of the block have exited (a barrier in divergent code)",
                   b.bar_arrived, b.exited);
     check_deadlock(b);
-    const unsigned long long gen = b.bar_gen;
-    while (b.bar_gen == gen) wait_on(b, b.bar_cv);
+    while (b.bar_gen == gen) wait_on(b);
   }
-  pthread_mutex_unlock(&b.mu);
+  G_HB_ACQUIRE(&b.hb_bar[gen & 1]);
 }
 
 unsigned long long g_sim_warp(int kind, unsigned mask, unsigned long long value, int arg, int width) {
   Block &b = *tl_block;
   const unsigned t = tl_thread, w = t / 32, lane = t % 32;
-  pthread_mutex_lock(&b.mu);
   if (aborted()) {
-    pthread_mutex_unlock(&b.mu);
     throw g_sim_abort();
   }
   Warp &wp = b.warps[w];
   const unsigned lanes_here = b.nthreads - w * 32 >= 32 ? 0xffffffffu : (1u << (b.nthreads - w * 32)) - 1u;
   if (!(mask >> lane & 1u)) {
-    fail_locked(b, "thread %u: %s with mask 0x%08x, which leaves out the calling lane %u", t, kind_name(kind), mask, lane);
+    fail_block(b, "thread %u: %s with mask 0x%08x, which leaves out the calling lane %u", t, kind_name(kind), mask, lane);
   } else if (mask & ~lanes_here) {
-    fail_locked(b, "thread %u: %s with mask 0x%08x names lanes the warp does not have (lanes %s)", t, kind_name(kind),
+    fail_block(b, "thread %u: %s with mask 0x%08x names lanes the warp does not have (lanes %s)", t, kind_name(kind),
                 mask, lanes(lanes_here).c_str());
   } else if (width <= 0 || width > 32 || (width & (width - 1))) {
-    fail_locked(b, "thread %u: %s with width %d (a power of two up to 32)", t, kind_name(kind), width);
+    fail_block(b, "thread %u: %s with width %d (a power of two up to 32)", t, kind_name(kind), width);
   } else if (wp.arrived != 0 && (wp.kind != kind || wp.mask != mask || wp.width != width)) {
-    fail_locked(b, "warp %u: lane %u calls %s with mask 0x%08x while lanes %s wait in %s with mask 0x%08x (divergent warp collectives)",
+    fail_block(b, "warp %u: lane %u calls %s with mask 0x%08x while lanes %s wait in %s with mask 0x%08x (divergent warp collectives)",
                 w, lane, kind_name(kind), mask, lanes(wp.arrived).c_str(), kind_name(wp.kind), wp.mask);
   }
   if (aborted()) {
-    pthread_mutex_unlock(&b.mu);
     throw g_sim_abort();
   }
   if (wp.arrived == 0) {
@@ -358,6 +324,8 @@ unsigned long long g_sim_warp(int kind, unsigned mask, unsigned long long value,
   b.state[t] = AT_WARP;
   b.running--;
   const unsigned long long seq = wp.seq[lane];
+  const unsigned long long wgen = wp.gen;
+  if (kind == G_SIM_SYNCWARP_KIND) G_HB_RELEASE(&wp.hb[wgen & 1]);
   if (wp.arrived == wp.mask) {
     if (kind == 0 || kind == 3) {
       // The source lane must take part in the collective.
@@ -368,9 +336,8 @@ unsigned long long g_sim_warp(int kind, unsigned mask, unsigned long long value,
         unsigned src = kind == 0 ? seg + ((unsigned)wp.arg[i] % (unsigned)width) : r ^ (unsigned)wp.arg[i];
         if (kind == 3 && (src & ~(unsigned)(width - 1)) != seg) src = r;
         if (!(mask >> src & 1u)) {
-          fail_locked(b, "warp %u: lane %d reads lane %u in %s, which is not in the mask 0x%08x (undefined)", w, i, src,
+          fail_block(b, "warp %u: lane %d reads lane %u in %s, which is not in the mask 0x%08x (undefined)", w, i, src,
                       kind_name(kind), mask);
-          pthread_mutex_unlock(&b.mu);
           throw g_sim_abort();
         }
       }
@@ -383,61 +350,60 @@ unsigned long long g_sim_warp(int kind, unsigned mask, unsigned long long value,
       b.running++;
     }
     wp.arrived = 0;
-    pthread_cond_broadcast(&wp.cv);
+    wp.gen++;
   } else {
     check_deadlock(b);
-    while (wp.seq[lane] == seq) wait_on(b, wp.cv);
+    while (wp.seq[lane] == seq) wait_on(b);
   }
+  if (kind == G_SIM_SYNCWARP_KIND) G_HB_ACQUIRE(&wp.hb[wgen & 1]);
   const unsigned long long r = wp.result[lane];
-  pthread_mutex_unlock(&b.mu);
   return r;
 }
 
 unsigned g_sim_active_mask(void) {
   Block &b = *tl_block;
   const unsigned w = tl_thread / 32;
-  pthread_mutex_lock(&b.mu);
   unsigned m = 0;
   for (unsigned i = 0; i < 32 && w * 32 + i < b.nthreads; ++i)
     if (b.state[w * 32 + i] != EXITED) m |= 1u << i;
-  pthread_mutex_unlock(&b.mu);
   return m;
 }
 
 void *g_sim_smem(int id, unsigned long long bytes, unsigned long long align) {
   Block &b = *tl_block;
-  pthread_mutex_lock(&b.mu);
   if (id < 0 || id > 4096) {
-    fail_locked(b, "shared array id %d", id);
-    pthread_mutex_unlock(&b.mu);
+    fail_block(b, "shared array id %d", id);
     throw g_sim_abort();
   }
   if ((size_t)id >= b.smem.size()) b.smem.resize((size_t)id + 1, Slot{nullptr, 0});
   Slot &s = b.smem[(size_t)id];
   if (!s.base) {
     b.smem_bytes += bytes;
+    if (b.smem_bytes > g_launch->static_limit) {
+      fail_block(b, "%llu bytes of static shared memory, over the %u bytes a block may declare", b.smem_bytes,
+                  g_launch->static_limit);
+      throw g_sim_abort();
+    }
     if (b.smem_bytes + g_launch->dyn_smem > g_launch->smem_limit) {
-      fail_locked(b, "%llu bytes of static and %u of dynamic shared memory, over the device's %u bytes per block",
+      fail_block(b, "%llu bytes of static and %u of dynamic shared memory, over the device's %u bytes per block",
                   b.smem_bytes, g_launch->dyn_smem, g_launch->smem_limit);
-      pthread_mutex_unlock(&b.mu);
       throw g_sim_abort();
     }
     void *p = nullptr;
     if (posix_memalign(&p, align < 16 ? 16 : (size_t)align, bytes ? (size_t)bytes : 1) != 0) {
-      fail_locked(b, "cannot allocate %llu bytes of shared memory", bytes);
-      pthread_mutex_unlock(&b.mu);
+      fail_block(b, "cannot allocate %llu bytes of shared memory", bytes);
       throw g_sim_abort();
     }
     memset(p, 0xff, (size_t)bytes);
     s.base = p;
     s.bytes = bytes;
+    G_HB_RELEASE(p);
   } else if (s.bytes != bytes) {
-    fail_locked(b, "shared array %d declared with %llu and %llu bytes", id, s.bytes, bytes);
-    pthread_mutex_unlock(&b.mu);
+    fail_block(b, "shared array %d declared with %llu and %llu bytes", id, s.bytes, bytes);
     throw g_sim_abort();
   }
   void *p = s.base;
-  pthread_mutex_unlock(&b.mu);
+  G_HB_ACQUIRE(p);
   return p;
 }
 
@@ -445,7 +411,6 @@ void *g_sim_dyn_smem(void) { return tl_block->dyn; }
 
 void *g_sim_thread_storage(unsigned long long bytes) {
   Block &b = *tl_block;
-  pthread_mutex_lock(&b.mu);
   if (b.tstore.size() < b.nthreads) b.tstore.resize(b.nthreads, Slot{nullptr, 0});
   Slot &s = b.tstore[tl_thread];
   if (!s.base) {
@@ -453,12 +418,10 @@ void *g_sim_thread_storage(unsigned long long bytes) {
     s.bytes = bytes;
   }
   if (!s.base || s.bytes != bytes) {
-    fail_locked(b, "thread %u: thread storage of %llu bytes asked for, %llu held", tl_thread, bytes, s.bytes);
-    pthread_mutex_unlock(&b.mu);
+    fail_block(b, "thread %u: thread storage of %llu bytes asked for, %llu held", tl_thread, bytes, s.bytes);
     throw g_sim_abort();
   }
   void *p = s.base;
-  pthread_mutex_unlock(&b.mu);
   return p;
 }
 
@@ -533,22 +496,22 @@ void reset_block(Launch &l, Block &b, unsigned block) {
     if (posix_memalign(&b.dyn, 16, l.dyn_smem) != 0) b.dyn = nullptr;
     if (b.dyn) memset(b.dyn, 0xff, l.dyn_smem);
   }
+  for (auto &w : b.warps) w.gen = 0;
+  G_HB_RELEASE(&b.hb_start);
 }
 
 void exit_thread(Block &b, unsigned t) {
-  pthread_mutex_lock(&b.mu);
   if (b.state[t] == RUNNING) b.running--;
   b.state[t] = EXITED;
   b.exited++;
   Warp &wp = b.warps[t / 32];
   if (!aborted() && wp.arrived != 0 && (wp.mask >> (t % 32) & 1u))
-    fail_locked(b, "warp %u: lane %u exited while lanes %s wait for it in %s with mask 0x%08x", t / 32, t % 32,
+    fail_block(b, "warp %u: lane %u exited while lanes %s wait for it in %s with mask 0x%08x", t / 32, t % 32,
                 lanes(wp.arrived).c_str(), kind_name(wp.kind), wp.mask);
   if (!aborted() && b.bar_arrived > 0 && b.bar_arrived + b.exited == b.nthreads)
-    fail_locked(b, "__syncthreads reached by %u threads while %u threads of the block have exited (a barrier in divergent code)",
+    fail_block(b, "__syncthreads reached by %u threads while %u threads of the block have exited (a barrier in divergent code)",
                 b.bar_arrived, b.exited);
   if (b.exited < b.nthreads) check_deadlock(b);
-  pthread_mutex_unlock(&b.mu);
 }
 
 // One CUDA thread, start to end.
@@ -556,87 +519,25 @@ void run_thread(Launch &l, Block &b, unsigned block, unsigned t) {
   tl_block = &b;
   tl_thread = t;
   tl_ids = Ids{t, 0, 0, block, 0, 0, l.block, 1, 1, l.grid, 1, 1};
+  G_HB_ACQUIRE(&b.hb_start);
   try {
     l.fn(l.args);
   } catch (const g_sim_abort &) {
   } catch (...) {
     set_error("block %u thread %u: an exception escaped the kernel", block, t);
   }
+  G_HB_RELEASE(&b.hb_end);
   exit_thread(b, t);
   tl_block = nullptr;
 }
 
-#ifdef G_SIM_OS_THREADS
-// The threads, kept from launch to launch (thread creation is what costs most under
-// TSan): a launch wakes the first `slots * block` of them.
-struct Pool {
-  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-  unsigned long long gen = 0;
-  Launch *cur = nullptr;
-  unsigned want = 0;
-  std::vector<pthread_t> threads;
-};
-Pool g_pool;
-
-void run_waves(Launch &l, unsigned index) {
-  const unsigned slot = index / l.block, t = index % l.block;
-  for (;;) {
-    barrier_wait(g_start);
-    if (l.stop) {
-      barrier_wait(g_end);
-      break;
-    }
-    const unsigned block = l.wave * l.per_wave + slot;
-    if (block < l.grid) {
-      Block &b = l.blocks[slot];
-      run_thread(l, b, block, t);
-    }
-    barrier_wait(g_end);
-  }
-}
-
-void *worker_main(void *p) {
-  const unsigned index = (unsigned)(uintptr_t)p;
-  unsigned long long seen = 0;
-  for (;;) {
-    pthread_mutex_lock(&g_pool.mu);
-    while (g_pool.gen == seen) pthread_cond_wait(&g_pool.cv, &g_pool.mu);
-    seen = g_pool.gen;
-    Launch *l = g_pool.cur;
-    const unsigned want = g_pool.want;
-    pthread_mutex_unlock(&g_pool.mu);
-    if (index < want && l) run_waves(*l, index);
-  }
-  return nullptr;
-}
-
-// At least `n` threads in the pool.
-bool grow_pool(unsigned n) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 1 << 20);
-  bool ok = true;
-  while (g_pool.threads.size() < n) {
-    pthread_t th;
-    if (pthread_create(&th, &attr, worker_main, (void *)(uintptr_t)g_pool.threads.size()) != 0) {
-      ok = false;
-      break;
-    }
-    pthread_detach(th);
-    g_pool.threads.push_back(th);
-  }
-  pthread_attr_destroy(&attr);
-  return ok;
-}
-
-#else
 struct Fiber {
   ucontext_t ctx;
   char *stack = nullptr;
   unsigned slot = 0, t = 0, block = 0;
   bool done = true;
   void *fake = nullptr;
+  void *tsan = nullptr;  // the fiber's TSan context
 };
 const size_t kFiberStack = 256 << 10;
 std::vector<Fiber> g_fibers;
@@ -647,12 +548,20 @@ Launch *g_fiber_launch = nullptr;
 const void *g_sched_bottom = nullptr;
 size_t g_sched_size = 0;
 #endif
+#ifdef GRAPHC_SIM_TSAN
+void *g_sched_tsan = nullptr;
+// Switch TSan's context (without synchronizing: only CUDA's own edges order threads).
+#define G_TSAN_SWITCH(ctx) __tsan_switch_to_fiber((ctx), 1)
+#else
+#define G_TSAN_SWITCH(ctx) ((void)0)
+#endif
 
 void fiber_yield() {
   Fiber *f = g_cur;
 #ifdef G_SIM_ASAN
   __sanitizer_start_switch_fiber(&f->fake, g_sched_bottom, g_sched_size);
 #endif
+  G_TSAN_SWITCH(g_sched_tsan);
   swapcontext(&f->ctx, &g_sched);
 #ifdef G_SIM_ASAN
   __sanitizer_finish_switch_fiber(f->fake, nullptr, nullptr);
@@ -670,6 +579,7 @@ void fiber_entry() {
 #ifdef G_SIM_ASAN
   __sanitizer_start_switch_fiber(nullptr, g_sched_bottom, g_sched_size);
 #endif
+  G_TSAN_SWITCH(g_sched_tsan);
   setcontext(&g_sched);
 }
 
@@ -683,6 +593,7 @@ void resume(Launch &l, Fiber &f) {
   void *fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, f.stack, kFiberStack);
 #endif
+  G_TSAN_SWITCH(f.tsan);
   swapcontext(&g_sched, &f.ctx);
 #ifdef G_SIM_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
@@ -690,7 +601,7 @@ void resume(Launch &l, Fiber &f) {
   g_cur = nullptr;
 }
 
-// Every wave's threads as fibers, resumed in passes (alternately first to last and
+// Every wave's threads as fibers (slots blocks at once), resumed in passes (alternately first to last and
 // last to first) while any can run.
 void run_fibers(Launch &l, unsigned slots) {
   const unsigned n = slots * l.block;
@@ -703,9 +614,15 @@ void run_fibers(Launch &l, unsigned slots) {
     }
     mprotect(m, 4096, PROT_NONE);  // a guard page below the stack
     f.stack = (char *)m;
+#ifdef GRAPHC_SIM_TSAN
+    f.tsan = __tsan_create_fiber(0);
+#endif
     g_fibers.push_back(f);
   }
   g_fiber_launch = &l;
+#ifdef GRAPHC_SIM_TSAN
+  g_sched_tsan = __tsan_get_current_fiber();
+#endif
   const unsigned waves = (l.grid + slots - 1) / slots;
   for (unsigned w = 0; w < waves && !aborted(); ++w) {
     l.wave = w;
@@ -739,10 +656,10 @@ void run_fibers(Launch &l, unsigned slots) {
         set_error("no CUDA thread of the block can run, and the deadlock went unexplained");
       }
     }
+    for (unsigned s = 0; s < slots; ++s) G_HB_ACQUIRE(&l.blocks[s].hb_end);
   }
   g_fiber_launch = nullptr;
 }
-#endif
 
 }  // namespace
 // The protocol (argument allocations, guards, LOAD, LAUNCH, main) follows in
