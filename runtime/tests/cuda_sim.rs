@@ -116,14 +116,24 @@ fn parse(text: &str) -> Graph {
 }
 
 /// A sample of the random graphs of the fusion tests (every op kind and dtype): their
-/// generated kernels, run by cuda-sim, give the arena executor's outputs.
+/// generated kernels, run by cuda-sim, give the arena executor's outputs. Every 10th
+/// graph, plain, by default; `GRAPHC_SIM_GRAPHS=STEP[:address|thread]` runs every
+/// STEP-th (1: all 400) under that sanitizer.
 #[test]
 fn random_graphs_through_cuda_sim_match_the_arena_executor() {
     if !have_cxx() {
         return;
     }
+    let knob = std::env::var("GRAPHC_SIM_GRAPHS").unwrap_or_default();
+    let (step, mode) = knob.split_once(':').unwrap_or((knob.as_str(), ""));
+    let step: usize = step.parse().unwrap_or(10).max(1);
+    let mode = match mode {
+        "address" => Sanitize::Address,
+        "thread" => Sanitize::Thread,
+        _ => Sanitize::None,
+    };
     let (mut checked, mut launches) = (0, 0);
-    for seed in (0..400).step_by(10) {
+    for seed in (0..400).step_by(step) {
         let g = with_weights(random_graph::random_graph(seed), seed);
         let program = fuse(&g).unwrap_or_else(|e| panic!("graph {seed}: fuse failed: {e}"));
         let Ok(kernels) = codegen::generate_all(&program) else {
@@ -141,7 +151,7 @@ fn random_graphs_through_cuda_sim_match_the_arena_executor() {
             kernels,
         };
         let want = b.want(&ins);
-        let mut session = SimSession::with_kernels(&b.program, &b.plan, &b.kernels, &opts(Sanitize::None))
+        let mut session = SimSession::with_kernels(&b.program, &b.plan, &b.kernels, &opts(mode))
             .unwrap_or_else(|e| panic!("graph {seed}: {e}"));
         launches += session.launch_plan().launches.len();
         let got = session
@@ -157,8 +167,14 @@ fn random_graphs_through_cuda_sim_match_the_arena_executor() {
         }
         checked += 1;
     }
-    eprintln!("{checked} random graphs, {launches} launches through cuda-sim");
-    assert!(checked >= 20, "only {checked} random graphs ran through cuda-sim");
+    eprintln!(
+        "{checked} random graphs, {launches} launches through cuda-sim ({})",
+        mode.name()
+    );
+    assert!(
+        checked >= 40 / step,
+        "only {checked} random graphs ran through cuda-sim"
+    );
 }
 
 /// The PTX helpers' CPU bodies (f16 conversions, mma.sync m16n8k16, ldmatrix, cp.async)
@@ -375,31 +391,35 @@ fn divergent_barriers_and_shuffles_are_reported() {
     if !have_cxx() {
         return;
     }
-    let run = |body: &str| {
-        let src = format!("extern \"C\" __global__ void g_t(float* __restrict__ p0) {{\n{body}\n}}\n");
-        let mut args = vec![SimArg::output(64 * 4)];
-        run_kernel_source("t", &src, "g_t", 1, 64, 0, &mut args, &opts(Sanitize::None)).map(|_| args)
-    };
-    let ok = run("  float v = (float)threadIdx.x;\n  v += __shfl_xor_sync(0xffffffffu, v, 1);\n  __syncthreads();\n  p0[threadIdx.x] = v;").unwrap();
-    let v: Vec<f32> = ok[0]
-        .data
-        .chunks(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(v[0], 1.0);
-    assert_eq!(v[5], 9.0);
-    let e = run("  if (threadIdx.x < 32) __syncthreads();\n  p0[threadIdx.x] = 0.0f;")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("divergent code"), "{e}");
-    let e = run("  float v = 1.0f;\n  if (threadIdx.x % 2 == 0) v = __shfl_xor_sync(0xffffffffu, v, 1);\n  p0[threadIdx.x] = v;")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("exited while lanes"), "{e}");
-    let e = run("  float v = 1.0f;\n  if (threadIdx.x == 0) v = __shfl_sync(0x1u, v, 3);\n  p0[threadIdx.x] = v;")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("not in the mask"), "{e}");
+    // The same reports (and no sanitizer's) in every mode: the abort path unwinds
+    // fibers under ASan's and TSan's fiber annotations too.
+    for mode in [Sanitize::None, Sanitize::Address, Sanitize::Thread] {
+        let run = |body: &str| {
+            let src = format!("extern \"C\" __global__ void g_t(float* __restrict__ p0) {{\n{body}\n}}\n");
+            let mut args = vec![SimArg::output(64 * 4)];
+            run_kernel_source("t", &src, "g_t", 1, 64, 0, &mut args, &opts(mode)).map(|_| args)
+        };
+        let ok = run("  float v = (float)threadIdx.x;\n  v += __shfl_xor_sync(0xffffffffu, v, 1);\n  __syncthreads();\n  p0[threadIdx.x] = v;").unwrap();
+        let v: Vec<f32> = ok[0]
+            .data
+            .chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(v[0], 1.0);
+        assert_eq!(v[5], 9.0);
+        let e = run("  if (threadIdx.x < 32) __syncthreads();\n  p0[threadIdx.x] = 0.0f;")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("divergent code"), "{} {e}", mode.name());
+        let e = run("  float v = 1.0f;\n  if (threadIdx.x % 2 == 0) v = __shfl_xor_sync(0xffffffffu, v, 1);\n  p0[threadIdx.x] = v;")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exited while lanes"), "{e}");
+        let e = run("  float v = 1.0f;\n  if (threadIdx.x == 0) v = __shfl_sync(0x1u, v, 3);\n  p0[threadIdx.x] = v;")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not in the mask"), "{e}");
+    }
 }
 
 /// The cache folder as a hostile user may leave it: a link (to a file outside) or a

@@ -196,7 +196,10 @@ void do_launch() {
     l.args = ptrs.data();
     l.per_wave = wave_threads / (l.block ? l.block : 1);
     if (l.per_wave == 0) l.per_wave = 1;
-    if (!run_launch(l)) err = g_error;
+    if (!run_launch(l)) {
+      G_HB_ACQUIRE(&g_error);
+      err = g_error;
+    }
   }
   for (unsigned i = 0; i < nargs && err.empty(); ++i) {
     const Arg &a = g_args[i];

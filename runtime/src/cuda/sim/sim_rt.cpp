@@ -73,6 +73,8 @@ const unsigned kGuard = 256;
 unsigned char guard_byte(unsigned i, unsigned k) { return (unsigned char)(0xa5u ^ (k * 131u) ^ (i * 71u + 13u)); }
 
 enum State { RUNNING, AT_BARRIER, AT_WARP, EXITED };
+// At most this many __shared__ declarations per kernel.
+const int kMaxSharedArrays = 256;
 const int G_SIM_SYNCWARP_KIND = 7;  // cuda_sim.h's G_SIM_SYNCWARP
 
 const char *kind_name(int k) {
@@ -160,6 +162,7 @@ void set_error(const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   if (g_error.empty()) g_error = buf;
+  G_HB_RELEASE(&g_error);  // read by the host side after the launch
   __atomic_store_n(&g_abort_flag, true, __ATOMIC_RELEASE);
 }
 
@@ -371,7 +374,7 @@ unsigned g_sim_active_mask(void) {
 
 void *g_sim_smem(int id, unsigned long long bytes, unsigned long long align) {
   Block &b = *tl_block;
-  if (id < 0 || id > 4096) {
+  if (id < 0 || id >= kMaxSharedArrays) {
     fail_block(b, "shared array id %d", id);
     throw g_sim_abort();
   }
@@ -487,8 +490,12 @@ void reset_block(Launch &l, Block &b, unsigned block) {
   }
   for (auto &s : b.smem) free(s.base);
   b.smem.clear();
+  // Reserved, so that no fiber's resize moves the table under another's (TSan sees
+  // the runtime's memcpy).
+  b.smem.reserve(kMaxSharedArrays);
   for (auto &s : b.tstore) free(s.base);
   b.tstore.clear();
+  b.tstore.reserve(l.block);
   b.smem_bytes = 0;
   free(b.dyn);
   b.dyn = nullptr;
@@ -526,8 +533,8 @@ void run_thread(Launch &l, Block &b, unsigned block, unsigned t) {
   } catch (...) {
     set_error("block %u thread %u: an exception escaped the kernel", block, t);
   }
-  G_HB_RELEASE(&b.hb_end);
   exit_thread(b, t);
+  G_HB_RELEASE(&b.hb_end);
   tl_block = nullptr;
 }
 
