@@ -464,3 +464,27 @@ fn planted_links_and_fifos_in_the_cache_are_refused() {
     assert_eq!(got.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A launch that kills the shared runner (a sanitizer's report) fails only itself: a
+/// session made before it runs on, in a runner started again.
+#[test]
+fn one_sessions_failure_is_not_anothers() {
+    if !have_cxx() {
+        return;
+    }
+    let b = vector_kernel();
+    let ins = inputs(&b.graph, 1);
+    let want = b.want(&ins);
+    let o = opts(Sanitize::Address);
+    let mut good = SimSession::with_kernels(&b.program, &b.plan, &b.kernels, &o).unwrap();
+    let bad = inject(&b.kernels, 0, "i < 4099;", "i <= 4099;");
+    let mut broken = SimSession::with_kernels(&b.program, &b.plan, &bad, &o).unwrap();
+    let e = sim_error(broken.run(b.graph.weights(), &ins));
+    assert!(e.contains("heap-buffer-overflow"), "{e}");
+    for _ in 0..2 {
+        let got = good.run(b.graph.weights(), &ins).expect("the other session runs on");
+        let (_, a, w) = zip_outputs(&got, &want).unwrap().remove(0);
+        assert!(close(a, w));
+    }
+    sim_error(broken.run(b.graph.weights(), &ins));
+}

@@ -170,8 +170,8 @@ pub struct SimSession {
     plan: LaunchPlan,
     opts: SimOptions,
     runner: Arc<Mutex<Runner>>,
-    /// The runner's module of each [`LaunchPlan::modules`] entry.
-    modules: Vec<u32>,
+    /// The kernel object of each [`LaunchPlan::modules`] entry.
+    modules: Vec<PathBuf>,
 }
 
 impl SimSession {
@@ -206,9 +206,11 @@ impl SimSession {
         }
         let (runner_path, objects) = build::build_all(&compiler, opts.sanitize, &dir, &sources, opts.jobs())?;
         let runner = runner::shared(&runner_path, opts.sanitize, opts.launch_timeout).map_err(SimError::Runner)?;
-        let mut modules = Vec::with_capacity(objects.len());
+        // Loaded now, so a kernel the runner cannot load is an error before any run.
         for (o, (name, _, _)) in objects.iter().zip(&sources) {
-            let id = lock(&runner).load(o).map_err(|f| {
+            let mut r = lock(&runner);
+            r.revive().map_err(SimError::Runner)?;
+            r.load(o).map_err(|f| {
                 SimError::Runner(format!(
                     "cannot load {name}: {}",
                     match f {
@@ -216,14 +218,13 @@ impl SimSession {
                     }
                 ))
             })?;
-            modules.push(id);
         }
         Ok(SimSession {
             program: program.clone(),
             plan: lp,
             opts: opts.clone(),
             runner,
-            modules,
+            modules: objects,
         })
     }
 
@@ -237,9 +238,6 @@ impl SimSession {
         weights: &BTreeMap<String, Tensor>,
         inputs: &HashMap<String, Tensor>,
     ) -> Result<Vec<(String, Tensor)>, CudaError> {
-        if lock(&self.runner).is_dead() {
-            return Err(SimError::Runner("the runner failed in an earlier run; start a new session".into()).into());
-        }
         let mut mem = load_memory(&self.program, &self.plan, weights, inputs).map_err(SimError::from)?;
         for i in 0..self.plan.launches.len() {
             match &self.plan.launches[i] {
@@ -271,10 +269,11 @@ impl SimSession {
             )));
         }
         check_overlaps(k).map_err(fail)?;
-        let module = *self
+        let object = self
             .modules
             .get(k.module)
-            .ok_or_else(|| fail(format!("module {} was not built", k.module)))?;
+            .ok_or_else(|| fail(format!("module {} was not built", k.module)))?
+            .clone();
         // Arguments at the same address are one allocation in the runner.
         let mut alias = vec![None; k.args.len()];
         for i in 0..k.args.len() {
@@ -301,7 +300,7 @@ impl SimSession {
             });
         }
         let shape = self.opts.shape(k.grid, k.block, k.shared_mem_bytes);
-        let result = lock(&self.runner).launch(module, &shape, &args);
+        let result = lock(&self.runner).launch_object(&object, &shape, &args);
         let written = match result {
             Ok(w) => w,
             Err(Failure::Reported(m)) | Err(Failure::Died(m)) => {
@@ -414,9 +413,6 @@ pub fn run_kernel_source(
         block,
         message,
     };
-    let module = runner.load(&objects[0]).map_err(|f| match f {
-        Failure::Reported(m) | Failure::Died(m) => fail(m),
-    })?;
     for (i, a) in args.iter().enumerate() {
         if let Some(j) = a.alias {
             if j >= i || args[j].alias.is_some() {
@@ -451,7 +447,7 @@ pub fn run_kernel_source(
         })
         .collect();
     let out = runner
-        .launch(module, &opts.shape(grid, block, dyn_smem), &rargs)
+        .launch_object(&objects[0], &opts.shape(grid, block, dyn_smem), &rargs)
         .map_err(|f| match f {
             Failure::Reported(m) | Failure::Died(m) => fail(m),
         })?;

@@ -50,6 +50,9 @@ pub enum Failure {
 }
 
 pub struct Runner {
+    /// What it was started as (to start it again after a failure).
+    program: PathBuf,
+    mode: Sanitize,
     /// Objects loaded so far, and their module numbers.
     loaded: std::collections::HashMap<std::path::PathBuf, u32>,
     child: Child,
@@ -74,7 +77,6 @@ impl Runner {
             "TSAN_OPTIONS",
             "halt_on_error=1:exitcode=66:report_signal_unsafe=0:second_deadlock_stack=0:history_size=4",
         );
-        let _ = mode;
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the runner {}: {e}", program.display()))?;
@@ -111,6 +113,8 @@ impl Runner {
             }
         });
         Ok(Runner {
+            program: program.to_path_buf(),
+            mode,
             loaded: Default::default(),
             child,
             stdin,
@@ -263,8 +267,21 @@ impl Runner {
         Failure::Died(msg)
     }
 
-    pub fn is_dead(&self) -> bool {
-        self.dead
+    /// A runner a failed launch killed (a sanitizer's report, a crash, a hang) is
+    /// started again, with nothing loaded, for the next launch of any session.
+    pub fn revive(&mut self) -> Result<(), String> {
+        if self.dead {
+            *self = Runner::spawn(&self.program, self.mode, self.timeout)?;
+        }
+        Ok(())
+    }
+
+    /// Run one launch of the kernel object `object` (started again if it died, the
+    /// object loaded if it is not yet).
+    pub fn launch_object(&mut self, object: &Path, shape: &Shape, args: &[RunnerArg]) -> Result<Vec<Vec<u8>>, Failure> {
+        self.revive().map_err(Failure::Died)?;
+        let module = self.load(object)?;
+        self.launch(module, shape, args)
     }
 }
 
@@ -335,8 +352,9 @@ pub fn summarize_report(text: &str) -> String {
 }
 
 /// The runner of each runner executable, shared by every session of this process (a
-/// runner keeps its threads and loaded kernels; starting hundreds of threads is what
-/// costs most under TSan). A runner that failed is replaced by a fresh one.
+/// runner keeps its fibers and loaded kernels; creating TSan's fiber contexts is what
+/// costs most). One that a launch killed is started again by the next launch
+/// ([`Runner::launch_object`]), so one session's failure is not another's.
 pub fn shared(program: &Path, mode: Sanitize, timeout: Duration) -> Result<Arc<Mutex<Runner>>, String> {
     static RUNNERS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<Runner>>>>> = OnceLock::new();
     let mut map = RUNNERS
@@ -344,10 +362,7 @@ pub fn shared(program: &Path, mode: Sanitize, timeout: Duration) -> Result<Arc<M
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     if let Some(r) = map.get(program) {
-        let alive = r.lock().map(|r| !r.is_dead()).unwrap_or(false);
-        if alive {
-            return Ok(Arc::clone(r));
-        }
+        return Ok(Arc::clone(r));
     }
     let r = Arc::new(Mutex::new(Runner::spawn(program, mode, timeout)?));
     map.insert(program.to_path_buf(), Arc::clone(&r));
