@@ -187,10 +187,7 @@ fn the_cli_runs_and_checks_on_cuda_sim() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains("bench    cuda-sim (host threads, not GPU time)"),
-        "{text}"
-    );
+    assert!(text.contains("bench    cuda-sim (on the host, not GPU time)"), "{text}");
 }
 
 #[test]

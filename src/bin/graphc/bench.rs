@@ -262,7 +262,7 @@ fn report_sim(args: &BenchArgs, compiled: &Compiled, sim: &graphc::cuda::sim::Si
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "bench    cuda-sim (host threads, not GPU time), {counts}: median {:.3} ms over {} runs (min {:.3}, max {:.3}) after {} warm-up",
+            "bench    cuda-sim (on the host, not GPU time), {counts}: median {:.3} ms over {} runs (min {:.3}, max {:.3}) after {} warm-up",
             t.median_ms, t.iters, t.min_ms, t.max_ms, args.warmup
         );
     }
