@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{example_models as models, random_inputs, rel_l2, repo_path};
+use common::{example_models as models, fixtures, random_inputs, rel_l2, repo_path};
 use graphc::ir::{DType, Tensor};
 use graphc::models::{gpt, mlp, GptConfig, MlpConfig};
 use graphc_compiler::codegen::{self, GridSize, ParamTarget};
@@ -60,13 +60,7 @@ fn emulated_launches_match_the_cpu_executor_on_the_examples() {
 /// The exported fixtures (GPT-2, BERT, Llama, ViT, and GPT-2 with symbolic dims).
 #[test]
 fn emulated_launches_match_the_cpu_executor_on_the_fixtures() {
-    for (name, dims) in [
-        ("gpt2", vec![]),
-        ("bert", vec![]),
-        ("llama", vec![]),
-        ("vit", vec![]),
-        ("gpt2_dynamic", vec![("batch".to_string(), 2), ("seq".to_string(), 8)]),
-    ] {
+    for (name, dims) in fixtures() {
         let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
         let g = graphc::load_model(&dir.join("model.onnx"), &dims).unwrap();
         let c = graphc::compile(&g).unwrap();

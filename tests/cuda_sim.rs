@@ -12,7 +12,7 @@ mod common;
 use std::collections::HashMap;
 use std::process::Command;
 
-use common::{example_models, random_inputs, repo_path};
+use common::{example_models, fixtures, random_inputs, repo_path};
 use graphc::cuda::sim::{Sanitize, SimOptions, SimSession};
 use graphc::ir::Tensor;
 use graphc::selftest::compare_outputs;
@@ -81,13 +81,7 @@ fn fixtures_run_on_cuda_sim_as_on_the_cpu() {
     if !have_cxx() {
         return;
     }
-    for (name, dims) in [
-        ("gpt2", vec![]),
-        ("bert", vec![]),
-        ("llama", vec![]),
-        ("vit", vec![]),
-        ("gpt2_dynamic", vec![("batch".to_string(), 2), ("seq".to_string(), 8)]),
-    ] {
+    for (name, dims) in fixtures() {
         let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
         let g = graphc::load_model(&dir.join("model.onnx"), &dims).unwrap();
         run_sim(name, &g, 3);

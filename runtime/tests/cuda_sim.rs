@@ -9,6 +9,9 @@
 #[path = "../../ir/tests/common/random_graph.rs"]
 mod random_graph;
 
+mod seeded;
+use seeded::{inputs, with_weights};
+
 #[path = "../../compiler/tests/ptx_cases/mod.rs"]
 mod ptx_cases;
 
@@ -41,26 +44,6 @@ fn opts(sanitize: Sanitize) -> SimOptions {
         sanitize,
         ..SimOptions::default()
     }
-}
-
-fn with_weights(mut g: Graph, seed: u64) -> Graph {
-    let params: Vec<(String, graphc_ir::TensorType)> =
-        g.parameters().map(|(_, n, t)| (n.to_string(), t.clone())).collect();
-    for (i, (name, ty)) in params.into_iter().enumerate() {
-        g.set_weight(name, Tensor::random(&ty, seed * 31 + i as u64));
-    }
-    g
-}
-
-fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
-    g.inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let name = g.input_name(id).expect("input").to_string();
-            (name, Tensor::random(&g.node(id).ty, seed * 1000 + i as u64))
-        })
-        .collect()
 }
 
 /// Close as the GPU's result may be: floats within the dtype's relative L2, integers

@@ -15,41 +15,22 @@
 #[path = "../../ir/tests/common/random_graph.rs"]
 mod random_graph;
 
-mod planned;
+mod seeded;
+use seeded::{inputs, with_weights};
 
-use std::collections::HashMap;
+mod planned;
 
 use graphc_compiler::codegen;
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::plan::{plan_memory, MemoryOptions};
 use graphc_ir::compare::bitwise_equal as same;
 use graphc_ir::compare::{relative_l2, zip_outputs};
-use graphc_ir::{interpret, DType, Graph, Op, Tensor};
+use graphc_ir::{interpret, DType, Op, Tensor};
 use graphc_runtime::cuda::{emulate, plan_launches, DeviceInfo};
 use graphc_runtime::kernels::run_planned;
 use planned::run_arena;
 
 const GRAPHS: u64 = 400;
-
-fn with_weights(mut g: Graph, seed: u64) -> Graph {
-    let params: Vec<(String, graphc_ir::TensorType)> =
-        g.parameters().map(|(_, n, t)| (n.to_string(), t.clone())).collect();
-    for (i, (name, ty)) in params.into_iter().enumerate() {
-        g.set_weight(name, Tensor::random(&ty, seed * 31 + i as u64));
-    }
-    g
-}
-
-fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
-    g.inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let name = g.input_name(id).expect("input").to_string();
-            (name, Tensor::random(&g.node(id).ty, seed * 1000 + i as u64))
-        })
-        .collect()
-}
 
 #[test]
 fn fused_random_graphs_match_the_interpreter() {

@@ -81,3 +81,15 @@ pub fn example_models() -> Vec<(String, Graph)> {
     ));
     v
 }
+
+/// The exported ONNX fixtures (GPT-2, BERT, Llama, ViT, and GPT-2 with symbolic dims
+/// fixed), each with the dims it is loaded with.
+pub fn fixtures() -> Vec<(&'static str, Vec<(String, usize)>)> {
+    vec![
+        ("gpt2", vec![]),
+        ("bert", vec![]),
+        ("llama", vec![]),
+        ("vit", vec![]),
+        ("gpt2_dynamic", vec![("batch".to_string(), 2), ("seq".to_string(), 8)]),
+    ]
+}

@@ -134,7 +134,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 bail!("--per-kernel times GPU launches: use it with --device cuda");
             }
             let times = time_cpu(&compiled, &inputs, args.warmup, args.iters)?;
-            report_cpu(&args, &compiled, &times)
+            report_host(&args, &compiled, HostRun::Cpu, &times)
         }
         Target::Sim(mut sim) => {
             graphc::check_host_memory(&compiled)?;
@@ -149,7 +149,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 Ok(())
             };
             let times = time_runs(&mut run, args.warmup, args.iters)?;
-            report_sim(&args, &compiled, &sim, &times)
+            report_host(&args, &compiled, HostRun::Sim(&sim), &times)
         }
         Target::Gpu(mut session) => {
             if !args.json {
@@ -196,51 +196,36 @@ fn time_runs(run: &mut dyn FnMut() -> Result<()>, warmup: usize, iters: usize) -
     })
 }
 
-fn report_cpu(args: &BenchArgs, compiled: &Compiled, t: &Times) -> Result<()> {
-    let counts = Counts::cpu(&compiled.program);
-    if args.json {
-        let report = BenchReport {
-            model: args.model.model.display().to_string(),
-            device: "cpu",
-            gpu: None,
-            arch: None,
-            precision: args.budget.precision.name(),
-            graph: false,
-            tf32: false,
-            warmup: args.warmup,
-            iters: t.iters,
-            median_ms: t.median_ms,
-            min_ms: t.min_ms,
-            max_ms: t.max_ms,
-            kernels: counts.kernels,
-            launches: counts.launches,
-            gemms: counts.gemms(),
-            modules: counts.modules(),
-            plan: PlanBytes::of(compiled, graphc_compiler::plan::Device::Cpu),
-            device_bytes: None,
-            free_bytes_at_load: None,
-            per_kernel: &[],
-            graph_error: None,
-        };
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!(
-            "bench    cpu (kernel-IR executor), {counts}: median {:.3} ms over {} runs (min {:.3}, max {:.3}) after {} warm-up",
-            t.median_ms, t.iters, t.min_ms, t.max_ms, args.warmup
-        );
-    }
-    Ok(())
+/// Where wall-clock runs ran: the CPU executor, or cuda-sim for a named GPU.
+enum HostRun<'a> {
+    Cpu,
+    Sim(&'a graphc::cuda::sim::SimSession),
 }
 
-fn report_sim(args: &BenchArgs, compiled: &Compiled, sim: &graphc::cuda::sim::SimSession, t: &Times) -> Result<()> {
-    let counts = Counts::gpu(&compiled.program, sim.launch_plan());
-    let device = &sim.launch_plan().device;
+/// The report of runs timed by the wall clock (the CPU executor, cuda-sim).
+fn report_host(args: &BenchArgs, compiled: &Compiled, on: HostRun, t: &Times) -> Result<()> {
+    let (counts, device, gpu, what, planned) = match on {
+        HostRun::Cpu => (
+            Counts::cpu(&compiled.program),
+            "cpu",
+            None,
+            "cpu (kernel-IR executor)",
+            graphc_compiler::plan::Device::Cpu,
+        ),
+        HostRun::Sim(sim) => (
+            Counts::gpu(&compiled.program, sim.launch_plan()),
+            "cuda-sim",
+            Some(&sim.launch_plan().device),
+            "cuda-sim (on the host, not GPU time)",
+            graphc_compiler::plan::Device::Cuda,
+        ),
+    };
     if args.json {
         let report = BenchReport {
             model: args.model.model.display().to_string(),
-            device: "cuda-sim",
-            gpu: Some(&device.name),
-            arch: Some(&device.arch),
+            device,
+            gpu: gpu.map(|d| d.name.as_str()),
+            arch: gpu.map(|d| d.arch.as_str()),
             precision: args.budget.precision.name(),
             graph: false,
             tf32: false,
@@ -253,7 +238,7 @@ fn report_sim(args: &BenchArgs, compiled: &Compiled, sim: &graphc::cuda::sim::Si
             launches: counts.launches,
             gemms: counts.gemms(),
             modules: counts.modules(),
-            plan: PlanBytes::of(compiled, graphc_compiler::plan::Device::Cuda),
+            plan: PlanBytes::of(compiled, planned),
             device_bytes: None,
             free_bytes_at_load: None,
             per_kernel: &[],
@@ -262,7 +247,7 @@ fn report_sim(args: &BenchArgs, compiled: &Compiled, sim: &graphc::cuda::sim::Si
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "bench    cuda-sim (on the host, not GPU time), {counts}: median {:.3} ms over {} runs (min {:.3}, max {:.3}) after {} warm-up",
+            "bench    {what}, {counts}: median {:.3} ms over {} runs (min {:.3}, max {:.3}) after {} warm-up",
             t.median_ms, t.iters, t.min_ms, t.max_ms, args.warmup
         );
     }
