@@ -20,7 +20,6 @@
 // zones; otherwise 256 guard bytes each side, checked after the launch); write-only
 // arguments start as 0xff bytes, so an element a kernel fails to write is NaN.
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,8 +57,8 @@ void __tsan_release(void *addr);
 #define G_HB_RELEASE(p) __tsan_release((void *)(p))
 #define G_HB_ACQUIRE(p) __tsan_acquire((void *)(p))
 #else
-#define G_HB_RELEASE(p) ((void)0)
-#define G_HB_ACQUIRE(p) ((void)0)
+#define G_HB_RELEASE(p) ((void)(p))
+#define G_HB_ACQUIRE(p) ((void)(p))
 #endif
 
 struct g_sim_abort {};
@@ -124,8 +123,6 @@ struct Launch {
   unsigned grid = 0, block = 0, per_wave = 1;
   unsigned dyn_smem = 0, smem_limit = 0, static_limit = 0;
   std::vector<Block> blocks;  // one per concurrent block
-  unsigned wave = 0;
-  bool stop = false;
 };
 
 // The first error of the current launch.
@@ -218,8 +215,7 @@ void check_deadlock(Block &b) {
 
 // Give the OS thread to the scheduler until it resumes this fiber (its state RUNNING
 // again, or the launch failed).
-void wait_on(Block &b) {
-  (void)b;
+void wait_on() {
   fiber_yield();
   if (aborted()) throw g_sim_abort();
 }
@@ -289,7 +285,7 @@ void g_sim_syncthreads(void) {
       fail_block(b, "__syncthreads reached by %u threads while %u threads of the block have exited (a barrier in divergent code)",
                   b.bar_arrived, b.exited);
     check_deadlock(b);
-    while (b.bar_gen == gen) wait_on(b);
+    while (b.bar_gen == gen) wait_on();
   }
   G_HB_ACQUIRE(&b.hb_bar[gen & 1]);
 }
@@ -356,7 +352,7 @@ unsigned long long g_sim_warp(int kind, unsigned mask, unsigned long long value,
     wp.gen++;
   } else {
     check_deadlock(b);
-    while (wp.seq[lane] == seq) wait_on(b);
+    while (wp.seq[lane] == seq) wait_on();
   }
   if (kind == G_SIM_SYNCWARP_KIND) G_HB_ACQUIRE(&wp.hb[wgen & 1]);
   const unsigned long long r = wp.result[lane];
@@ -632,7 +628,6 @@ void run_fibers(Launch &l, unsigned slots) {
 #endif
   const unsigned waves = (l.grid + slots - 1) / slots;
   for (unsigned w = 0; w < waves && !aborted(); ++w) {
-    l.wave = w;
     unsigned live = 0;
     for (unsigned s = 0; s < slots; ++s) reset_block(l, l.blocks[s], w * slots + s);
     for (unsigned i = 0; i < n; ++i) {
