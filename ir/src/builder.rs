@@ -195,6 +195,22 @@ impl GraphBuilder {
         self.add(Op::Concat { axis }, &ids)
     }
 
+    /// Scaled dot-product attention ([`Op::Attention`]) of `q`, `k`, `v` with an
+    /// optional additive `mask` (not broadcast here: its dims are 1 or the scores').
+    pub fn attention<'b>(
+        &'b self,
+        q: Value<'b>,
+        k: Value<'b>,
+        v: Value<'b>,
+        mask: Option<Value<'b>>,
+        scale: f64,
+        causal: bool,
+    ) -> Value<'b> {
+        let mut ids = vec![q.id, k.id, v.id];
+        ids.extend(mask.map(|m| m.id));
+        self.add(Op::Attention { scale, causal }, &ids)
+    }
+
     /// Mark `v` as the graph output `name`.
     pub fn output(&self, name: &str, v: Value<'_>) {
         self.state.borrow_mut().graph.add_output(name, v.id);

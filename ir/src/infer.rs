@@ -156,6 +156,109 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             let [a] = operands(op, args)?;
             infer_pad(a, pads, *mode)
         }
+        Op::Attention { .. } => {
+            let dims = AttentionDims::of(args)?;
+            Ok(TensorType::new(args[0].dtype, dims.out_dims()))
+        }
+    }
+}
+
+/// The dimensions of an [`Op::Attention`], checked: `q` `[batch.., hq, sq, d]`, `k`
+/// `[batch.., hkv, sk, d]`, `v` `[batch.., hkv, sk, dv]`, and whether a mask is given
+/// (its dims each 1 or the scores').
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttentionDims {
+    pub batch: Vec<usize>,
+    pub hq: usize,
+    pub hkv: usize,
+    pub sq: usize,
+    pub sk: usize,
+    pub d: usize,
+    pub dv: usize,
+    pub masked: bool,
+}
+
+impl AttentionDims {
+    /// The dims of attention over operands of types `args` (q, k, v and maybe a
+    /// mask), or the rule they break.
+    pub fn of(args: &[&TensorType]) -> Result<AttentionDims, String> {
+        let (q, k, v, mask) = match args {
+            [q, k, v] => (*q, *k, *v, None),
+            [q, k, v, m] => (*q, *k, *v, Some(*m)),
+            _ => {
+                return Err(format!(
+                    "attention takes 3 or 4 operands (q, k, v, mask), got {}",
+                    args.len()
+                ))
+            }
+        };
+        if !q.dtype.is_float() || [k, v].iter().chain(&mask).any(|t| t.dtype != q.dtype) {
+            let mut tys = format!("{q}, {k}, {v}");
+            if let Some(m) = mask {
+                tys.push_str(&format!(", {m}"));
+            }
+            return Err(format!("attention needs float operands of one dtype, got {tys}"));
+        }
+        let split = |t: &TensorType| -> Option<(Vec<usize>, [usize; 3])> {
+            let (b, &[h, s, d]) = t.shape.dims().split_last_chunk::<3>()?;
+            (!b.is_empty()).then(|| (b.to_vec(), [h, s, d]))
+        };
+        let (Some((bq, [hq, sq, d])), Some((bk, [hkv, sk, dk])), Some((bv, [hv, sv, dv]))) =
+            (split(q), split(k), split(v))
+        else {
+            return Err(format!(
+                "attention needs q, k, v of rank >= 4 ([batch.., heads, seq, dim]), got {q}, {k}, {v}"
+            ));
+        };
+        if bq != bk || bq != bv {
+            return Err(format!("attention batch dims differ: q {q}, k {k}, v {v}"));
+        }
+        if dk != d || hv != hkv || sv != sk {
+            return Err(format!(
+                "attention needs k [.., hkv, sk, {d}] and v [.., hkv, sk, dv] agreeing, got q {q}, k {k}, v {v}"
+            ));
+        }
+        if hkv == 0 || hq % hkv != 0 {
+            return Err(format!(
+                "attention needs the query heads ({hq}) a multiple of the key/value heads ({hkv})"
+            ));
+        }
+        let dims = AttentionDims {
+            batch: bq,
+            hq,
+            hkv,
+            sq,
+            sk,
+            d,
+            dv,
+            masked: mask.is_some(),
+        };
+        if let Some(m) = mask {
+            let scores = dims.score_dims();
+            let md = m.shape.dims();
+            if md.len() != scores.len() || md.iter().zip(&scores).any(|(&a, &b)| a != 1 && a != b) {
+                return Err(format!(
+                    "attention mask {m} does not broadcast to the scores {:?} (same rank, each dim 1 or equal)",
+                    scores
+                ));
+            }
+        }
+        Ok(dims)
+    }
+
+    /// `[batch.., hq, sq, sk]`.
+    pub fn score_dims(&self) -> Vec<usize> {
+        self.batch.iter().copied().chain([self.hq, self.sq, self.sk]).collect()
+    }
+
+    /// `[batch.., hq, sq, dv]`.
+    pub fn out_dims(&self) -> Vec<usize> {
+        self.batch.iter().copied().chain([self.hq, self.sq, self.dv]).collect()
+    }
+
+    /// Query heads per key/value head.
+    pub fn group(&self) -> usize {
+        self.hq / self.hkv.max(1)
     }
 }
 

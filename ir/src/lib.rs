@@ -67,7 +67,7 @@ pub mod weights;
 pub use builder::{GraphBuilder, IntoValue, Value};
 pub use dtype::DType;
 pub use graph::{Graph, GraphError, Node, NodeId, Output};
-pub use infer::infer_type;
+pub use infer::{infer_type, AttentionDims};
 pub use interp::{interpret, InterpError};
 pub use op::{ArgReduceOp, BinaryOp, Op, PadMode, ReduceOp, SliceRange, UnaryOp};
 pub use rng::Rng;

@@ -225,6 +225,23 @@ pub enum Op {
         #[serde(with = "exact_f64")]
         value: f64,
     },
+    /// Scaled dot-product attention of `q` `[b.., hq, sq, d]`, `k` `[b.., hkv, sk, d]`,
+    /// `v` `[b.., hkv, sk, dv]` and an optional fourth operand, an additive `mask` of
+    /// the scores' rank whose every dim is 1 or the scores' `[b.., hq, sq, sk]` (so a
+    /// padding mask stays `[b, 1, 1, sk]`). Float operands of one dtype, equal batch
+    /// dims `b..` (at least one), `hq` a multiple of `hkv`: query head `h` reads kv head
+    /// `h / (hq / hkv)` (grouped-query attention).
+    ///
+    /// Per query row `i`: `s[j] = (q[i] . k[j]) * scale + mask[i, j]`, and with `causal`
+    /// `s[j] = -inf` where `j > i` (top-left aligned, as PyTorch's `is_causal`);
+    /// `p = softmax(s)` (`exp(s[j] - max s) / sum`); `out[i] = sum_j p[j] v[j]`, of
+    /// shape `[b.., hq, sq, dv]`. Computed in f32 (f64 for f64) and rounded once; a row
+    /// whose scores are all `-inf` gives NaN, as the spelled-out softmax does.
+    Attention {
+        #[serde(with = "exact_f64")]
+        scale: f64,
+        causal: bool,
+    },
 }
 
 impl UnaryOp {
@@ -437,11 +454,12 @@ pub enum OpKind {
     Concat,
     Gather,
     Pad,
+    Attention,
 }
 
 impl OpKind {
     /// The kinds that take no sub-op.
-    const PLAIN: [OpKind; 14] = [
+    const PLAIN: [OpKind; 15] = [
         OpKind::Input,
         OpKind::Parameter,
         OpKind::Constant,
@@ -456,6 +474,7 @@ impl OpKind {
         OpKind::Concat,
         OpKind::Gather,
         OpKind::Pad,
+        OpKind::Attention,
     ];
 
     /// Every kind: the plain ones, then the unary, binary, reduction and arg-reduction
@@ -490,6 +509,7 @@ impl OpKind {
             OpKind::Concat => "concat",
             OpKind::Gather => "gather",
             OpKind::Pad => "pad",
+            OpKind::Attention => "attention",
         }
     }
 
@@ -526,16 +546,18 @@ impl Op {
             Op::Concat { .. } => OpKind::Concat,
             Op::Gather { .. } => OpKind::Gather,
             Op::Pad { .. } => OpKind::Pad,
+            Op::Attention { .. } => OpKind::Attention,
         }
     }
 
-    /// Number of operands, or `None` for variadic ops (concat takes one or more).
+    /// Number of operands, or `None` for variadic ops (concat takes one or more,
+    /// attention three or four).
     pub fn arity(&self) -> Option<usize> {
         Some(match self {
             Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => 0,
             Op::Binary(_) | Op::MatMul | Op::Gather { .. } => 2,
             Op::Select => 3,
-            Op::Concat { .. } => return None,
+            Op::Concat { .. } | Op::Attention { .. } => return None,
             _ => 1,
         })
     }
@@ -612,7 +634,7 @@ mod tests {
         }
         assert_eq!(
             names.len(),
-            14 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
+            15 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
         );
         assert_eq!(OpKind::from_name("no_such_op"), None);
     }

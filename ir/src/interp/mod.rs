@@ -9,6 +9,7 @@
 //!   narrow type). Division and remainder by zero are errors.
 //! - Casts convert exactly once (no double rounding).
 
+mod attention;
 mod convert;
 mod elementwise;
 mod layout;
@@ -211,6 +212,7 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
         (Op::Concat { axis }, _) => layout::concat(args, *axis)?,
         (Op::Gather { axis }, [data, idx]) => layout::gather(data, idx, *axis)?,
         (Op::Pad { pads, mode, value }, [a]) => layout::pad(a, pads, *mode, *value)?,
+        (Op::Attention { scale, causal }, _) => attention::attention(args, *scale, *causal, ty)?,
         _ => return Err(format!("{} cannot take {} operand(s)", op.name(), args.len())),
     };
     if data.dtype() != ty.dtype {

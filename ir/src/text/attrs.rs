@@ -113,6 +113,14 @@ impl Attrs<'_> {
                     value: attrs.f64(&v, "value")?,
                 }
             }
+            OpKind::Attention => {
+                let v = attrs.required("scale")?;
+                let c = attrs.required("causal")?;
+                Op::Attention {
+                    scale: attrs.f64(&v, "scale")?,
+                    causal: attrs.bool(&c, "causal")?,
+                }
+            }
         })
     }
 

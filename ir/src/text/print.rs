@@ -132,6 +132,11 @@ fn attributes(op: &Op, node_name: Option<&str>) -> String {
             let _ = write!(s, "], mode={}, value=", mode.name());
             push_f64(&mut s, *value);
         }
+        Op::Attention { scale, causal } => {
+            s.push_str("scale=");
+            push_f64(&mut s, *scale);
+            let _ = write!(s, ", causal={causal}");
+        }
     }
     s
 }

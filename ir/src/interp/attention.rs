@@ -1,0 +1,217 @@
+//! `attention`: scaled dot-product attention, by its definition (two passes over each
+//! row's scores: the max, then the exponentials and their sum), in f32 for
+//! f32/f16/bf16 and f64 for f64, rounded once to the dtype.
+//!
+//! This is the reference the fused kernels are compared with; it follows the
+//! spelled-out softmax's order of operations (`exp(s - max) / sum`, then the product
+//! with `v`), so a recognized attention stays within a few ulps of the graph it
+//! replaced.
+
+// reason: the operands passed `AttentionDims::of` against the node's type (checked by
+// `eval_op` before dispatching here), and a tensor's data holds its shape's element
+// count, so every index computed from those dims is in range.
+#![allow(clippy::indexing_slicing)]
+
+use std::ops::{Add, Div, Mul, Sub};
+
+use super::convert::{from_f32, vals, Vals};
+use super::layout::broadcast_strides;
+use crate::infer::AttentionDims;
+use crate::{Shape, Tensor, TensorData, TensorType};
+
+/// The arithmetic attention is computed in (f32 or f64).
+pub(crate) trait Real:
+    Copy + PartialOrd + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self>
+{
+    const ZERO: Self;
+    const NEG_INF: Self;
+    const NAN: Self;
+    fn from_f64(x: f64) -> Self;
+    fn exp(self) -> Self;
+    fn is_nan(self) -> bool;
+}
+
+impl Real for f32 {
+    const ZERO: f32 = 0.0;
+    const NEG_INF: f32 = f32::NEG_INFINITY;
+    const NAN: f32 = f32::NAN;
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+    fn exp(self) -> f32 {
+        f32::exp(self)
+    }
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+}
+
+impl Real for f64 {
+    const ZERO: f64 = 0.0;
+    const NEG_INF: f64 = f64::NEG_INFINITY;
+    const NAN: f64 = f64::NAN;
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+    fn exp(self) -> f64 {
+        f64::exp(self)
+    }
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+}
+
+/// NaN-propagating max (as `reduce_max`).
+fn nan_max<T: Real>(a: T, b: T) -> T {
+    if a.is_nan() || b.is_nan() {
+        T::NAN
+    } else if b > a {
+        b
+    } else {
+        a
+    }
+}
+
+/// The operands of one attention, as flat row-major slices with the mask's strides
+/// over the scores' dims.
+pub(crate) struct Operands<'a, T> {
+    pub q: &'a [T],
+    pub k: &'a [T],
+    pub v: &'a [T],
+    /// The mask and its strides over `[batch (flat), hq, sq, sk]`.
+    pub mask: Option<(&'a [T], [usize; 4])>,
+}
+
+/// Attention by definition into `out` (`[batch.., hq, sq, dv]`, row-major).
+pub(crate) fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, scale: f64, causal: bool, out: &mut [T]) {
+    let nb: usize = dims.batch.iter().product();
+    let (hq, hkv, sq, sk, d, dv) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.d, dims.dv);
+    let group = dims.group();
+    let scale = T::from_f64(scale);
+    let mut s = vec![T::ZERO; sk];
+    for b in 0..nb {
+        for h in 0..hq {
+            let g = h / group;
+            let kv = (b * hkv + g) * sk;
+            for i in 0..sq {
+                let qrow = &x.q[((b * hq + h) * sq + i) * d..][..d];
+                let mut max = T::NEG_INF;
+                for (j, sj) in s.iter_mut().enumerate() {
+                    let krow = &x.k[(kv + j) * d..][..d];
+                    let mut dot = T::ZERO;
+                    for (a, c) in qrow.iter().zip(krow) {
+                        dot = dot + *a * *c;
+                    }
+                    let mut v = dot * scale;
+                    if let Some((m, st)) = &x.mask {
+                        v = v + m[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+                    }
+                    if causal && j > i {
+                        v = T::NEG_INF;
+                    }
+                    *sj = v;
+                    max = nan_max(max, v);
+                }
+                let mut sum = T::ZERO;
+                for sj in s.iter_mut() {
+                    *sj = (*sj - max).exp();
+                    sum = sum + *sj;
+                }
+                let orow = &mut out[((b * hq + h) * sq + i) * dv..][..dv];
+                orow.fill(T::ZERO);
+                for (j, sj) in s.iter().enumerate() {
+                    let p = *sj / sum;
+                    let vrow = &x.v[(kv + j) * dv..][..dv];
+                    for (o, c) in orow.iter_mut().zip(vrow) {
+                        *o = *o + p * *c;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The mask's strides over `[batch (flat), hq, sq, sk]`: its own row-major strides
+/// with 0 on broadcast dims, the batch dims flattened (a mask broadcast on some batch
+/// dims and not others is expanded over the batch first).
+pub(crate) fn mask_strides(dims: &AttentionDims, mask: &[usize]) -> Option<[usize; 4]> {
+    let scores = dims.score_dims();
+    let st = broadcast_strides(mask, &scores);
+    let nbd = dims.batch.len();
+    // The flat batch index b walks the batch dims row-major; the mask steps it by one
+    // stride only if its batch dims are all full (contiguous) or all broadcast.
+    let full = (0..nbd).all(|i| mask[i] == scores[i]);
+    let none = (0..nbd).all(|i| st[i] == 0);
+    let b = if none {
+        0
+    } else if full {
+        st[nbd - 1].max(0) as usize
+    } else {
+        return None;
+    };
+    Some([
+        b,
+        st[nbd].max(0) as usize,
+        st[nbd + 1].max(0) as usize,
+        st[nbd + 2].max(0) as usize,
+    ])
+}
+
+pub(crate) fn attention(args: &[&Tensor], scale: f64, causal: bool, ty: &TensorType) -> Result<TensorData, String> {
+    let tys: Vec<TensorType> = args.iter().map(|a| a.ty()).collect();
+    let refs: Vec<&TensorType> = tys.iter().collect();
+    let dims = AttentionDims::of(&refs)?;
+    let n = ty.numel();
+    // A mask broadcast over some batch dims and not others is expanded over the batch
+    // so that one stride walks it.
+    let mask_t = match args.get(3) {
+        Some(m) => {
+            let md = m.shape().dims();
+            match mask_strides(&dims, md) {
+                Some(st) => Some(((*m).clone(), st)),
+                None => {
+                    let mut full = dims.batch.clone();
+                    full.extend_from_slice(&md[dims.batch.len()..]);
+                    let shape = Shape::new(&full[..]);
+                    let t = Tensor::new(shape.clone(), super::layout::broadcast(m, &shape))
+                        .map_err(|e| format!("internal error: {e}"))?;
+                    let st = mask_strides(&dims, &full).ok_or("internal error: mask strides")?;
+                    Some((t, st))
+                }
+            }
+        }
+        None => None,
+    };
+    let (q, k, v) = (vals(args[0].data()), vals(args[1].data()), vals(args[2].data()));
+    let m = mask_t.as_ref().map(|(t, st)| (vals(t.data()), *st));
+    match (q, k, v) {
+        (Vals::F32(q), Vals::F32(k), Vals::F32(v)) => {
+            let mask = match &m {
+                Some((Vals::F32(x), st)) => Some((&x[..], *st)),
+                Some(_) => return Err("attention mask of another dtype".into()),
+                None => None,
+            };
+            let mut out = vec![0f32; n];
+            let x = Operands {
+                q: &q,
+                k: &k,
+                v: &v,
+                mask,
+            };
+            reference(&dims, &x, scale, causal, &mut out);
+            Ok(from_f32(ty.dtype, out))
+        }
+        (Vals::F64(q), Vals::F64(k), Vals::F64(v)) => {
+            let mask = match &m {
+                Some((Vals::F64(x), st)) => Some((&x[..], *st)),
+                Some(_) => return Err("attention mask of another dtype".into()),
+                None => None,
+            };
+            let mut out = vec![0f64; n];
+            let x = Operands { q, k, v, mask };
+            reference(&dims, &x, scale, causal, &mut out);
+            Ok(TensorData::F64(out))
+        }
+        _ => Err(format!("attention does not accept {}", ty.dtype)),
+    }
+}
