@@ -378,6 +378,97 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         let s: Value = q.matmul(kk.transpose(&[0, 1, 3, 2])) * 0.25;
         b.output("o", softmax(s, -1).matmul(v));
     })?;
+    attention_cases(c)
+}
+
+/// The attention kernel's shapes: causal and not, additive masks at their small
+/// shapes, grouped-query heads, cross attention (sq != sk), rows and keys that do not
+/// fill a tile, head dims 32 to 256 and every float dtype.
+fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
+    struct A {
+        dt: DType,
+        b: usize,
+        hq: usize,
+        hkv: usize,
+        sq: usize,
+        sk: usize,
+        d: usize,
+        mask: Option<[usize; 4]>,
+        causal: bool,
+    }
+    let cases = [
+        A {
+            dt: DType::F32,
+            b: 2,
+            hq: 3,
+            hkv: 3,
+            sq: 45,
+            sk: 45,
+            d: 64,
+            mask: None,
+            causal: true,
+        },
+        A {
+            dt: DType::F16,
+            b: 2,
+            hq: 4,
+            hkv: 4,
+            sq: 33,
+            sk: 33,
+            d: 32,
+            mask: Some([2, 1, 1, 33]),
+            causal: false,
+        },
+        A {
+            dt: DType::BF16,
+            b: 1,
+            hq: 8,
+            hkv: 2,
+            sq: 40,
+            sk: 40,
+            d: 128,
+            mask: None,
+            causal: true,
+        },
+        A {
+            dt: DType::F32,
+            b: 1,
+            hq: 2,
+            hkv: 2,
+            sq: 17,
+            sk: 29,
+            d: 256,
+            mask: None,
+            causal: false,
+        },
+        A {
+            dt: DType::F64,
+            b: 1,
+            hq: 2,
+            hkv: 1,
+            sq: 9,
+            sk: 12,
+            d: 16,
+            mask: Some([1, 2, 9, 12]),
+            causal: true,
+        },
+    ];
+    for a in cases {
+        let mask = a.mask.map(|m| format!(" mask {m:?}")).unwrap_or_default();
+        let causal = if a.causal { " causal" } else { "" };
+        let name = format!(
+            "attention {} q[{},{},{},{}] kv {} heads x {}{mask}{causal}",
+            a.dt, a.b, a.hq, a.sq, a.d, a.hkv, a.sk
+        );
+        c.add(name, 0, &|b| {
+            let q = b.input("q", a.dt, [a.b, a.hq, a.sq, a.d]);
+            let k = b.input("k", a.dt, [a.b, a.hkv, a.sk, a.d]);
+            let v = b.input("v", a.dt, [a.b, a.hkv, a.sk, a.d]);
+            let m = a.mask.map(|m| b.input("m", a.dt, m));
+            let scale = 1.0 / (a.d as f64).sqrt();
+            b.output("o", b.attention(q, k, v, m, scale, a.causal));
+        })?;
+    }
     Ok(())
 }
 

@@ -36,6 +36,13 @@ fn models() -> Vec<(String, Graph)> {
     for (name, g) in graphc::models::kernel_bench::all().unwrap() {
         v.push((name.to_string(), g));
     }
+    // The attention kernel at every shape the self-test runs (dtypes, head dims to 256,
+    // masks, grouped-query heads).
+    for case in graphc::selftest::cases().unwrap() {
+        if case.name.starts_with("attention") {
+            v.push((format!("selftest {}", case.name), case.graph));
+        }
+    }
     for name in ["gpt2", "bert", "llama", "vit"] {
         let path = repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx"));
         v.push((name.to_string(), graphc::load_model(&path, &[]).unwrap()));

@@ -91,11 +91,12 @@ fn snapshot_optimized_fixture_ir() {
     }
 }
 
-/// Every layer norm, RMS norm and softmax of the exported models is one row kernel
-/// (each fixture has two layers: 3 per layer, plus the final norm), and no other kernel
-/// reduces.
+/// Every layer norm and RMS norm of the exported models is one row kernel, and every
+/// attention (scores, mask, softmax, product with v) one attention kernel: each
+/// fixture has two layers, so 2 norms per layer plus the final norm, and 2 attention
+/// kernels; no other kernel reduces, and no matmul is left over scores.
 #[test]
-fn fixture_norms_and_softmaxes_are_one_kernel_each() {
+fn fixture_norms_are_one_kernel_each_and_attention_one_kernel_per_layer() {
     use graphc_compiler::kernel::{print_program, KernelKind, OpKernel, RowKernel};
     for name in ["gpt2", "llama", "bert", "vit"] {
         let graph = graphc::load_model(&repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx")), &[]).unwrap();
@@ -108,7 +109,21 @@ fn fixture_norms_and_softmaxes_are_one_kernel_each() {
                 _ => None,
             })
             .collect();
-        assert_eq!(rows.len(), 7, "{name}: {rows:?}\n{}", print_program(&p));
+        assert_eq!(rows.len(), 5, "{name}: {rows:?}\n{}", print_program(&p));
+        let attention = p.kernels.iter().filter(|k| k.kind_name() == "attention").count();
+        assert_eq!(attention, 2, "{name}: attention kernels\n{}", print_program(&p));
+        // The only matmuls left are the projections, MLPs and head: none is batched
+        // over heads (a score or probability product would be rank 4).
+        for k in &p.kernels {
+            if let KernelKind::MatMul(mm) = &k.kind {
+                assert!(
+                    mm.batch.len() < 2,
+                    "{name}: {} is a batched matmul {:?}",
+                    k.name,
+                    mm.batch
+                );
+            }
+        }
         assert!(
             p.kernels.iter().all(|k| !matches!(
                 &k.kind,

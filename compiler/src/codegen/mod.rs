@@ -30,6 +30,7 @@
 //! kernels (the same layer repeated) have identical sources and NVRTC compiles them once.
 //! Sources never mention buffer ids (parameters are positional), for the same reason.
 
+mod attention;
 mod cuda;
 mod elementwise;
 mod layout;

@@ -1,5 +1,5 @@
-//! Kernels for single unfused ops: concat, pad, gather, argmax/argmin and matmuls that
-//! cuBLASLt does not take (integers). Each is a grid-stride loop over the contiguous
+//! Kernels for single unfused ops: concat, pad, gather, argmax/argmin, matmuls that
+//! cuBLASLt does not take (integers), and attention (`attention.rs`). Each is a grid-stride loop over the contiguous
 //! output; operands are read through their accesses.
 //!
 //! Gather: an index outside `[-extent, extent)` writes 0 (the CPU side reports it as an
@@ -98,6 +98,16 @@ pub(crate) fn generate(
             arity(2)?;
             g.matmul()?
         }
+        Op::Attention { scale, causal } => super::attention::generate(&super::attention::Args {
+            cx,
+            inputs,
+            in_param: &g.in_param,
+            out_param: g.out_param,
+            out: g.out,
+            params_decl: g.params_decl(),
+            scale: *scale,
+            causal: *causal,
+        })?,
         other => {
             return Err(CodegenError::UnsupportedOp {
                 kernel: cx.kernel.clone(),

@@ -317,6 +317,13 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
             return None;
         }
     }
+    if let Op::Attention { .. } = op {
+        let dims = graphc_ir::AttentionDims::of(arg_tys).ok()?;
+        let scores: usize = dims.score_dims().iter().product();
+        if scores.saturating_mul(dims.d + dims.dv) > MAX_FOLDED_MATMUL_WORK {
+            return None;
+        }
+    }
     let dense: Vec<Tensor> = args.iter().zip(arg_tys).map(|(k, t)| k.materialize(t)).collect();
     let refs: Vec<&Tensor> = dense.iter().collect();
     eval_op(op, &refs, ty).ok().map(|t| Known::Full(Arc::new(t)))

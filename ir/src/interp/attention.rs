@@ -20,7 +20,7 @@ use crate::infer::AttentionDims;
 use crate::{Shape, Tensor, TensorData, TensorType};
 
 /// The arithmetic attention is computed in (f32 or f64).
-pub(crate) trait Real:
+pub trait Real:
     Copy + PartialOrd + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self>
 {
     const ZERO: Self;
@@ -62,7 +62,7 @@ impl Real for f64 {
 }
 
 /// NaN-propagating max (as `reduce_max`).
-fn nan_max<T: Real>(a: T, b: T) -> T {
+pub fn nan_max<T: Real>(a: T, b: T) -> T {
     if a.is_nan() || b.is_nan() {
         T::NAN
     } else if b > a {
@@ -74,7 +74,7 @@ fn nan_max<T: Real>(a: T, b: T) -> T {
 
 /// The operands of one attention, as flat row-major slices with the mask's strides
 /// over the scores' dims.
-pub(crate) struct Operands<'a, T> {
+pub struct Operands<'a, T> {
     pub q: &'a [T],
     pub k: &'a [T],
     pub v: &'a [T],
@@ -83,7 +83,7 @@ pub(crate) struct Operands<'a, T> {
 }
 
 /// Attention by definition into `out` (`[batch.., hq, sq, dv]`, row-major).
-pub(crate) fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, scale: f64, causal: bool, out: &mut [T]) {
+pub fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, scale: f64, causal: bool, out: &mut [T]) {
     let nb: usize = dims.batch.iter().product();
     let (hq, hkv, sq, sk, d, dv) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.d, dims.dv);
     let group = dims.group();
@@ -134,7 +134,7 @@ pub(crate) fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, scal
 /// The mask's strides over `[batch (flat), hq, sq, sk]`: its own row-major strides
 /// with 0 on broadcast dims, the batch dims flattened (a mask broadcast on some batch
 /// dims and not others is expanded over the batch first).
-pub(crate) fn mask_strides(dims: &AttentionDims, mask: &[usize]) -> Option<[usize; 4]> {
+pub fn mask_strides(dims: &AttentionDims, mask: &[usize]) -> Option<[usize; 4]> {
     let scores = dims.score_dims();
     let st = broadcast_strides(mask, &scores);
     let nbd = dims.batch.len();

@@ -9,7 +9,7 @@
 //!   narrow type). Division and remainder by zero are errors.
 //! - Casts convert exactly once (no double rounding).
 
-mod attention;
+pub mod attention;
 mod convert;
 mod elementwise;
 mod layout;

@@ -25,6 +25,7 @@
 
 mod access;
 mod arena;
+mod attention;
 mod body;
 mod elementwise;
 mod matmul;

@@ -1,4 +1,5 @@
-//! Op kernels: one unfused IR op on operands gathered through their accesses.
+//! Op kernels: one unfused IR op on operands gathered through their accesses (by the
+//! interpreter's `eval_op`; attention by the tiled kernel of `attention.rs`).
 
 use graphc_compiler::kernel::{Access, BufferId};
 use graphc_ir::interp::eval_op;
@@ -13,6 +14,9 @@ pub(super) fn run(
     inputs: &[(Access, TensorType)],
     output: BufferId,
 ) -> Result<Vec<(BufferId, Tensor)>, String> {
+    if let Op::Attention { scale, causal } = op {
+        return super::attention::run(ctx, *scale, *causal, inputs, output);
+    }
     let out = ctx.writable(output)?;
 
     let mut args = Vec::with_capacity(inputs.len());

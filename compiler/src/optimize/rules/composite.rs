@@ -32,7 +32,7 @@ const CUBIC: f64 = 0.044715;
 
 /// The single value of a small known class (a splat or a one-element tensor); never
 /// looks at a large tensor's data.
-fn scalar(eg: &TEGraph, id: Id) -> Option<f64> {
+pub(super) fn scalar(eg: &TEGraph, id: Id) -> Option<f64> {
     match eg[id].data.known.as_ref()? {
         k @ Known::Splat(_) => k.splat(),
         Known::Full(t) if t.shape().numel() == 1 => t.to_f64_vec().first().copied(),
@@ -63,7 +63,7 @@ fn pairs(eg: &TEGraph, id: Id, op: BinaryOp) -> Vec<(Id, Id)> {
     out
 }
 
-fn same(eg: &TEGraph, a: Id, b: Id) -> bool {
+pub(super) fn same(eg: &TEGraph, a: Id, b: Id) -> bool {
     eg.find(a) == eg.find(b)
 }
 

@@ -1,5 +1,6 @@
 //! Rewrite rules, one file per topic. See README.md for the policy.
 
+mod attention;
 mod composite;
 mod identities;
 mod layout;
@@ -12,7 +13,7 @@ use super::lang::TNode;
 
 /// Rules whose rewrite is not bit-exact (documented in README.md): outputs agree to a
 /// few ulps, not bitwise.
-pub const INEXACT: &[&str] = &["gelu-tanh"];
+pub const INEXACT: &[&str] = &["gelu-tanh", "attention"];
 
 /// Every rule, in a fixed order.
 pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
@@ -21,5 +22,6 @@ pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
         .chain(layout::rules())
         .chain(scale::rules())
         .chain(composite::rules())
+        .chain(attention::rules())
         .collect()
 }

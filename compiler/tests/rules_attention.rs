@@ -1,0 +1,291 @@
+//! Attention recognition (`rules/attention.rs`): the spelled-out scaled dot-product
+//! attention of exports and the builder becomes one `attention` op, in each form the
+//! front ends produce (scale by multiply or divide or folded into q; additive masks
+//! kept at their small shape, `select` masks, known causal masks, none; grouped-query
+//! heads repeated by expand/reshape); the result agrees with the spelled-out graph
+//! within 1e-5 (f32) on random inputs; near misses are left alone.
+
+use std::collections::HashMap;
+
+use graphc_compiler::optimize::{optimize, OptimizeReport};
+use graphc_ir::nn::softmax;
+use graphc_ir::{interpret, DType, Graph, GraphBuilder, Op, Shape, Tensor, TensorType, Value};
+
+const B: usize = 2;
+const H: usize = 4;
+const S: usize = 12;
+const D: usize = 16;
+
+/// q, k, v inputs `[B, H, S, D]` (k and v with `hkv` heads).
+fn qkv(b: &GraphBuilder, dtype: DType, hkv: usize) -> (Value<'_>, Value<'_>, Value<'_>) {
+    (
+        b.input("q", dtype, [B, H, S, D]),
+        b.input("k", dtype, [B, hkv, S, D]),
+        b.input("v", dtype, [B, hkv, S, D]),
+    )
+}
+
+fn graph(f: impl for<'b> Fn(&'b GraphBuilder) -> Value<'b>) -> Graph {
+    let b = GraphBuilder::new();
+    let y = f(&b);
+    b.output("y", y);
+    b.finish().unwrap()
+}
+
+/// Optimize; outputs agree with the spelled-out graph within `tol` (relative L2) on
+/// random inputs.
+fn check(g: &Graph, tol: f64) -> (Graph, OptimizeReport) {
+    let (opt, report) = optimize(g, &Default::default()).unwrap();
+    opt.verify().unwrap();
+    for seed in 0..3 {
+        let mut inputs = HashMap::new();
+        for (i, &id) in g.inputs().iter().enumerate() {
+            let ty = g.node(id).ty.clone();
+            let t = if ty.dtype == DType::Bool {
+                Tensor::random(&ty, seed * 10 + i as u64)
+            } else {
+                Tensor::randn(&ty, 1.0, seed * 10 + i as u64)
+            };
+            inputs.insert(g.input_name(id).unwrap().to_string(), t);
+        }
+        let want = interpret(g, &inputs).unwrap();
+        let got = interpret(&opt, &inputs).unwrap();
+        let err = graphc_ir::compare::relative_l2(&got[0].1, &want[0].1);
+        assert!(err <= tol, "relative L2 {err:e}\n{}", graphc_ir::print(&opt));
+    }
+    (opt, report)
+}
+
+/// The attention ops of a graph: `(scale, causal, operand count)`.
+fn attentions(g: &Graph) -> Vec<(f64, bool, usize)> {
+    g.nodes()
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Attention { scale, causal } => Some((scale, causal, n.inputs.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn no_scores_left(g: &Graph) {
+    assert!(
+        !g.nodes().iter().any(|n| matches!(n.op, Op::Reduce { .. } | Op::MatMul)),
+        "a reduction or matmul is left:\n{}",
+        graphc_ir::print(g)
+    );
+}
+
+#[test]
+fn scale_forms_multiply_divide_and_folded_into_q() {
+    let scale = 1.0 / (D as f64).sqrt();
+    let forms: Vec<(Graph, f64)> = vec![
+        (
+            graph(|b| {
+                let (q, k, v) = qkv(b, DType::F32, H);
+                softmax(q.matmul(k.t()) * scale, -1).matmul(v)
+            }),
+            scale,
+        ),
+        (
+            graph(|b| {
+                let (q, k, v) = qkv(b, DType::F32, H);
+                softmax(q.matmul(k.t()) / (D as f64).sqrt(), -1).matmul(v)
+            }),
+            1.0 / (D as f64).sqrt(),
+        ),
+        (
+            graph(|b| {
+                let (q, k, v) = qkv(b, DType::F32, H);
+                softmax((q * scale).matmul(k.t()), -1).matmul(v)
+            }),
+            1.0,
+        ),
+        (
+            // k already transposed: [B, H, D, S].
+            graph(|b| {
+                let q = b.input("q", DType::F32, [B, H, S, D]);
+                let kt = b.input("kt", DType::F32, [B, H, D, S]);
+                let v = b.input("v", DType::F32, [B, H, S, D]);
+                softmax(scale * q.matmul(kt), -1).matmul(v)
+            }),
+            scale,
+        ),
+    ];
+    for (g, want_scale) in &forms {
+        let (opt, r) = check(g, 1e-5);
+        assert_eq!(r.rules_fired.get("attention").copied(), Some(1), "{r:?}");
+        let a = attentions(&opt);
+        assert_eq!(a.len(), 1, "{}", graphc_ir::print(&opt));
+        assert!((a[0].0 - want_scale).abs() <= 1e-7 * want_scale, "{a:?}");
+        assert_eq!((a[0].1, a[0].2), (false, 3));
+        no_scores_left(&opt);
+    }
+}
+
+#[test]
+fn additive_masks_stay_at_their_small_shape() {
+    // A BERT-style padding mask [B, 1, 1, S] and a full-rank [S, S] bias (rank 2,
+    // reshaped to [1, 1, S, S]), either side of the addition.
+    for (shape, left) in [(vec![B, 1, 1, S], false), (vec![S, S], true)] {
+        let g = graph(|b| {
+            let (q, k, v) = qkv(b, DType::F32, H);
+            let m = b.input("m", DType::F32, Shape::new(&shape[..]));
+            let s = q.matmul(k.t()) * 0.25;
+            let s = if left { m + s } else { s + m };
+            softmax(s, -1).matmul(v)
+        });
+        let (opt, _) = check(&g, 1e-5);
+        assert_eq!(attentions(&opt), vec![(0.25, false, 4)], "{}", graphc_ir::print(&opt));
+        let att = opt
+            .nodes()
+            .iter()
+            .find(|n| matches!(n.op, Op::Attention { .. }))
+            .unwrap();
+        let mask_ty = &opt.node(att.inputs[3]).ty;
+        assert_eq!(mask_ty.numel(), shape.iter().product::<usize>(), "mask {mask_ty}");
+        no_scores_left(&opt);
+    }
+}
+
+#[test]
+fn select_masks_and_causal_masks() {
+    // The builder's causal attention: select(iota-built causal mask, s, -inf): a known
+    // mask with the causal pattern, so causal=true and no mask operand.
+    let g = graph(|b| {
+        let (q, k, v) = qkv(b, DType::F32, H);
+        let s = q.matmul(k.t()) * 0.25;
+        let row = b.iota(DType::I64, [S, S], 0);
+        let col = b.iota(DType::I64, [S, S], 1);
+        softmax(b.select(col.le(row), s, b.scalar(DType::F32, f64::NEG_INFINITY)), -1).matmul(v)
+    });
+    let (opt, _) = check(&g, 1e-5);
+    assert_eq!(attentions(&opt), vec![(0.25, true, 3)], "{}", graphc_ir::print(&opt));
+    no_scores_left(&opt);
+
+    // transformers' form: the dtype's lowest, not -inf, and a padding mask from an input
+    // (bool [B, 1, 1, S]): an additive select(cond, 0, lowest) at the small shape.
+    let g = graph(|b| {
+        let (q, k, v) = qkv(b, DType::F32, H);
+        let s = q.matmul(k.t()) * 0.25;
+        let keep = b.input("keep", DType::Bool, [B, 1, 1, S]);
+        softmax(b.select(keep, s, b.scalar(DType::F32, f32::MIN as f64)), -1).matmul(v)
+    });
+    let (opt, _) = check(&g, 1e-5);
+    assert_eq!(attentions(&opt), vec![(0.25, false, 4)], "{}", graphc_ir::print(&opt));
+
+    // Both: a known causal additive mask plus an input's padding mask.
+    let g = graph(|b| {
+        let (q, k, v) = qkv(b, DType::F32, H);
+        let s = q.matmul(k.t()) * 0.25;
+        let row = b.iota(DType::I64, [S, S], 0);
+        let col = b.iota(DType::I64, [S, S], 1);
+        let causal = b.select(
+            col.le(row),
+            b.scalar(DType::F32, 0.0),
+            b.scalar(DType::F32, f32::MIN as f64),
+        );
+        let pad = b.input("pad", DType::F32, [B, 1, 1, S]);
+        softmax((s + causal) + pad, -1).matmul(v)
+    });
+    let (opt, _) = check(&g, 1e-5);
+    assert_eq!(attentions(&opt), vec![(0.25, true, 4)], "{}", graphc_ir::print(&opt));
+}
+
+/// k/v heads repeated to the query heads, as Llama exports do.
+fn repeat(x: Value<'_>, hkv: usize) -> Value<'_> {
+    x.reshape([B, hkv, 1, S, D])
+        .broadcast_to(&Shape::new([B, hkv, H / hkv, S, D]))
+        .reshape([B, H, S, D])
+}
+
+#[test]
+fn grouped_query_heads_are_read_from_the_kv_heads() {
+    let hkv = 2;
+    let g = graph(|b| {
+        let (q, k, v) = qkv(b, DType::F32, hkv);
+        softmax(q.matmul(repeat(k, hkv).t()) * 0.25, -1).matmul(repeat(v, hkv))
+    });
+    let (opt, _) = check(&g, 1e-5);
+    let att = opt
+        .nodes()
+        .iter()
+        .find(|n| matches!(n.op, Op::Attention { .. }))
+        .unwrap();
+    for &kv in &att.inputs[1..3] {
+        assert_eq!(
+            opt.node(kv).ty.shape.dims(),
+            [B, hkv, S, D],
+            "{}",
+            graphc_ir::print(&opt)
+        );
+    }
+    assert!(!opt.nodes().iter().any(|n| matches!(n.op, Op::Broadcast { .. })));
+}
+
+#[test]
+fn bf16_attention_is_recognized() {
+    let g = graph(|b| {
+        let (q, k, v) = qkv(b, DType::BF16, H);
+        softmax(q.matmul(k.t()) * 0.25, -1).matmul(v)
+    });
+    let (opt, _) = check(&g, 3e-2);
+    assert_eq!(attentions(&opt).len(), 1);
+}
+
+#[test]
+fn near_misses_are_left_alone() {
+    let misses: Vec<Graph> = vec![
+        // Softmax over the query axis, not the keys.
+        graph(|b| {
+            let (q, k, v) = qkv(b, DType::F32, H);
+            softmax(q.matmul(k.t()) * 0.25, -2).matmul(v)
+        }),
+        // A scale that is a tensor, not a scalar, applied after the mask.
+        graph(|b| {
+            let (q, k, v) = qkv(b, DType::F32, H);
+            let m = b.input("m", DType::F32, [B, 1, 1, S]);
+            let w = b.input("w", DType::F32, [B, H, S, S]);
+            softmax((q.matmul(k.t()) + m) * w, -1).matmul(v)
+        }),
+        // A select whose fill is not a mask value (-1, not -inf / lowest).
+        graph(|b| {
+            let (q, k, v) = qkv(b, DType::F32, H);
+            let keep = b.input("keep", DType::Bool, [B, 1, 1, S]);
+            softmax(b.select(keep, q.matmul(k.t()), b.scalar(DType::F32, -1.0)), -1).matmul(v)
+        }),
+        // Rank 3: no batch dim.
+        graph(|b| {
+            let q = b.input("q", DType::F32, [H, S, D]);
+            let k = b.input("k", DType::F32, [H, S, D]);
+            let v = b.input("v", DType::F32, [H, S, D]);
+            softmax(q.matmul(k.t()), -1).matmul(v)
+        }),
+    ];
+    for g in &misses {
+        let (opt, r) = check(g, 1e-5);
+        assert_eq!(r.rules_fired.get("attention"), None, "{}", graphc_ir::print(&opt));
+        assert!(attentions(&opt).is_empty());
+    }
+}
+
+#[test]
+fn a_large_known_mask_is_never_folded_into_the_score_matrix() {
+    // A weight mask [1, 1, S, S] that is not causal stays a 4-operand attention over the
+    // weight (small), never a folded [B, H, S, S] tensor.
+    let b = GraphBuilder::new();
+    let (q, k, v) = qkv(&b, DType::F32, H);
+    let bias = b.param(
+        "bias",
+        Tensor::randn(&TensorType::new(DType::F32, [1, 1, S, S]), 1.0, 5),
+    );
+    b.output("y", softmax(q.matmul(k.t()) * 0.25 + bias, -1).matmul(v));
+    let g = b.finish().unwrap();
+    let (opt, _) = check(&g, 1e-5);
+    assert_eq!(attentions(&opt), vec![(0.25, false, 4)]);
+    let att = opt
+        .nodes()
+        .iter()
+        .find(|n| matches!(n.op, Op::Attention { .. }))
+        .unwrap();
+    assert_eq!(opt.node(att.inputs[3]).ty.shape.dims(), [1, 1, S, S]);
+}
