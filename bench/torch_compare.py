@@ -121,6 +121,23 @@ class Block(nn.Module):
         return x
 
 
+class Attention(nn.Module):
+    """Causal attention of q, k, v [batch, heads, seq, dim] written plainly (graphc's
+    e-graph recognizes it as one attention kernel); with SDPA when `sdpa`."""
+
+    def __init__(self, seq):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(seq, seq, dtype=torch.bool).triu(1), persistent=False)
+        self.sdpa = False
+
+    def forward(self, q, k, v):
+        if self.sdpa:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        att = att.masked_fill(self.mask, float("-inf"))
+        return torch.softmax(att, dim=-1) @ v
+
+
 class Gpt(nn.Module):
     """Pre-LN blocks and a final LayerNorm; the input is the hidden states [batch, seq, d]."""
 
@@ -212,6 +229,24 @@ def specs(small):
             warmup=bw,
             iters=bi + 10,
         ),
+        # The attention kernel alone, causal bf16 at seq 1024, head dims 64 and 128
+        # (flops of the causal half: 2 * 2 * b * h * s^2 * d / 2); the target is 50% of
+        # the device's dense bf16 tensor-core peak.
+        *[
+            dict(
+                name="attention",
+                size=f"b{ab} h{ah} s{aseq} d{ad}",
+                dtype="bf16",
+                make=(lambda s_=aseq: Attention(s_)),
+                input_shapes=[(ab, ah, aseq, ad)] * 3,
+                metric="TFLOP/s",
+                flops=2 * ab * ah * aseq * aseq * ad,
+                sdpa=True,
+                warmup=bw,
+                iters=bi,
+            )
+            for (ab, ah, aseq, ad) in ([(2, 2, 64, 64)] if small else [(8, 16, 1024, 64), (8, 8, 1024, 128)])
+        ],
         dict(
             name="gpt",
             size="L{layers} d{d} h{heads} b{batch} s{seq}".format(**g),
@@ -664,6 +699,20 @@ class Runner:
                 if self.cuda:
                     rec["sdpa"]["peak_bytes"], _ = self.peak_memory(model, inputs)
                 self.log(f"  eager+SDPA {rec['sdpa']['median_ms']:.3f} ms")
+                # torch.compile of the SDPA model: the baseline graphc's GPT must beat.
+                if not a.skip_compile:
+                    torch._dynamo.reset()
+                    cs = torch.compile(model)
+                    t0 = time.perf_counter()
+                    with torch.inference_mode():
+                        cs(*inputs)
+                        self.timer.sync()
+                    compile_s = time.perf_counter() - t0
+                    with torch.inference_mode():
+                        rec["compile_sdpa"] = self.timer.time(lambda: cs(*inputs), warmup, iters)
+                    rec["compile_sdpa"]["compile_s"] = compile_s
+                    self.log(f"  compile+SDPA {rec['compile_sdpa']['median_ms']:.3f} ms")
+                    del cs
             except Exception as e:  # noqa: BLE001
                 rec["errors"].append(f"SDPA: {type(e).__name__}: {e}"[-1500:])
             finally:
@@ -872,9 +921,9 @@ class Runner:
                             dt,
                             ms(g),
                             ms(s.get("median_ms")),
-                            "",
+                            ms((rec.get("compile_sdpa") or {}).get("median_ms")),
                             ratio(s.get("median_ms"), g),
-                            "",
+                            ratio((rec.get("compile_sdpa") or {}).get("median_ms"), g),
                             "",
                             f"{sp / MiB:.1f}" if isinstance(sp, (int, float)) else "n/a",
                             "",

@@ -61,6 +61,17 @@ class BertHidden(torch.nn.Module):
         return out.last_hidden_state
 
 
+class GptHidden(torch.nn.Module):
+    """GPT2Model (no LM head): input_ids -> last hidden state, no KV cache."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False, return_dict=True).last_hidden_state
+
+
 class VitHidden(torch.nn.Module):
     def __init__(self, m):
         super().__init__()
@@ -82,6 +93,19 @@ def build_gpt2(gen):
     model = Logits(transformers.GPT2LMHeadModel(cfg))
     inputs = {"input_ids": ids(gen, cfg.vocab_size)}
     return cfg, model, inputs, ["logits"]
+
+
+def build_gpt2_medium(gen):
+    """GPT-2-medium's shape (24 layers, d 1024, 16 heads, 1024 positions, the real
+    vocabulary) with random weights: 355M parameters, 1.4 GB of f32 weights. Exported
+    on demand only (never by default, never committed), into an ignored folder."""
+    cfg = transformers.GPT2Config(
+        vocab_size=50257, n_positions=1024, n_embd=1024, n_layer=24, n_head=16,
+        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="eager",
+    )
+    model = GptHidden(transformers.GPT2Model(cfg))
+    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (BATCH, SEQ), generator=gen, dtype=torch.int64)}
+    return cfg, model, inputs, ["last_hidden_state"]
 
 
 def build_bert(gen):
@@ -128,6 +152,7 @@ INPUT_NOTES = {
     "vit": f"pixel_values ~ randn([{BATCH}, 3, 32, 32]), generator seed {SEED}",
 }
 INPUT_NOTES["gpt2_dynamic"] = INPUT_NOTES["gpt2"]
+INPUT_NOTES["gpt2_medium"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 
 MODELS = {
     "gpt2": build_gpt2,
@@ -137,7 +162,13 @@ MODELS = {
     # The same GPT-2 exported with symbolic batch and sequence dims (ONNX dim_params
     # "batch" and "seq"), for `graphc fit` and --dim: every other fixture is static.
     "gpt2_dynamic": build_gpt2,
+    # GPT-2-medium at full size, symbolic batch and seq: for `graphc fit` at seq 1024.
+    "gpt2_medium": build_gpt2_medium,
 }
+
+# Exported only when named (big weights; export them into an ignored folder such as
+# target/models: `python scripts/export_models.py --out target/models gpt2_medium`).
+ON_DEMAND = {"gpt2_medium"}
 
 # Per model, torch.export dynamic shapes (None: static).
 DYNAMIC = {
@@ -145,6 +176,12 @@ DYNAMIC = {
         "input_ids": {
             0: torch.export.Dim("batch", min=1, max=1 << 20),
             1: torch.export.Dim("seq", min=1, max=64),
+        }
+    },
+    "gpt2_medium": lambda: {
+        "input_ids": {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=1024),
         }
     },
 }
@@ -327,7 +364,7 @@ def main():
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     out_root = Path(args.out)
     failed = []
-    for name in args.names or list(MODELS):
+    for name in args.names or [m for m in MODELS if m not in ON_DEMAND]:
         print(f"== {name}", flush=True)
         try:
             meta = export_one(name, out_root)

@@ -74,7 +74,7 @@ fn run_main_job_matches_the_interpreter() {
     assert!(text.contains("output   y: f32[2,16,128]"), "{text}");
     assert!(text.contains("pass     dce"), "{text}");
     assert!(
-        text.contains("run      cpu (kernel-IR executor), 13 kernels, 13 launches (one run per kernel), through a ")
+        text.contains("run      cpu (kernel-IR executor), 8 kernels, 8 launches (one run per kernel), through a ")
             && text.contains(" arena ("),
         "the CPU run goes through the planned arena: {text}"
     );
@@ -607,10 +607,10 @@ fn missing_files_and_unset_dims_are_reported_once_and_together() {
 }
 
 /// One vocabulary: every command that counts says the same of the transformer block
-/// (13 kernels of the fused program, 14 launches on the stream, 7 distinct modules).
+/// (8 kernels of the fused program, 9 launches on the stream, 4 distinct modules).
 #[test]
 fn every_command_counts_kernels_launches_and_modules_alike() {
-    const COUNTS: &str = "13 kernels, 14 launches (6 cuBLASLt GEMMs + 8 generated), 7 modules";
+    const COUNTS: &str = "8 kernels, 9 launches (4 cuBLASLt GEMMs + 5 generated), 4 modules";
     let o = graphc(&["opt", BLOCK]);
     assert!(
         stdout(&o).contains(&format!("# fusion: {COUNTS}; unfused 42 launches")),
@@ -627,7 +627,7 @@ fn every_command_counts_kernels_launches_and_modules_alike() {
     assert_eq!(stdout(&o).lines().last(), Some(format!("// {COUNTS}").as_str()));
     let o = graphc(&["run", BLOCK, "--device", "cpu"]);
     assert!(
-        stdout(&o).contains("cpu (kernel-IR executor), 13 kernels, 13 launches (one run per kernel)"),
+        stdout(&o).contains("cpu (kernel-IR executor), 8 kernels, 8 launches (one run per kernel)"),
         "{}",
         stdout(&o)
     );

@@ -90,11 +90,17 @@ fn examples_run_through_the_arena_as_the_interpreter() {
         );
         let inputs = random_inputs(g, 11);
         let got = graphc::run_cpu(&c, inputs.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(
-            got,
-            interpret(&c.graph, &inputs).unwrap(),
-            "{name}: arena vs interpreter"
-        );
+        // Bitwise, except that the attention kernel is tiled (online softmax) where the
+        // interpreter computes attention by its two-pass definition.
+        let optimized = interpret(&c.graph, &inputs).unwrap();
+        if c.program.kernels.iter().any(|k| k.kind_name() == "attention") {
+            for (n, a, b) in zip_outputs(&got, &optimized).unwrap() {
+                let err = relative_l2(a, b);
+                assert!(err < 1e-6, "{name}/{n}: arena vs interpreter, relative L2 {err:.2e}");
+            }
+        } else {
+            assert_eq!(got, optimized, "{name}: arena vs interpreter");
+        }
         let unplanned = graphc_runtime::kernels::run_program(&c.program, c.graph.weights(), &inputs).unwrap();
         assert_eq!(got, unplanned, "{name}: arena vs unplanned executor");
         let want = interpret(g, &inputs).unwrap();
@@ -154,19 +160,20 @@ fn kernel_census(p: &graphc_compiler::kernel::Program) -> std::collections::BTre
     m
 }
 
-/// The pre-LN block fuses into 13 kernels: 2 layer norms and the softmax (one row kernel
-/// each), 4 linear layers with their epilogues (bias; bias + GELU; bias + residual add,
-/// twice), the 2 attention matmuls (the scores scaled by the GEMM's alpha; the causal
-/// mask is the softmax kernel's prologue, not a generated GEMM epilogue), and 4 copies
-/// that split and merge heads (a GEMM takes one batch stride, and [b, h] of a
-/// head view of [b, s, h*d] are not one stride).
+/// The pre-LN block fuses into 8 kernels: 2 layer norms (one row kernel each), 4 linear
+/// layers with their epilogues (bias; bias + GELU; bias + residual add, twice), one
+/// attention kernel (scores, causal mask, softmax and the product with v: the e-graph's
+/// `attention`, reading q, k and v through strided views of the qkv projection), and
+/// one copy that merges the heads (the attention writes [b, h, s, d]; the projection's
+/// GEMM reads [b, s, h*d]).
 #[test]
 fn transformer_block_kernel_count() {
     let compiled = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
     let census = kernel_census(&compiled.program);
-    let want: std::collections::BTreeMap<String, usize> = [("row", 3), ("matmul", 6), ("elementwise", 4)]
-        .map(|(k, v)| (k.to_string(), v))
-        .into();
+    let want: std::collections::BTreeMap<String, usize> =
+        [("row", 2), ("matmul", 4), ("attention", 1), ("elementwise", 1)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
     assert_eq!(
         census,
         want,

@@ -152,25 +152,31 @@ fn gpt12_bf16_arena_is_half_the_f32_arena() {
     assert!(ratio <= 0.51, "bf16 arena / f32 arena = {ratio:.3}");
 }
 
-/// f16 overflows above 65504: the attention logits (q k^T, feeding softmax's exp) are
-/// computed in f32 at fp16; at bf16 (f32's range) they are bf16.
+/// f16 overflows above 65504: the attention logits (q k^T, feeding softmax's exp) must
+/// not be f16. Attention is recognized before the precision pass, and its kernel
+/// computes the scores, the softmax and the sums in f32 at every precision: at fp16
+/// and bf16 the attention op and every matmul take and give the low type.
 #[test]
-fn fp16_keeps_the_attention_logits_in_f32() {
+fn attention_computes_its_logits_in_f32_inside_the_kernel() {
     let g = gpt(&GptConfig::default()).unwrap();
-    let matmul_types = |p: Precision| -> Vec<DType> {
+    for (p, low) in [(Precision::Fp16, DType::F16), (Precision::Bf16, DType::BF16)] {
         let c = compile(&g, p);
-        c.graph
-            .nodes()
-            .iter()
-            .filter(|n| n.op == graphc::ir::Op::MatMul)
-            .map(|n| n.ty.dtype)
-            .collect()
-    };
-    let fp16 = matmul_types(Precision::Fp16);
-    let bf16 = matmul_types(Precision::Bf16);
-    assert_eq!(fp16.iter().filter(|&&d| d == DType::F32).count(), 1, "{fp16:?}");
-    assert!(fp16.iter().filter(|&&d| d == DType::F16).count() >= 4, "{fp16:?}");
-    assert!(bf16.iter().all(|&d| d == DType::BF16), "{bf16:?}");
+        let types = |want: fn(&graphc::ir::Op) -> bool| -> Vec<DType> {
+            c.graph
+                .nodes()
+                .iter()
+                .filter(|n| want(&n.op))
+                .map(|n| n.ty.dtype)
+                .collect()
+        };
+        let attention = types(|o| matches!(o, graphc::ir::Op::Attention { .. }));
+        assert_eq!(attention, vec![low], "{p}");
+        let matmuls = types(|o| *o == graphc::ir::Op::MatMul);
+        assert!(
+            matmuls.len() >= 4 && matmuls.iter().all(|&d| d == low),
+            "{p}: {matmuls:?}"
+        );
+    }
 }
 
 /// `graphc fit` (the API) takes the precision: bf16 fits a larger batch.

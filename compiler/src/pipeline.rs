@@ -1,7 +1,7 @@
 //! The compile pipeline: every stage, in order, readable top to bottom.
 //!
-//! [`compile`] runs the graph stages (dead-code elimination, precision, the optimizer,
-//! fusion, scheduling and memory planning), each a function returning its value and a
+//! [`compile`] runs the graph stages (dead-code elimination, the optimizer, precision
+//! and, with a low type, the optimizer again; fusion, scheduling and memory planning), each a function returning its value and a
 //! typed [`PassReport`] ([`report`] renders their text). Two backend stages follow,
 //! called by whoever runs the model on a GPU: [`generate_kernels`] (the CUDA C of every
 //! kernel, [`Kernels`]) and [`build`] (NVRTC's cubins or PTX for one architecture,
@@ -89,10 +89,23 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     let mut passes = Vec::new();
     let (graph, dce) = run_dce(graph, opts)?;
     passes.push(dce);
-    let (graph, precision, report) = run_precision(&graph, opts)?;
-    passes.extend(report);
-    let (graph, optimize, report) = run_optimize(&graph, opts)?;
+    // The optimizer runs on the model as written (recognizing attention and GELU in
+    // f32, as the front ends spell them), then the precision pass types it, and with
+    // a low type the optimizer runs again to fold the weight casts into low-type
+    // weights: precision never changes what fusion sees but the types.
+    let (graph, mut optimize, report) = run_optimize(&graph, opts)?;
     passes.push(report);
+    let (graph, precision, report) = run_precision(&graph, opts)?;
+    let graph = match report {
+        Some(report) => {
+            passes.push(report);
+            let (graph, again, report) = run_optimize(&graph, opts)?;
+            passes.push(report);
+            optimize = merge_optimize_reports(optimize, again);
+            graph
+        }
+        None => graph,
+    };
     let (program, fusion, report) = run_fuse(&graph, opts)?;
     passes.push(report);
     let (program, schedule, plan, report) = run_plan(program, opts)?;
@@ -108,6 +121,43 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         plan,
         precision,
     })
+}
+
+/// The optimizer's report over both runs (before and after the precision pass): the
+/// first run's graph and weights before, the second's after, counts added up.
+fn merge_optimize_reports(first: OptimizeReport, second: OptimizeReport) -> OptimizeReport {
+    let mut rules_fired = first.rules_fired;
+    for (rule, n) in second.rules_fired {
+        *rules_fired.entry(rule).or_default() += n;
+    }
+    let mut weights_added: Vec<String> = first
+        .weights_added
+        .into_iter()
+        .filter(|w| !second.weights_dropped.contains(w))
+        .collect();
+    weights_added.extend(second.weights_added);
+    let mut weights_dropped = first.weights_dropped;
+    weights_dropped.extend(
+        second
+            .weights_dropped
+            .into_iter()
+            .filter(|w| !weights_added.contains(w)),
+    );
+    OptimizeReport {
+        nodes_before: first.nodes_before,
+        nodes_after: second.nodes_after,
+        constants_folded: first.constants_folded + second.constants_folded,
+        weight_bytes_before: first.weight_bytes_before,
+        weight_bytes_after: second.weight_bytes_after,
+        weights_dropped,
+        weights_added,
+        rules_fired,
+        iterations: first.iterations + second.iterations,
+        egraph_nodes: first.egraph_nodes.max(second.egraph_nodes),
+        egraph_classes: first.egraph_classes.max(second.egraph_classes),
+        stop_reason: second.stop_reason,
+        time: first.time + second.time,
+    }
 }
 
 /// Dead-code elimination: nodes and weights no output depends on.

@@ -116,6 +116,10 @@ pub struct TensorAnalysis {
     /// Per folded weight, the weight its name starts from and how many ops its name
     /// chains after it (`fc0.weight:transpose:cast`: 2).
     derived: HashMap<String, (String, usize)>,
+    /// Whether a mask class (by canonical id) is the causal pattern, once evaluated by
+    /// the attention rule (`rules/attention.rs`): its value is too large to fold, so
+    /// it is evaluated on demand, once per class.
+    pub causal_masks: std::sync::Mutex<HashMap<Id, bool>>,
 }
 
 /// A folded weight's name chains at most this many ops after the weight it starts

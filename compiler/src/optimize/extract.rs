@@ -1,15 +1,21 @@
 //! Extraction: one e-node per e-class, chosen by a sharing-aware cost, acyclic by
 //! construction.
 //!
-//! Classes are finalized in rounds: a node becomes eligible once all its children's
-//! classes are finalized, and a class is finalized, in the round it first has eligible
-//! nodes, with the cheapest of them. A class's cost is its node's own cost plus each
-//! child's cost divided by the child's number of parent classes, so a value used in
-//! many places is paid for about once (tree costs count it once per use and blow up
-//! exponentially on residual chains). Finalizing children first makes the selection
-//! acyclic without a separate check. Linear in the e-graph's size.
+//! Classes are finalized cheapest first (Knuth's lightest-derivation order, the
+//! generalization of Dijkstra's algorithm): a node becomes eligible once all its
+//! children's classes are finalized, with its total cost; eligible nodes wait in a
+//! priority queue, and the cheapest one finalizes its class (a class's later, dearer
+//! nodes are skipped). A class's cost is its node's own cost plus each child's cost
+//! divided by the child's number of parent classes, so a value used in many places is
+//! paid for about once (tree costs count it once per use and blow up exponentially on
+//! residual chains). Finalizing children first makes the selection acyclic without a
+//! separate check; taking the cheapest eligible node first (not the first to become
+//! eligible) lets a deeper but cheaper derivation win: `broadcast(op(small))` over
+//! `op` at full size. `O(n log n)` in the e-graph's size; ties break by class id, then
+//! node index, so the result is deterministic.
 
-use std::collections::HashMap;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
 
 use egg::Id;
 use graphc_ir::Op;
@@ -72,44 +78,63 @@ pub fn extract(eg: &TEGraph) -> HashMap<Id, TNode> {
     }
     let mut cost: HashMap<Id, f64> = HashMap::new();
     let mut chosen: HashMap<Id, TNode> = HashMap::new();
-    while !eligible.is_empty() {
-        // Best eligible node per not-yet-finalized class this round.
-        let mut best: HashMap<Id, (f64, usize)> = HashMap::new();
-        for &(c, i) in &eligible {
-            if chosen.contains_key(&c) {
-                continue;
-            }
-            let n = &eg[c].nodes[i];
-            let shared: f64 = n
-                .children
-                .iter()
-                .map(|&k| {
-                    let k = eg.find(k);
-                    cost[&k] / fan_out.get(&k).copied().unwrap_or(1).max(1) as f64
-                })
-                .sum();
-            let total = node_cost(eg, c, n) + shared;
-            let entry = best.entry(c).or_insert((f64::INFINITY, i));
-            if total < entry.0 || (total == entry.0 && i < entry.1) {
-                *entry = (total, i);
-            }
+    let total = |cost: &HashMap<Id, f64>, c: Id, i: usize| -> f64 {
+        let n = &eg[c].nodes[i];
+        let shared: f64 = n
+            .children
+            .iter()
+            .map(|&k| {
+                let k = eg.find(k);
+                cost[&k] / fan_out.get(&k).copied().unwrap_or(1).max(1) as f64
+            })
+            .sum();
+        node_cost(eg, c, n) + shared
+    };
+    let mut queue: BinaryHeap<Reverse<Eligible>> = eligible
+        .into_iter()
+        .map(|(c, i)| Reverse(Eligible(total(&cost, c, i), c, i)))
+        .collect();
+    while let Some(Reverse(Eligible(t, c, i))) = queue.pop() {
+        if chosen.contains_key(&c) {
+            continue;
         }
-        let mut next = Vec::new();
-        let mut finalized: Vec<(Id, f64, usize)> = best.into_iter().map(|(c, (t, i))| (c, t, i)).collect();
-        finalized.sort_by_key(|&(c, _, _)| c);
-        for (c, total, i) in finalized {
-            cost.insert(c, total);
-            chosen.insert(c, eg[c].nodes[i].clone());
-            for &(p, j) in parents.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
-                if let Some(left) = pending.get_mut(&(p, j)) {
-                    *left -= 1;
-                    if *left == 0 {
-                        next.push((p, j));
-                    }
+        cost.insert(c, t);
+        chosen.insert(c, eg[c].nodes[i].clone());
+        for &(p, j) in parents.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
+            if let Some(left) = pending.get_mut(&(p, j)) {
+                *left -= 1;
+                if *left == 0 && !chosen.contains_key(&p) {
+                    queue.push(Reverse(Eligible(total(&cost, p, j), p, j)));
                 }
             }
         }
-        eligible = next;
     }
     chosen
+}
+
+/// An eligible node: its total cost, class and index, ordered by cost (a total order
+/// on the floats), then class, then index.
+struct Eligible(f64, Id, usize);
+
+impl PartialEq for Eligible {
+    fn eq(&self, other: &Eligible) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Eligible {}
+
+impl PartialOrd for Eligible {
+    fn partial_cmp(&self, other: &Eligible) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Eligible {
+    fn cmp(&self, other: &Eligible) -> Ordering {
+        self.0
+            .total_cmp(&other.0)
+            .then_with(|| self.1.cmp(&other.1))
+            .then_with(|| self.2.cmp(&other.2))
+    }
 }

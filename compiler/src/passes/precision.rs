@@ -10,9 +10,12 @@
 //!   `sqrt`, `rsqrt`, `reciprocal`, `erf`, comparisons (a mask must not flip with a
 //!   rounding), and, by promotion, every elementwise op with an f32-computed operand
 //!   (the rest of a softmax or a norm). An elementwise op, a max/min reduction or a
-//!   view whose every user computes in f32 computes in f32 too, so `exp(x - max(x))`
-//!   subtracts in f32.
+//!   view whose only user computes in f32 computes in f32 too, so `exp(x - max(x))`
+//!   subtracts in f32; a value with several users (the residual stream) is stored
+//!   between kernels, and stored in the low type.
 //! - **the low type** (everything else): matmuls (their kernels accumulate in f32),
+//!   attention (its kernel computes scores, softmax and sums in f32, so the logits
+//!   never overflow f16),
 //!   elementwise ops, views, gathers, concatenation, padding.
 //!
 //! Weights and constants used in the low type are cast where they are used; the
@@ -213,7 +216,8 @@ pub fn apply_precision(graph: &Graph, precision: Precision) -> Result<(Graph, Pr
             Op::Cast { .. } => Class::Keep,
             _ if !(is_f32(id) || float_operand) => Class::Keep,
             op if denied(op) => Class::F32,
-            Op::MatMul => Class::Low,
+            // Attention computes its scores, softmax and sums in f32 inside its kernel.
+            Op::MatMul | Op::Attention { .. } => Class::Low,
             _ => {
                 let promoted = node.inputs.iter().any(|&i| class[i.index()] == Class::F32);
                 if promoted {
@@ -246,8 +250,33 @@ pub fn apply_precision(graph: &Graph, precision: Precision) -> Result<(Graph, Pr
         let op = &graph.node(id).op;
         let is_output = graph.outputs().iter().any(|o| o.node == id);
         let logits = low == DType::F16 && *op == Op::MatMul && feeds_exp[i];
-        if all_f32 && !is_output && (follows_users(op) || logits) {
+        // Only a value with one user follows it into f32: that value is computed in
+        // its user's kernel. A value with several users (the residual stream, read by
+        // a norm and by the next residual add) is stored between kernels, and stored
+        // in the low type.
+        let single_user = users[i].len() == 1;
+        if all_f32 && !is_output && ((follows_users(op) && single_user) || logits) {
             class[i] = Class::F32;
+        }
+    }
+    // A view of an f32 value read only by low-type ops is itself low: the cast goes
+    // before the view, into the kernel that computes the value (a norm's output,
+    // reshaped for the next GEMM, is stored in the low type by the norm's kernel).
+    for &id in order.iter().rev() {
+        let i = id.index();
+        let op = &graph.node(id).op;
+        let view = matches!(
+            op,
+            Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } | Op::Broadcast { .. }
+        );
+        let is_output = graph.outputs().iter().any(|o| o.node == id);
+        if view
+            && class[i] == Class::F32
+            && !is_output
+            && !users[i].is_empty()
+            && users[i].iter().all(|&u| class[u.index()] == Class::Low)
+        {
+            class[i] = Class::Low;
         }
     }
 

@@ -104,8 +104,8 @@ impl Counts {
     }
 }
 
-/// `13 kernels, 14 launches (6 cuBLASLt GEMMs + 8 generated), 7 modules`; on the CPU
-/// `13 kernels, 13 launches (one run per kernel)`.
+/// `8 kernels, 9 launches (4 cuBLASLt GEMMs + 5 generated), 4 modules`; on the CPU
+/// `8 kernels, 8 launches (one run per kernel)`.
 impl fmt::Display for Counts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} kernels, {} launches", self.kernels, self.launches)?;
@@ -136,7 +136,7 @@ mod tests {
         let planned = Counts::planned(&compiled, None);
         assert_eq!(
             planned.to_string(),
-            "13 kernels, 14 launches (6 cuBLASLt GEMMs + 8 generated), 7 modules"
+            "8 kernels, 9 launches (4 cuBLASLt GEMMs + 5 generated), 4 modules"
         );
         // Fusion's launch count is the launch list's.
         assert_eq!(planned.launches, compiled.fusion.launches);
@@ -155,6 +155,6 @@ mod tests {
             "the device does not change the counts"
         );
         let cpu = Counts::cpu(&compiled.program);
-        assert_eq!(cpu.to_string(), "13 kernels, 13 launches (one run per kernel)");
+        assert_eq!(cpu.to_string(), "8 kernels, 8 launches (one run per kernel)");
     }
 }

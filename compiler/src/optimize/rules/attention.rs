@@ -11,7 +11,9 @@
 //!   condition's small shape), or one of each; a known mask (a folded constant or
 //!   weight) that is exactly the causal pattern (0 / true on and below the diagonal,
 //!   at most -1e30 / false above it, for every batch and head) becomes `causal=true`
-//!   with no mask operand;
+//!   with no mask operand; so does a mask computed only from constants and iota (the
+//!   position indices of a dynamic export) whose value, evaluated once at its small
+//!   shape (at most 2^24 elements), is that pattern;
 //! - the scale is a multiplication by a known scalar (either order), a division by one,
 //!   or none (a scale folded into q stays in q's computation);
 //! - `kᵀ` is un-transposed (a transpose of the last two axes of k, or a transpose into
@@ -26,7 +28,11 @@
 //! `lowest` for every |x| < 1e31, so the softmax is the same). Tested against the
 //! spelled-out graphs within 1e-5 (f32).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use egg::{Id, Rewrite};
+use graphc_ir::interp::eval_op;
 use graphc_ir::{AttentionDims, BinaryOp, DType, Op, ReduceOp, Shape, Tensor, TensorType, UnaryOp};
 
 use crate::optimize::analysis::{Known, TEGraph, TensorAnalysis};
@@ -83,12 +89,9 @@ fn softmax_input(eg: &TEGraph, p: Id) -> Option<Id> {
     None
 }
 
-/// The class under a broadcast of `id` (or `id` itself).
+/// The smallest class `id` is a broadcast of (or `id` itself).
 fn unbroadcast(eg: &TEGraph, id: Id) -> Id {
-    nodes_where(eg, id, |o| matches!(o, Op::Broadcast { .. }))
-        .map(|n| n.children[0])
-        .next()
-        .unwrap_or(id)
+    super::broadcast::smallest_broadcast_source(eg, id).unwrap_or(id)
 }
 
 /// A mask found around the scores.
@@ -119,12 +122,74 @@ fn is_causal_pattern(t: &Tensor, on: impl Fn(f64) -> bool, off: impl Fn(f64) -> 
     })
 }
 
-/// The known value of a class, dense (never a large splat).
-fn known_tensor(eg: &TEGraph, id: Id) -> Option<Tensor> {
-    match eg[id].data.known.as_ref()? {
-        Known::Full(t) => Some((**t).clone()),
-        Known::Splat(_) => None,
+/// Masks are evaluated (when not already known) up to this many elements: a
+/// `[1, 1, 4096, 4096]` causal mask.
+const MAX_MASK_EVAL: usize = 1 << 24;
+
+/// The value of a class computed only from known classes (constants, iota, weights),
+/// evaluated with the interpreter at the class's own shape, or `None` (an input
+/// reaches it, it is larger than [`MAX_MASK_EVAL`], or deeper than `depth`).
+fn evaluate(eg: &TEGraph, id: Id, depth: usize, memo: &mut HashMap<Id, Option<Arc<Tensor>>>) -> Option<Arc<Tensor>> {
+    let id = eg.find(id);
+    if let Some(v) = memo.get(&id) {
+        return v.clone();
     }
+    let ty = &eg[id].data.ty;
+    let mut value = None;
+    if ty.numel() <= MAX_MASK_EVAL {
+        if let Some(k) = &eg[id].data.known {
+            value = Some(match k {
+                Known::Full(t) => t.clone(),
+                Known::Splat(_) => Arc::new(k.materialize(ty)),
+            });
+        } else if depth > 0 {
+            memo.insert(id, None); // no cycles
+            for n in &eg[id].nodes {
+                if matches!(n.op(), Op::Input { .. } | Op::Parameter { .. }) {
+                    continue;
+                }
+                let Some(args) = n
+                    .children
+                    .iter()
+                    .map(|&c| evaluate(eg, c, depth - 1, memo))
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    continue;
+                };
+                let refs: Vec<&Tensor> = args.iter().map(|a| &**a).collect();
+                if let Ok(t) = eval_op(n.op(), &refs, ty) {
+                    value = Some(Arc::new(t));
+                    break;
+                }
+            }
+        }
+    }
+    memo.insert(id, value.clone());
+    value
+}
+
+/// Whether the mask class `id` is the causal pattern (`on` on and below the diagonal,
+/// `off` above it, for every leading index), evaluated once per class and cached in
+/// the analysis.
+fn is_causal(eg: &TEGraph, id: Id, bool_cond: bool) -> bool {
+    let id = eg.find(id);
+    let key = id;
+    if let Ok(cache) = eg.analysis.causal_masks.lock() {
+        if let Some(&c) = cache.get(&key) {
+            return c;
+        }
+    }
+    let causal = evaluate(eg, id, 24, &mut HashMap::new()).is_some_and(|t| {
+        if bool_cond {
+            is_causal_pattern(&t, |v| v != 0.0, |v| v == 0.0)
+        } else {
+            is_causal_pattern(&t, |v| v == 0.0, |v| v <= MASK_FILL)
+        }
+    });
+    if let Ok(mut cache) = eg.analysis.causal_masks.lock() {
+        cache.insert(key, causal);
+    }
+    causal
 }
 
 fn is_fill(eg: &TEGraph, id: Id) -> Option<f64> {
@@ -146,11 +211,9 @@ fn masks(eg: &TEGraph, s: Id, depth: usize) -> Vec<Masks> {
     for add in nodes_where(eg, s, |o| *o == Op::Binary(BinaryOp::Add)) {
         for (x, m) in [(add.children[0], add.children[1]), (add.children[1], add.children[0])] {
             let small = unbroadcast(eg, m);
-            if let Some(t) = known_tensor(eg, small) {
-                if is_causal_pattern(&t, |v| v == 0.0, |v| v <= MASK_FILL) {
-                    found.push((x, true, None));
-                    continue;
-                }
+            if is_causal(eg, small, false) {
+                found.push((x, true, None));
+                continue;
             }
             found.push((
                 x,
@@ -163,11 +226,9 @@ fn masks(eg: &TEGraph, s: Id, depth: usize) -> Vec<Masks> {
         let (cond, x, fill) = (sel.children[0], sel.children[1], sel.children[2]);
         let Some(f) = is_fill(eg, fill) else { continue };
         let small = unbroadcast(eg, cond);
-        if let Some(t) = known_tensor(eg, small) {
-            if is_causal_pattern(&t, |v| v != 0.0, |v| v == 0.0) {
-                found.push((x, true, None));
-                continue;
-            }
+        if is_causal(eg, small, true) {
+            found.push((x, true, None));
+            continue;
         }
         let dims = ty(eg, small).shape.dims().to_vec();
         let splat = |v: f64| {

@@ -1,6 +1,7 @@
 //! Rewrite rules, one file per topic. See README.md for the policy.
 
 mod attention;
+mod broadcast;
 mod composite;
 mod identities;
 mod layout;
@@ -20,6 +21,7 @@ pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
     identities::rules()
         .into_iter()
         .chain(layout::rules())
+        .chain(broadcast::rules())
         .chain(scale::rules())
         .chain(composite::rules())
         .chain(attention::rules())
