@@ -83,7 +83,15 @@ fn run_main_job_matches_the_interpreter() {
     let inputs = graphc::npz::read_inputs(&repo_path(BLOCK_INPUTS), &graph).unwrap();
     let expected = interpret(&graph, &inputs).unwrap();
     let got = graphc::npz::read_arrays(&out).unwrap();
-    assert_eq!(got, expected, "the written outputs are the interpreter's, bit for bit");
+    // The interpreter's outputs, to rounding: the attention kernel is tiled (online
+    // softmax) where the interpreter's spelled-out softmax takes two passes.
+    for (name, a, b) in graphc::ir::compare::zip_outputs(&got, &expected).unwrap() {
+        let err = graphc::ir::compare::relative_l2(a, b);
+        assert!(
+            err < 1e-6,
+            "the written output {name} is the interpreter's: relative L2 {err:e}"
+        );
+    }
 }
 
 #[test]
@@ -613,7 +621,7 @@ fn every_command_counts_kernels_launches_and_modules_alike() {
     const COUNTS: &str = "8 kernels, 9 launches (4 cuBLASLt GEMMs + 5 generated), 4 modules";
     let o = graphc(&["opt", BLOCK]);
     assert!(
-        stdout(&o).contains(&format!("# fusion: {COUNTS}; unfused 42 launches")),
+        stdout(&o).contains(&format!("# fusion: {COUNTS}; unfused 34 launches")),
         "{}",
         stdout(&o)
     );
@@ -621,7 +629,7 @@ fn every_command_counts_kernels_launches_and_modules_alike() {
         let o = graphc(&["launches", BLOCK, "--gpu", gpu]);
         let text = stdout(&o);
         assert_eq!(text.lines().nth(1), Some(COUNTS), "{text}");
-        assert!(!text.contains("8 kernels (7 modules)"), "{text}");
+        assert!(!text.contains("8 kernels (4 modules)"), "{text}");
     }
     let o = graphc(&["cuda", BLOCK]);
     assert_eq!(stdout(&o).lines().last(), Some(format!("// {COUNTS}").as_str()));
@@ -635,7 +643,7 @@ fn every_command_counts_kernels_launches_and_modules_alike() {
         "bench", BLOCK, "--device", "cpu", "--iters", "1", "--warmup", "0", "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!((v["kernels"].as_u64(), v["launches"].as_u64()), (Some(13), Some(13)));
+    assert_eq!((v["kernels"].as_u64(), v["launches"].as_u64()), (Some(8), Some(8)));
     assert_eq!(v["gemms"], 0);
     assert!(v["modules"].is_null());
 }

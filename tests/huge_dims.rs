@@ -75,7 +75,7 @@ fn a_huge_batch_plans_as_fast_as_batch_1_and_scales_exactly() {
         p.weights_bytes
     );
     let report = graphc_compiler::plan::report::summary(&c.program, p);
-    assert!(report.contains("2.76 TiB"), "{report}");
+    assert!(report.contains("2.01 TiB"), "{report}");
 
     // A sequence of 2^20: the importer keeps known values of at most 64 MiB in all (the
     // causal mask's intermediates alone would be gigabytes), so memory stays bounded.
@@ -85,7 +85,10 @@ fn a_huge_batch_plans_as_fast_as_batch_1_and_scales_exactly() {
     let g = graphc::load_model(&repo_path(DYNAMIC), &dims).unwrap();
     let c = graphc::compile(&g).unwrap();
     eprintln!("seq 2^20: {:?}", t.elapsed());
-    assert!(c.plan.total_bytes > 16 << 40, "{} bytes", c.plan.total_bytes);
+    // Terabytes of activations, but no [heads, s, s] score matrix (16 TiB of f32 at
+    // this length): attention is one kernel.
+    assert!(c.plan.total_bytes > 1 << 40, "{} bytes", c.plan.total_bytes);
+    assert!(c.plan.total_bytes < 16 << 40, "{} bytes", c.plan.total_bytes);
     if let (Some(a), Some(b)) = (rss_before, peak_rss_kib()) {
         eprintln!("peak RSS {a} KiB before, {b} KiB after seq 2^20");
         assert!(b.saturating_sub(a) < 192 << 10, "peak RSS grew from {a} to {b} KiB");

@@ -186,18 +186,23 @@ fn transformer_block_kernel_count() {
         .iter()
         .filter(|k| k.kind_name() == "matmul" && k.nodes.len() > 1)
         .count();
-    assert_eq!(mm_with_epilogue, 5, "4 linear layers and the scaled scores");
-    let softmax = compiled
+    assert_eq!(mm_with_epilogue, 4, "4 linear layers with their epilogues");
+    let attention = compiled
         .program
         .kernels
         .iter()
-        .find(|k| k.name.contains("max_sum"))
+        .find(|k| k.kind_name() == "attention")
         .unwrap();
+    let graphc::ir::Op::Attention { causal, .. } = compiled
+        .graph
+        .node(compiled.graph.canonical_order()[attention.nodes[0] as usize])
+        .op
+    else {
+        panic!("the attention kernel runs the attention op")
+    };
     assert!(
-        softmax.nodes.iter().any(|&n| {
-            compiled.graph.node(compiled.graph.canonical_order()[n as usize]).op == graphc::ir::Op::Select
-        }),
-        "the causal mask is applied by the softmax kernel"
+        causal,
+        "the iota-built causal mask is recognized as causal: no mask tensor"
     );
 }
 

@@ -158,7 +158,7 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
         }
         Op::Attention { .. } => {
             let dims = AttentionDims::of(args)?;
-            Ok(TensorType::new(args[0].dtype, dims.out_dims()))
+            Ok(TensorType::new(dims.dtype, dims.out_dims()))
         }
     }
 }
@@ -168,6 +168,8 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
 /// (its dims each 1 or the scores').
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttentionDims {
+    /// The operands' (and the output's) dtype.
+    pub dtype: DType,
     pub batch: Vec<usize>,
     pub hq: usize,
     pub hkv: usize,
@@ -224,6 +226,7 @@ impl AttentionDims {
             ));
         }
         let dims = AttentionDims {
+            dtype: q.dtype,
             batch: bq,
             hq,
             hkv,

@@ -42,10 +42,13 @@ fn check(g: &Graph, tol: f64) {
     }
 }
 
+/// dtype, [b, hq, hkv, sq, sk, d], mask shape, causal.
+type Case = (DType, [usize; 6], Option<[usize; 4]>, bool);
+
 #[test]
 fn shapes_masks_and_dtypes() {
     #[rustfmt::skip]
-    let cases: [(DType, [usize; 6], Option<[usize; 4]>, bool); 9] = [
+    let cases: [Case; 9] = [
         // dtype, [b, hq, hkv, sq, sk, d], mask, causal
         (DType::F32, [2, 4, 4, 9, 9, 8], None, true),
         (DType::F32, [1, 2, 2, 70, 70, 16], None, true),   // keys over two tiles and a part

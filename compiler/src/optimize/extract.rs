@@ -61,13 +61,24 @@ pub fn extract(eg: &TEGraph) -> HashMap<Id, TNode> {
     let mut eligible: Vec<(Id, usize)> = Vec::new();
     let mut fan_out: HashMap<Id, usize> = HashMap::new();
     for &c in &classes {
+        // A child's fan-out counts parent classes, not the several nodes of one class
+        // that read it (alternatives, of which extraction keeps one).
+        let mut class_kids: Vec<Id> = eg[c]
+            .nodes
+            .iter()
+            .flat_map(|n| n.children.iter().map(|&k| eg.find(k)))
+            .collect();
+        class_kids.sort();
+        class_kids.dedup();
+        for &k in &class_kids {
+            *fan_out.entry(k).or_default() += 1;
+        }
         for (i, n) in eg[c].nodes.iter().enumerate() {
             let mut kids: Vec<Id> = n.children.iter().map(|&k| eg.find(k)).collect();
             kids.sort();
             kids.dedup();
             for &k in &kids {
                 parents.entry(k).or_default().push((c, i));
-                *fan_out.entry(k).or_default() += 1;
             }
             if kids.is_empty() {
                 eligible.push((c, i));

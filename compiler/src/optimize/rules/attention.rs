@@ -94,6 +94,9 @@ fn unbroadcast(eg: &TEGraph, id: Id) -> Id {
     super::broadcast::smallest_broadcast_source(eg, id).unwrap_or(id)
 }
 
+/// An additive mask at its small shape, and that shape.
+type SmallMask = (Term, Vec<usize>);
+
 /// A mask found around the scores.
 #[derive(Clone, Debug)]
 struct Masks {
@@ -101,7 +104,7 @@ struct Masks {
     inner: Id,
     causal: bool,
     /// The additive mask at its small shape (before padding to the scores' rank).
-    additive: Option<(Term, Vec<usize>)>,
+    additive: Option<SmallMask>,
 }
 
 /// Whether element `(i, j)` of every `[.., sq, sk]` matrix of `t` is what `keep(i, j)`
@@ -207,7 +210,8 @@ fn masks(eg: &TEGraph, s: Id, depth: usize) -> Vec<Masks> {
         return out;
     }
     let dtype = ty(eg, s).dtype;
-    let mut found: Vec<(Id, bool, Option<(Term, Vec<usize>)>)> = Vec::new();
+    // (the scores under one mask, causal, the additive mask at its small shape)
+    let mut found: Vec<(Id, bool, Option<SmallMask>)> = Vec::new();
     for add in nodes_where(eg, s, |o| *o == Op::Binary(BinaryOp::Add)) {
         for (x, m) in [(add.children[0], add.children[1]), (add.children[1], add.children[0])] {
             let small = unbroadcast(eg, m);
