@@ -249,8 +249,9 @@ fn kernel_benchmarks_are_one_kernel_each() {
 }
 
 /// The generated CUDA of three kernels of the block: the first layer norm (one row
-/// kernel), the masked softmax (the mask as its prologue) and the first MLP linear
-/// layer (cuBLASLt with bias, then the erf GELU as a generated epilogue).
+/// kernel), the causal attention (scores, softmax and the product with v in one
+/// kernel, q, k and v read through strided views of the qkv projection) and the first
+/// MLP linear layer (cuBLASLt with bias, then the erf GELU as a generated epilogue).
 #[test]
 fn snapshot_transformer_block_cuda() {
     let block = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
@@ -258,10 +259,10 @@ fn snapshot_transformer_block_cuda() {
     let pick =
         |pred: &dyn Fn(&graphc_compiler::kernel::Kernel) -> bool| p.kernels.iter().position(pred).expect("kernel");
     let ln = pick(&|k| k.name.contains("row_mean_mean"));
-    let softmax = pick(&|k| k.name.contains("row_max_sum"));
+    let attention = pick(&|k| k.kind_name() == "attention");
     let fc1 = pick(&|k| k.kind_name() == "matmul" && k.nodes.len() > 4);
     let mut text = String::new();
-    for k in [ln, softmax, fc1] {
+    for k in [ln, attention, fc1] {
         let c = graphc_compiler::codegen::generate(p, k).unwrap();
         text.push_str(&format!("// ==== {} ({:?})\n", p.kernels[k].name, c.launch));
         if let Some(g) = &c.gemm {
