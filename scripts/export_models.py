@@ -108,6 +108,19 @@ def build_gpt2_medium(gen):
     return cfg, model, inputs, ["last_hidden_state"]
 
 
+def build_gpt2_48(gen):
+    """A 48-layer GPT-2 stack (d 256, 8 heads, 1024 positions, the real vocabulary),
+    random weights (about 200 MB): for the bf16-vs-f32 arena and kernel-count check on
+    a deep export. On demand only."""
+    cfg = transformers.GPT2Config(
+        vocab_size=50257, n_positions=1024, n_embd=256, n_layer=48, n_head=8,
+        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="eager",
+    )
+    model = GptHidden(transformers.GPT2Model(cfg))
+    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (BATCH, SEQ), generator=gen, dtype=torch.int64)}
+    return cfg, model, inputs, ["last_hidden_state"]
+
+
 def build_bert(gen):
     cfg = transformers.BertConfig(
         vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -152,6 +165,7 @@ INPUT_NOTES = {
     "vit": f"pixel_values ~ randn([{BATCH}, 3, 32, 32]), generator seed {SEED}",
 }
 INPUT_NOTES["gpt2_dynamic"] = INPUT_NOTES["gpt2"]
+INPUT_NOTES["gpt2_48"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 INPUT_NOTES["gpt2_medium"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 
 MODELS = {
@@ -164,11 +178,12 @@ MODELS = {
     "gpt2_dynamic": build_gpt2,
     # GPT-2-medium at full size, symbolic batch and seq: for `graphc fit` at seq 1024.
     "gpt2_medium": build_gpt2_medium,
+    "gpt2_48": build_gpt2_48,
 }
 
 # Exported only when named (big weights; export them into an ignored folder such as
 # target/models: `python scripts/export_models.py --out target/models gpt2_medium`).
-ON_DEMAND = {"gpt2_medium"}
+ON_DEMAND = {"gpt2_medium", "gpt2_48"}
 
 # Per model, torch.export dynamic shapes (None: static).
 DYNAMIC = {
@@ -176,6 +191,12 @@ DYNAMIC = {
         "input_ids": {
             0: torch.export.Dim("batch", min=1, max=1 << 20),
             1: torch.export.Dim("seq", min=1, max=64),
+        }
+    },
+    "gpt2_48": lambda: {
+        "input_ids": {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=1024),
         }
     },
     "gpt2_medium": lambda: {

@@ -24,7 +24,7 @@ use crate::kernel::Program;
 use crate::nvrtc::{self, NvrtcError, NvrtcOptions, OutputKind};
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
-use crate::passes::precision::{apply_precision, Precision, PrecisionReport};
+use crate::passes::precision::{apply_precision_with, Outputs, Precision, PrecisionReport};
 use crate::plan::{plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 
 pub use report::{Pass, PassDetail, PassReport};
@@ -41,6 +41,9 @@ pub struct CompileOptions {
     /// fp32 (default), tf32 (f32 GEMMs on TF32 tensor cores), or bf16 / fp16 mixed
     /// precision (`passes::precision`).
     pub precision: Precision,
+    /// With a low precision, the type of the float outputs: the low type (the default,
+    /// as PyTorch's bf16 model returns them) or as declared (`--f32-outputs`).
+    pub outputs: Outputs,
 }
 
 /// The result of compiling: the graph to execute and the report of every pass.
@@ -187,10 +190,11 @@ fn run_precision(
 ) -> Result<(Graph, PrecisionReport, Option<PassReport>), CompileError> {
     let start = Instant::now();
     let nodes_before = graph.len();
-    let (graph, precision) = apply_precision(graph, opts.precision).map_err(|error| CompileError::Pass {
-        pass: Pass::Precision.name(),
-        error,
-    })?;
+    let (graph, precision) =
+        apply_precision_with(graph, opts.precision, opts.outputs).map_err(|error| CompileError::Pass {
+            pass: Pass::Precision.name(),
+            error,
+        })?;
     if opts.precision.low_type().is_none() {
         return Ok((graph, precision, None));
     }

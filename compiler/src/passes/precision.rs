@@ -1,9 +1,11 @@
 //! Mixed precision: an f32 graph computed in bf16 or f16 where that is safe, in f32
 //! where it is not (in the manner of `torch.autocast`).
 //!
-//! [`apply_precision`] rewrites a graph; the interface does not change (inputs and
-//! outputs keep their types: inputs are cast down where they are used, outputs cast
-//! back up). Every f32 compute node gets one of two types:
+//! [`apply_precision_with`] rewrites a graph. Inputs keep their types (cast down where
+//! they are used); float outputs are given in the low type, as PyTorch's model after
+//! `.to(torch.bfloat16)` returns them ([`Outputs::Low`], what `compile` does unless
+//! told otherwise), or in their declared types ([`Outputs::Declared`], cast back up;
+//! [`apply_precision`]). Every f32 compute node gets one of two types:
 //!
 //! - **f32** ("deny"), numerically sensitive ops: sum/mean/product reductions (the
 //!   statistics of layer and RMS norms, softmax's denominator), `exp`, `log`, `pow`,
@@ -187,9 +189,30 @@ fn follows_users(op: &Op) -> bool {
     )
 }
 
-/// Compute `graph` in `precision` (see the module doc). `fp32` and `tf32` return the
-/// graph unchanged.
+/// The types of a low-precision graph's float outputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outputs {
+    /// The low type, as a model converted with `model.to(torch.bfloat16)` returns
+    /// (the default: an f32 output costs twice the bytes and a conversion).
+    #[default]
+    Low,
+    /// The declared types (f32 outputs stay f32: cast up at the end).
+    Declared,
+}
+
+/// Compute `graph` in `precision` (see the module doc), keeping the declared output
+/// types. `fp32` and `tf32` return the graph unchanged.
 pub fn apply_precision(graph: &Graph, precision: Precision) -> Result<(Graph, PrecisionReport), GraphError> {
+    apply_precision_with(graph, precision, Outputs::Declared)
+}
+
+/// [`apply_precision`], with float outputs in the low type or as declared.
+pub fn apply_precision_with(
+    graph: &Graph,
+    precision: Precision,
+    outputs: Outputs,
+) -> Result<(Graph, PrecisionReport), GraphError> {
     let mut report = PrecisionReport {
         precision,
         ..Default::default()
@@ -336,7 +359,11 @@ pub fn apply_precision(graph: &Graph, precision: Precision) -> Result<(Graph, Pr
     );
     for o in graph.outputs() {
         let mut id = map[o.node.index()].expect("mapped");
-        let want = graph.node(o.node).ty.dtype;
+        let declared = graph.node(o.node).ty.dtype;
+        let want = match outputs {
+            Outputs::Low if declared == DType::F32 => low,
+            _ => declared,
+        };
         if out.node(id).ty.dtype != want {
             id = out.add(Op::Cast { to: want }, vec![id], None)?;
             report.casts += 1;

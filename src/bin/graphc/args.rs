@@ -43,6 +43,10 @@ pub struct BudgetArgs {
     /// (mixed: low-precision storage and compute, f32 where it matters).
     #[arg(long, default_value = "fp32")]
     pub precision: Precision,
+    /// With --precision bf16 or fp16: keep f32 outputs in f32 (by default they are
+    /// given in the low type, as PyTorch's model converted to bf16/fp16 returns them).
+    #[arg(long)]
+    pub f32_outputs: bool,
 }
 
 impl BudgetArgs {
@@ -50,6 +54,11 @@ impl BudgetArgs {
     pub fn options(&self) -> graphc::CompileOptions {
         graphc::CompileOptions {
             precision: self.precision,
+            outputs: if self.f32_outputs {
+                graphc_compiler::passes::precision::Outputs::Declared
+            } else {
+                graphc_compiler::passes::precision::Outputs::Low
+            },
             memory: graphc::MemoryOptions {
                 budget_bytes: self.budget,
                 ..Default::default()
