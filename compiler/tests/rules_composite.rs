@@ -134,3 +134,38 @@ fn linear_then_spelled_out_gelu_is_a_native_epilogue() {
     assert_eq!(gemm.epilogue, GemmEpilogue::BiasGelu);
     assert!(!ck.has_source(), "no generated epilogue");
 }
+
+fn erf_gelu_count(g: &Graph) -> usize {
+    g.nodes().iter().filter(|n| n.op == Op::Unary(UnaryOp::Gelu)).count()
+}
+
+#[test]
+fn erf_gelu_forms_become_gelu() {
+    let r2 = std::f64::consts::SQRT_2;
+    let forms: Vec<Graph> = vec![
+        // The builder's and PyTorch's decomposition: x * 0.5 * (erf(x * (1/sqrt 2)) + 1).
+        build(DType::F32, |x| {
+            x * 0.5 * ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0)
+        }),
+        // A division by sqrt 2, as exporters write it, and the 0.5 outside.
+        build(DType::F32, |x| 0.5 * (x * (1.0 + (x / r2).erf()))),
+        // The constant rounded to f32.
+        build(DType::F32, |x| (x * (1.0 + (x / (r2 as f32 as f64)).erf())) * 0.5),
+    ];
+    for g in &forms {
+        let (opt, r) = check(g, 1e-6);
+        assert_eq!(r.rules_fired.get("gelu-erf").copied(), Some(1), "{r:?}");
+        assert_eq!(erf_gelu_count(&opt), 1, "{}", graphc_ir::print(&opt));
+        assert_eq!(opt.len(), 2, "{}", graphc_ir::print(&opt));
+    }
+    // Near misses: the wrong scale inside erf, or 0.4 outside.
+    let misses: Vec<Graph> = vec![
+        build(DType::F32, |x| 0.5 * (x * (1.0 + (x / 2.0).erf()))),
+        build(DType::F32, |x| 0.4 * (x * (1.0 + (x / r2).erf()))),
+    ];
+    for g in &misses {
+        let (opt, r) = check(g, 0.0);
+        assert_eq!(r.rules_fired.get("gelu-erf"), None);
+        assert_eq!(erf_gelu_count(&opt), 0);
+    }
+}
