@@ -64,10 +64,221 @@ fn strides(a: &Access, ty: &TensorType) -> Vec<i64> {
         .collect()
 }
 
+/// What every phase of the generated kernel needs: the shapes, the accumulation type
+/// and its literals, the index type, and the operands' strides.
+struct Gen<'a> {
+    g: &'a Args<'a>,
+    dims: AttentionDims,
+    /// The storage dtype (q, k, v, mask and output).
+    d: DType,
+    acc_t: &'static str,
+    ix: Ix,
+    /// Each operand's strides (0 on dims of extent 1).
+    st: Vec<Vec<i64>>,
+    /// Keys per tile; output columns per lane.
+    kt: usize,
+    per_lane: usize,
+}
+
+const NAMES: [&str; 4] = ["q", "k", "v", "m"];
+
+impl Gen<'_> {
+    fn f64(&self) -> bool {
+        self.d == DType::F64
+    }
+
+    fn lit(&self, x: f64) -> String {
+        if self.f64() {
+            cuda::f64_lit(x)
+        } else {
+            cuda::f32_lit(x as f32)
+        }
+    }
+
+    fn neg_inf(&self) -> String {
+        self.lit(f64::NEG_INFINITY)
+    }
+
+    fn l(&self, x: usize) -> String {
+        self.ix.lit(x as i64)
+    }
+
+    fn p(&self, n: usize) -> String {
+        format!("p{}", self.g.in_param[n])
+    }
+
+    fn nbd(&self) -> usize {
+        self.dims.batch.len()
+    }
+
+    /// Operand `n`'s load at row `row` and column `col` from its base, as `acc_t`.
+    fn load(&self, h: &mut Helpers, n: usize, row: &str, col: &str) -> String {
+        let (nbd, st) = (self.nbd(), &self.st[n]);
+        let v = cuda::load_conv(
+            h,
+            self.d,
+            &format!(
+                "{}[{}base + {row} * {} + {col} * {}]",
+                self.p(n),
+                NAMES[n],
+                self.ix.lit(st[nbd + 1]),
+                self.ix.lit(st[nbd + 2])
+            ),
+        );
+        format!("({}){v}", self.acc_t)
+    }
+
+    /// The tile loop's head: which (batch, head, rows) this block takes, the operands'
+    /// base addresses, and the warp's q row staged in shared memory.
+    fn prologue(&self, w: &mut Writer, h: &mut Helpers, tiles: usize, qtiles: usize) {
+        let (t, acc_t) = (self.ix.ty(), self.acc_t);
+        let AttentionDims {
+            batch, hq, sq, d: hd, ..
+        } = &self.dims;
+        w.open(format!(
+            "for ({t} tile = blockIdx.x; tile < {}; tile += gridDim.x)",
+            self.l(tiles)
+        ));
+        w.line(format!("const {t} b = tile / {};", self.l(hq * qtiles)));
+        w.line(format!("const {t} h = (tile / {}) % {};", self.l(qtiles), self.l(*hq)));
+        w.line(format!("const {t} i0 = (tile % {}) * {WARPS};", self.l(qtiles)));
+        w.line(format!("const {t} g = h / {};", self.l(self.dims.group())));
+        w.line(format!("const {t} i = i0 + warp;"));
+        w.line(format!("const bool row_ok = i < {};", self.l(*sq)));
+        layout::decompose(w, self.ix, "b", batch, "bb");
+        // Base addresses: batch coordinates and head; rows and columns added per use.
+        let nbd = self.nbd();
+        for (n, (a, _)) in self.g.inputs.iter().enumerate() {
+            let s = &self.st[n];
+            let head = if n == 0 || n == 3 { "h" } else { "g" };
+            let mut base = layout::address(self.ix, a.offset, &s[..nbd], "bb");
+            if s[nbd] != 0 {
+                base = format!("{base} + {head} * {}", self.ix.lit(s[nbd]));
+            }
+            w.line(format!("const {t} {}base = {base};", NAMES[n]));
+        }
+        w.line("__syncthreads();");
+        let lq = self.load(h, 0, "i", "c");
+        w.open(format!("for (int c = lane; c < {hd}; c += 32)"));
+        w.line(format!("qs[warp][c] = row_ok ? {lq} : {};", self.lit(0.0)));
+        w.close();
+        w.line(format!("{acc_t} m = {};", self.neg_inf()));
+        w.line(format!("{acc_t} l = {};", self.lit(0.0)));
+        w.line(format!("{acc_t} o[{}];", self.per_lane));
+        w.line("#pragma unroll");
+        w.open(format!("for (int t = 0; t < {}; ++t)", self.per_lane));
+        w.line(format!("o[t] = {};", self.lit(0.0)));
+        w.close();
+    }
+
+    /// One tile of keys: k and v into shared memory, lane j's score of key j0 + j.
+    fn tile_scores(&self, w: &mut Writer, h: &mut Helpers) {
+        let (kt, acc_t) = (self.kt, self.acc_t);
+        let (hd, dv, sk) = (self.dims.d, self.dims.dv, self.dims.sk);
+        w.line("__syncthreads();");
+        for (n, (tile, width)) in [("ks", hd), ("vs", dv)].into_iter().enumerate() {
+            let ld = self.load(h, n + 1, "(j0 + jj)", "c");
+            w.open(format!(
+                "for (int e = threadIdx.x; e < {}; e += {})",
+                kt * width,
+                WARPS * 32
+            ));
+            w.line(format!("const int jj = e / {width};"));
+            w.line(format!("const int c = e % {width};"));
+            w.line(format!(
+                "{tile}[jj][c] = (j0 + jj < {}) ? {ld} : {};",
+                self.l(sk),
+                self.lit(0.0)
+            ));
+            w.close();
+        }
+        w.line("__syncthreads();");
+        w.line(format!("{acc_t} s = {};", self.neg_inf()));
+        w.line(format!("const {} j = j0 + lane;", self.ix.ty()));
+        let causal_ok = if self.g.causal { " && j <= i" } else { "" };
+        w.open(format!("if (lane < {kt} && j < {} && row_ok{causal_ok})", self.l(sk)));
+        w.line(format!("{acc_t} dot = {};", self.lit(0.0)));
+        w.line("#pragma unroll 8");
+        w.open(format!("for (int c = 0; c < {hd}; ++c)"));
+        w.line("dot += qs[warp][c] * ks[lane][c];");
+        w.close();
+        w.line(format!("s = dot * {};", self.lit(self.g.scale)));
+        if self.dims.masked {
+            let lm = self.load(h, 3, "i", "j");
+            w.line(format!("s += {lm};"));
+        }
+        w.close();
+    }
+
+    /// The tile's online-softmax update and its `p v` into the lane's columns.
+    fn online_softmax(&self, w: &mut Writer) {
+        let (acc_t, per_lane, dv, kt) = (self.acc_t, self.per_lane, self.dims.dv, self.kt);
+        let (exp, fmax) = if self.f64() { ("exp", "fmax") } else { ("expf", "fmaxf") };
+        w.line(format!("{acc_t} tmax = s;"));
+        w.line("#pragma unroll");
+        w.open("for (int off = 16; off > 0; off >>= 1)");
+        w.line(format!("tmax = {fmax}(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));"));
+        w.close();
+        w.line(format!("const {acc_t} mnew = {fmax}(m, tmax);"));
+        // Everything so far masked out: nothing to add (warp-uniform).
+        w.line(format!("if (mnew == {}) continue;", self.neg_inf()));
+        w.line(format!("const {acc_t} corr = {exp}(m - mnew);"));
+        w.line(format!("const {acc_t} pj = {exp}(s - mnew);"));
+        w.line(format!("{acc_t} psum = pj;"));
+        w.line("#pragma unroll");
+        w.open("for (int off = 16; off > 0; off >>= 1)");
+        w.line("psum += __shfl_xor_sync(0xffffffffu, psum, off);");
+        w.close();
+        w.line("l = l * corr + psum;");
+        w.line("#pragma unroll");
+        w.open(format!("for (int t = 0; t < {per_lane}; ++t)"));
+        w.line("o[t] *= corr;");
+        w.close();
+        w.open(format!("for (int jj = 0; jj < {kt}; ++jj)"));
+        w.line(format!("const {acc_t} pk = __shfl_sync(0xffffffffu, pj, jj);"));
+        w.line("#pragma unroll");
+        w.open(format!("for (int t = 0; t < {per_lane}; ++t)"));
+        w.line("const int c = lane + 32 * t;");
+        w.open(format!("if (c < {dv})"));
+        w.line("o[t] += pk * vs[jj][c];");
+        w.close();
+        w.close();
+        w.close();
+        w.line("m = mnew;");
+    }
+
+    /// The row's output: `o / l` (a row with every key masked: 0 / 0 = NaN, as the
+    /// definition), rounded once to the storage type.
+    fn store(&self, w: &mut Writer, h: &mut Helpers) {
+        let AttentionDims { hq, sq, sk, dv, .. } = self.dims;
+        w.open("if (row_ok)");
+        w.line("#pragma unroll");
+        w.open(format!("for (int t = 0; t < {}; ++t)", self.per_lane));
+        w.line("const int c = lane + 32 * t;");
+        w.open(format!("if (c < {dv})"));
+        let val = if sk == 0 { self.lit(0.0) } else { "o[t] / l".to_string() };
+        let val = match self.d {
+            DType::F16 | DType::BF16 => cuda::cast_c(h, DType::F32, self.d, &val),
+            _ => val,
+        };
+        let val = cuda::store_conv(h, self.d, &val);
+        w.line(format!(
+            "p{}[((b * {} + h) * {} + i) * {} + c] = {val};",
+            self.g.out_param,
+            self.l(hq),
+            self.l(sq),
+            self.l(dv)
+        ));
+        w.close();
+        w.close();
+        w.close();
+    }
+}
+
 pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers), LaunchConfig), CodegenError> {
     let tys: Vec<&TensorType> = g.inputs.iter().map(|(_, t)| t).collect();
     let dims = AttentionDims::of(&tys).map_err(|m| g.cx.malformed(m))?;
-    if dims.out_dims() != g.out.shape.dims() || g.out.dtype != tys[0].dtype {
+    if dims.out_dims() != g.out.shape.dims() || g.out.dtype != dims.dtype {
         return Err(g.cx.malformed(format!(
             "attention gives {:?}, its output is {}",
             dims.out_dims(),
@@ -85,53 +296,37 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
     }
     let d = g.out.dtype;
     let (acc_t, size) = if d == DType::F64 { ("double", 8) } else { ("float", 4) };
-    let lit = |x: f64| {
-        if d == DType::F64 {
-            cuda::f64_lit(x)
-        } else {
-            cuda::f32_lit(x as f32)
-        }
-    };
-    let (exp, fmax) = if d == DType::F64 {
-        ("exp", "fmax")
-    } else {
-        ("expf", "fmaxf")
-    };
-    let neg_inf = lit(f64::NEG_INFINITY);
-    let AttentionDims {
-        batch,
-        hq,
-        sq,
-        sk,
-        d: hd,
-        dv,
-        ..
-    } = dims.clone();
-    let nb: usize = batch.iter().product();
-    let group = dims.group();
-    let nbd = batch.len();
-    let kt = key_tile(hd, dv, size);
-    let qtiles = sq.div_ceil(WARPS);
-    let tiles = nb * hq * qtiles;
-    let per_lane = dv.div_ceil(32);
-
+    let nb: usize = dims.batch.iter().product();
+    let qtiles = dims.sq.div_ceil(WARPS);
+    let tiles = nb * dims.hq * qtiles;
     // Index type: wide when any operand's reach or the output passes 2^30 elements.
     let mut wide = g.out.numel() >= 1 << 30 || tiles >= 1 << 30;
     for (a, t) in g.inputs {
         wide |= Ix::for_space(t.shape.dims(), &[(a.offset, &a.strides[..])], 0).wide;
     }
-    let ix = Ix { wide };
-    let t = ix.ty();
-    let l = |x: usize| ix.lit(x as i64);
-
+    let gen = Gen {
+        g,
+        d,
+        acc_t,
+        ix: Ix { wide },
+        st: g.inputs.iter().map(|(a, ty)| strides(a, ty)).collect(),
+        kt: key_tile(dims.d, dims.dv, size),
+        per_lane: dims.dv.div_ceil(32),
+        dims,
+    };
+    let (kt, hd, dv) = (gen.kt, gen.dims.d, gen.dims.dv);
     let mut h = Helpers::new();
     let mut w = Writer::new();
     w.line(format!(
-        "// attention: {nb} x {hq} heads ({} kv), [{sq}, {hd}] x [{sk}, {hd}] -> [{sq}, {dv}], scale {}, {}{}; {WARPS} rows per block, {kt} keys per tile",
-        dims.hkv,
+        "// attention: {nb} x {} heads ({} kv), [{}, {hd}] x [{}, {hd}] -> [{}, {dv}], scale {}, {}{}; {WARPS} rows per block, {kt} keys per tile",
+        gen.dims.hq,
+        gen.dims.hkv,
+        gen.dims.sq,
+        gen.dims.sk,
+        gen.dims.sq,
         g.scale,
         if g.causal { "causal" } else { "not causal" },
-        if dims.masked { ", additive mask" } else { "" },
+        if gen.dims.masked { ", additive mask" } else { "" },
     ));
     w.open(format!(
         "extern \"C\" __global__ void __launch_bounds__({}) {}({})",
@@ -144,169 +339,20 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
     w.line(format!("__shared__ {acc_t} qs[{WARPS}][{hd}];"));
     w.line("const int warp = threadIdx.x / 32;");
     w.line("const int lane = threadIdx.x % 32;");
-    w.open(format!(
-        "for ({t} tile = blockIdx.x; tile < {}; tile += gridDim.x)",
-        l(tiles)
-    ));
-    w.line(format!("const {t} b = tile / {};", l(hq * qtiles)));
-    w.line(format!("const {t} h = (tile / {}) % {};", l(qtiles), l(hq)));
-    w.line(format!("const {t} i0 = (tile % {}) * {WARPS};", l(qtiles)));
-    w.line(format!("const {t} g = h / {};", l(group)));
-    w.line(format!("const {t} i = i0 + warp;"));
-    w.line(format!("const bool row_ok = i < {};", l(sq)));
-    layout::decompose(&mut w, ix, "b", &batch, "bb");
-    // Base addresses: batch coordinates and head; rows and columns added per use.
-    let names = ["q", "k", "v", "m"];
-    let mut st: Vec<Vec<i64>> = Vec::new();
-    for (n, (a, ty)) in g.inputs.iter().enumerate() {
-        let s = strides(a, ty);
-        let head = if n == 0 || n == 3 { "h" } else { "g" };
-        let mut base = layout::address(ix, a.offset, &s[..nbd], "bb");
-        if s[nbd] != 0 {
-            base = format!("{base} + {head} * {}", ix.lit(s[nbd]));
-        }
-        w.line(format!("const {t} {}base = {base};", names[n]));
-        st.push(s);
-    }
-    let p = |n: usize| format!("p{}", g.in_param[n]);
-    // The q row, staged per warp.
-    w.line("__syncthreads();");
-    let lq = cuda::load_conv(
-        &mut h,
-        d,
-        &format!(
-            "{}[qbase + i * {} + c * {}]",
-            p(0),
-            ix.lit(st[0][nbd + 1]),
-            ix.lit(st[0][nbd + 2])
-        ),
-    );
-    w.open(format!("for (int c = lane; c < {hd}; c += 32)"));
-    w.line(format!("qs[warp][c] = row_ok ? ({acc_t}){lq} : {};", lit(0.0)));
-    w.close();
-    w.line(format!("{acc_t} m = {neg_inf};"));
-    w.line(format!("{acc_t} l = {};", lit(0.0)));
-    w.line(format!("{acc_t} o[{per_lane}];"));
-    w.line("#pragma unroll");
-    w.open(format!("for (int t = 0; t < {per_lane}; ++t)"));
-    w.line(format!("o[t] = {};", lit(0.0)));
-    w.close();
+    gen.prologue(&mut w, &mut h, tiles, qtiles);
+    // Causal: tiles wholly after the block's last row are never loaded.
+    let t = gen.ix.ty();
     let kend = if g.causal {
-        format!("min(({t}){}, i0 + {WARPS})", l(sk))
+        format!("min(({t}){}, i0 + {WARPS})", gen.l(gen.dims.sk))
     } else {
-        l(sk)
+        gen.l(gen.dims.sk)
     };
     w.line(format!("const {t} kend = {kend};"));
     w.open(format!("for ({t} j0 = 0; j0 < kend; j0 += {kt})"));
-    w.line("__syncthreads();");
-    for (n, (tile, width)) in [("ks", hd), ("vs", dv)].into_iter().enumerate() {
-        let a = n + 1;
-        let ld = cuda::load_conv(
-            &mut h,
-            d,
-            &format!(
-                "{}[{}base + (j0 + jj) * {} + c * {}]",
-                p(a),
-                names[a],
-                ix.lit(st[a][nbd + 1]),
-                ix.lit(st[a][nbd + 2])
-            ),
-        );
-        w.open(format!(
-            "for (int e = threadIdx.x; e < {}; e += {})",
-            kt * width,
-            WARPS * 32
-        ));
-        w.line(format!("const int jj = e / {width};"));
-        w.line(format!("const int c = e % {width};"));
-        w.line(format!(
-            "{tile}[jj][c] = (j0 + jj < {}) ? ({acc_t}){ld} : {};",
-            l(sk),
-            lit(0.0)
-        ));
-        w.close();
-    }
-    w.line("__syncthreads();");
-    // Lane j scores key j0 + j.
-    w.line(format!("{acc_t} s = {neg_inf};"));
-    w.line(format!("const {t} j = j0 + lane;"));
-    let causal_ok = if g.causal { " && j <= i" } else { "" };
-    w.open(format!("if (lane < {kt} && j < {} && row_ok{causal_ok})", l(sk)));
-    w.line(format!("{acc_t} dot = {};", lit(0.0)));
-    w.line("#pragma unroll 8");
-    w.open(format!("for (int c = 0; c < {hd}; ++c)"));
-    w.line("dot += qs[warp][c] * ks[lane][c];");
+    gen.tile_scores(&mut w, &mut h);
+    gen.online_softmax(&mut w);
     w.close();
-    w.line(format!("s = dot * {};", lit(g.scale)));
-    if dims.masked {
-        let ms = &st[3];
-        let lm = cuda::load_conv(
-            &mut h,
-            d,
-            &format!(
-                "{}[mbase + i * {} + j * {}]",
-                p(3),
-                ix.lit(ms[nbd + 1]),
-                ix.lit(ms[nbd + 2])
-            ),
-        );
-        w.line(format!("s += ({acc_t}){lm};"));
-    }
-    w.close();
-    w.line(format!("{acc_t} tmax = s;"));
-    w.line("#pragma unroll");
-    w.open("for (int off = 16; off > 0; off >>= 1)");
-    w.line(format!("tmax = {fmax}(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));"));
-    w.close();
-    w.line(format!("const {acc_t} mnew = {fmax}(m, tmax);"));
-    // Everything so far masked out: nothing to add (warp-uniform).
-    w.line(format!("if (mnew == {neg_inf}) continue;"));
-    w.line(format!("const {acc_t} corr = {exp}(m - mnew);"));
-    w.line(format!("const {acc_t} pj = {exp}(s - mnew);"));
-    w.line(format!("{acc_t} psum = pj;"));
-    w.line("#pragma unroll");
-    w.open("for (int off = 16; off > 0; off >>= 1)");
-    w.line("psum += __shfl_xor_sync(0xffffffffu, psum, off);");
-    w.close();
-    w.line("l = l * corr + psum;");
-    w.line("#pragma unroll");
-    w.open(format!("for (int t = 0; t < {per_lane}; ++t)"));
-    w.line("o[t] *= corr;");
-    w.close();
-    w.open(format!("for (int jj = 0; jj < {kt}; ++jj)"));
-    w.line(format!("const {acc_t} pk = __shfl_sync(0xffffffffu, pj, jj);"));
-    w.line("#pragma unroll");
-    w.open(format!("for (int t = 0; t < {per_lane}; ++t)"));
-    w.line("const int c = lane + 32 * t;");
-    w.open(format!("if (c < {dv})"));
-    w.line("o[t] += pk * vs[jj][c];");
-    w.close();
-    w.close();
-    w.close();
-    w.line("m = mnew;");
-    w.close();
-    // The row: acc / l (a row with every key masked: 0 / 0 = NaN, as the definition).
-    w.open("if (row_ok)");
-    w.line("#pragma unroll");
-    w.open(format!("for (int t = 0; t < {per_lane}; ++t)"));
-    w.line("const int c = lane + 32 * t;");
-    w.open(format!("if (c < {dv})"));
-    let val = if sk == 0 { lit(0.0) } else { "o[t] / l".to_string() };
-    let val = match d {
-        DType::F16 | DType::BF16 => cuda::cast_c(&mut h, DType::F32, d, &val),
-        _ => val,
-    };
-    let val = cuda::store_conv(&mut h, d, &val);
-    w.line(format!(
-        "p{}[((b * {} + h) * {} + i) * {} + c] = {val};",
-        g.out_param,
-        l(hq),
-        l(sq),
-        l(dv)
-    ));
-    w.close();
-    w.close();
-    w.close();
+    gen.store(&mut w, &mut h);
     w.close();
     w.close();
     Ok((

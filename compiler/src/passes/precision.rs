@@ -213,7 +213,7 @@ pub fn apply_precision_with(
     precision: Precision,
     outputs: Outputs,
 ) -> Result<(Graph, PrecisionReport), GraphError> {
-    let mut report = PrecisionReport {
+    let report = PrecisionReport {
         precision,
         ..Default::default()
     };
@@ -221,13 +221,20 @@ pub fn apply_precision_with(
         return Ok((graph.clone(), report));
     };
     let order = graph.topo_order()?;
+    let class = classify(graph, &order, low);
+    rebuild(graph, &order, &class, low, outputs, report)
+}
+
+/// The class of every node: forward (sources, denied ops, promotion), then backward
+/// (what only one f32 op uses computes in f32), then views read only in the low type.
+fn classify(graph: &Graph, order: &[NodeId], low: DType) -> Vec<Class> {
     let users = graph.users();
     let n = graph.len();
     let is_f32 = |id: NodeId| graph.node(id).ty.dtype == DType::F32;
 
     // Forward: sources, denied ops, promotion.
     let mut class = vec![Class::Keep; n];
-    for &id in &order {
+    for &id in order {
         let node = graph.node(id);
         let float_operand = node.inputs.iter().any(|&i| is_f32(i));
         class[id.index()] = match &node.op {
@@ -303,11 +310,25 @@ pub fn apply_precision_with(
         }
     }
 
-    // Rebuild with casts.
+    class
+}
+
+/// The graph rebuilt with each node computing in its class's type, casts at the
+/// operands that need them (one per value and type), and the outputs in the type asked
+/// for.
+fn rebuild(
+    graph: &Graph,
+    order: &[NodeId],
+    class: &[Class],
+    low: DType,
+    outputs: Outputs,
+    mut report: PrecisionReport,
+) -> Result<(Graph, PrecisionReport), GraphError> {
+    let n = graph.len();
     let mut out = Graph::new();
     let mut map: Vec<Option<NodeId>> = vec![None; n];
     let mut casts: HashMap<(NodeId, DType), NodeId> = HashMap::new();
-    for &id in &order {
+    for &id in order {
         let node = graph.node(id);
         let c = class[id.index()];
         let want = match c {
