@@ -694,3 +694,21 @@ fn the_library_checks_a_cpu_budget_without_the_workspace() {
         Err(graphc::Error::OverBudget(_))
     ));
 }
+
+/// The summary names the attention kernels and the score bytes they never store:
+/// the block's one causal attention over [2, 4, 16, 16] f32 scores, 8 KiB; GPT-2's two.
+#[test]
+fn the_summary_counts_attention_kernels_and_the_scores_they_never_store() {
+    let c = block();
+    let text = report::summary(&c.program, &c.plan);
+    assert!(
+        text.contains("attention      1 kernel, fused: score matrices never stored, 8.00 KiB in all"),
+        "{text}"
+    );
+    let g = fixture("gpt2");
+    let c = graphc::compile(&g).unwrap();
+    assert_eq!(report::attention_savings(&c.program), (2, 2 * 2 * 4 * 16 * 16 * 4));
+    // No attention, no row.
+    let mlp = graphc::compile(&graphc::models::mlp(&Default::default()).unwrap()).unwrap();
+    assert!(!report::summary(&mlp.program, &mlp.plan).contains("attention"));
+}

@@ -24,7 +24,7 @@ pub use diagnosis::{
     DimEstimate, OverBudget, PeakReport, PrecisionEstimate, RecomputeEstimate, Remat, Remedy,
 };
 pub use picture::picture;
-pub use summary::{summary, summary_for};
+pub use summary::{attention_savings, summary, summary_for};
 pub use svg::{svg, xml_escape};
 
 use super::{Device, MemoryPlan, PlanStep, PlannedBuffer};

@@ -45,7 +45,7 @@ pub fn summary(program: &Program, plan: &MemoryPlan) -> String {
 pub fn summary_for(program: &Program, plan: &MemoryPlan, device: Device) -> String {
     let mut out = sizes(program, plan, device);
     out.push('\n');
-    out.push_str(&facts(plan));
+    out.push_str(&facts(program, plan));
     if !plan.peak_live.is_empty() {
         out.push('\n');
         out.push_str(&peak_tensors(plan));
@@ -130,9 +130,33 @@ fn sizes(program: &Program, plan: &MemoryPlan, device: Device) -> String {
     table("", &rows, &[false, true, true, false])
 }
 
+/// The attention kernels of a program and the bytes of the score matrices they never
+/// store (`[batch.., heads, sq, sk]` each, in the kernel's dtype: what the spelled-out
+/// attention would have written, at least once, for its softmax).
+pub fn attention_savings(program: &Program) -> (usize, u64) {
+    let mut kernels = 0;
+    let mut bytes = 0u64;
+    for k in &program.kernels {
+        let crate::kernel::KernelKind::Op(op) = &k.kind else {
+            continue;
+        };
+        if !matches!(op.op, graphc_ir::Op::Attention { .. }) {
+            continue;
+        }
+        let tys: Vec<&graphc_ir::TensorType> = op.inputs.iter().map(|(_, t)| t).collect();
+        let Ok(dims) = graphc_ir::AttentionDims::of(&tys) else {
+            continue;
+        };
+        let elems = dims.score_dims().iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        kernels += 1;
+        bytes = bytes.saturating_add(elems.saturating_mul(dims.dtype.size_bytes() as u64));
+    }
+    (kernels, bytes)
+}
+
 /// The facts table: kernels, schedule, placement quality, in place, views, alignment,
-/// the peak.
-fn facts(plan: &MemoryPlan) -> String {
+/// the peak, and the attention kernels with the score bytes they never store.
+fn facts(program: &Program, plan: &MemoryPlan) -> String {
     let fragmentation = if plan.arena_bytes == 0 {
         0.0
     } else {
@@ -187,6 +211,18 @@ fn facts(plan: &MemoryPlan) -> String {
         vec!["alignment".into(), format!("{} B", plan.align)],
         vec!["peak".into(), peak],
     ];
+    let mut rows = rows;
+    let (attention, scores) = attention_savings(program);
+    if attention > 0 {
+        rows.push(vec![
+            "attention".into(),
+            format!(
+                "{}, fused: score matrices never stored, {} in all",
+                plural(attention, "kernel", "kernels"),
+                human_bytes(scores)
+            ),
+        ]);
+    }
     table("", &rows, &[false, false])
 }
 
