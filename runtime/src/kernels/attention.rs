@@ -93,6 +93,27 @@ fn tiled<T: Real>(dims: &AttentionDims, x: &Rows<'_, T>, scale: f64, causal: boo
     out
 }
 
+/// [`tiled`] over dense operands (q, k, v, and a mask with its strides), in the
+/// arithmetic `T` (f32 for f32/f16/bf16: their values widen exactly).
+fn tiled_of<T: Real>(
+    dims: &AttentionDims,
+    args: &[Tensor],
+    mask_strides: Option<[usize; 4]>,
+    scale: f64,
+    causal: bool,
+) -> Vec<T> {
+    let f = |t: &Tensor| t.to_f64_vec().into_iter().map(T::from_f64).collect::<Vec<T>>();
+    let (q, k, v) = (f(&args[0]), f(&args[1]), f(&args[2]));
+    let m = args.get(3).map(f);
+    let rows = Rows {
+        q: &q,
+        k: &k,
+        v: &v,
+        mask: m.as_deref().zip(mask_strides),
+    };
+    tiled(dims, &rows, scale, causal)
+}
+
 /// Run an attention op kernel: operands gathered through their accesses (a mask at
 /// its own small shape), the tiled online softmax, the output rounded once.
 pub(super) fn run(
@@ -137,27 +158,9 @@ pub(super) fn run(
         None => None,
     };
     let values = if out.ty.dtype == DType::F64 {
-        let f = |t: &Tensor| t.to_f64_vec();
-        let (q, k, v) = (f(&args[0]), f(&args[1]), f(&args[2]));
-        let m = args.get(3).map(f);
-        let rows = Rows {
-            q: &q,
-            k: &k,
-            v: &v,
-            mask: m.as_deref().zip(strides),
-        };
-        TensorData::F64(tiled(&dims, &rows, scale, causal))
+        TensorData::F64(tiled_of::<f64>(&dims, &args, strides, scale, causal))
     } else {
-        let f = |t: &Tensor| t.to_f64_vec().into_iter().map(|x| x as f32).collect::<Vec<f32>>();
-        let (q, k, v) = (f(&args[0]), f(&args[1]), f(&args[2]));
-        let m = args.get(3).map(f);
-        let rows = Rows {
-            q: &q,
-            k: &k,
-            v: &v,
-            mask: m.as_deref().zip(strides),
-        };
-        let o = tiled(&dims, &rows, scale, causal);
+        let o = tiled_of::<f32>(&dims, &args, strides, scale, causal);
         TensorData::from_f64(out.ty.dtype, &o.into_iter().map(f64::from).collect::<Vec<f64>>())
     };
     let t = Tensor::new(out.ty.shape.clone(), values).map_err(|e| format!("internal error: {e}"))?;
