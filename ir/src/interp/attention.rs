@@ -157,29 +157,30 @@ pub fn mask_strides(dims: &AttentionDims, mask: &[usize]) -> Option<[usize; 4]> 
     ])
 }
 
+/// The mask as the kernels walk it, with its strides over `[batch (flat), hq, sq,
+/// sk]`: as it is, or, when it is broadcast over some batch dims and not others,
+/// expanded over the batch first so that one stride walks it.
+pub fn flat_batch_mask(dims: &AttentionDims, m: &Tensor) -> Result<(Tensor, [usize; 4]), String> {
+    let md = m.shape().dims();
+    if let Some(st) = mask_strides(dims, md) {
+        return Ok((m.clone(), st));
+    }
+    let mut full = dims.batch.clone();
+    full.extend_from_slice(md.get(dims.batch.len()..).unwrap_or_default());
+    let shape = Shape::new(&full[..]);
+    let t =
+        Tensor::new(shape.clone(), super::layout::broadcast(m, &shape)).map_err(|e| format!("internal error: {e}"))?;
+    let st = mask_strides(dims, &full).ok_or("internal error: mask strides")?;
+    Ok((t, st))
+}
+
 pub(crate) fn attention(args: &[&Tensor], scale: f64, causal: bool, ty: &TensorType) -> Result<TensorData, String> {
     let tys: Vec<TensorType> = args.iter().map(|a| a.ty()).collect();
     let refs: Vec<&TensorType> = tys.iter().collect();
     let dims = AttentionDims::of(&refs)?;
     let n = ty.numel();
-    // A mask broadcast over some batch dims and not others is expanded over the batch
-    // so that one stride walks it.
     let mask_t = match args.get(3) {
-        Some(m) => {
-            let md = m.shape().dims();
-            match mask_strides(&dims, md) {
-                Some(st) => Some(((*m).clone(), st)),
-                None => {
-                    let mut full = dims.batch.clone();
-                    full.extend_from_slice(&md[dims.batch.len()..]);
-                    let shape = Shape::new(&full[..]);
-                    let t = Tensor::new(shape.clone(), super::layout::broadcast(m, &shape))
-                        .map_err(|e| format!("internal error: {e}"))?;
-                    let st = mask_strides(&dims, &full).ok_or("internal error: mask strides")?;
-                    Some((t, st))
-                }
-            }
-        }
+        Some(m) => Some(flat_batch_mask(&dims, m)?),
         None => None,
     };
     let (q, k, v) = (vals(args[0].data()), vals(args[1].data()), vals(args[2].data()));

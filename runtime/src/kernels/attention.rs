@@ -10,7 +10,7 @@
 //! the two agree to rounding (`runtime/tests/attention_exec.rs`).
 
 use graphc_compiler::kernel::{Access, BufferId};
-use graphc_ir::interp::attention::{mask_strides, nan_max, Real};
+use graphc_ir::interp::attention::{flat_batch_mask, nan_max, Real};
 use graphc_ir::{AttentionDims, DType, Tensor, TensorData, TensorType};
 
 use super::access::gather;
@@ -137,24 +137,14 @@ pub(super) fn run(
     for (acc, ty) in inputs {
         args.push(gather(ctx.value(acc.buffer)?, acc, ty.shape.dims())?);
     }
-    // A mask broadcast over some batch dims and not others: expanded over the batch so
-    // one stride walks it.
-    if let Some(m) = args.get_mut(3) {
-        if mask_strides(&dims, m.shape().dims()).is_none() {
-            let mut full = dims.batch.clone();
-            full.extend_from_slice(&m.shape().dims()[dims.batch.len()..]);
-            let st: Vec<i64> = graphc_ir::Shape::new(m.shape().dims())
-                .strides()
-                .into_iter()
-                .zip(m.shape().dims())
-                .zip(&full)
-                .map(|((s, &a), &b)| if a == 1 && b != 1 { 0 } else { s as i64 })
-                .collect();
-            *m = super::access::gather_strided(m, 0, &st, &full)?;
+    // The mask at its small shape, expanded over the batch only where one stride
+    // cannot walk it (the interpreter's own rule).
+    let strides = match args.get_mut(3) {
+        Some(m) => {
+            let (t, st) = flat_batch_mask(&dims, m)?;
+            *m = t;
+            Some(st)
         }
-    }
-    let strides = match args.get(3) {
-        Some(m) => Some(mask_strides(&dims, m.shape().dims()).ok_or("internal error: mask strides")?),
         None => None,
     };
     let values = if out.ty.dtype == DType::F64 {
