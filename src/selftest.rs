@@ -395,6 +395,8 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
         d: usize,
         mask: Option<[usize; 4]>,
         causal: bool,
+        /// k given as `[b, hkv, d, sk]` and transposed: columns strided.
+        k_transposed: bool,
     }
     let cases = [
         A {
@@ -407,6 +409,7 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
             d: 64,
             mask: None,
             causal: true,
+            k_transposed: false,
         },
         A {
             dt: DType::F16,
@@ -418,6 +421,7 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
             d: 32,
             mask: Some([2, 1, 1, 33]),
             causal: false,
+            k_transposed: false,
         },
         A {
             dt: DType::BF16,
@@ -429,6 +433,7 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
             d: 128,
             mask: None,
             causal: true,
+            k_transposed: false,
         },
         A {
             dt: DType::F32,
@@ -440,6 +445,7 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
             d: 256,
             mask: None,
             causal: false,
+            k_transposed: false,
         },
         A {
             dt: DType::F64,
@@ -451,18 +457,79 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
             d: 16,
             mask: Some([1, 2, 9, 12]),
             causal: true,
+            k_transposed: false,
+        },
+        // The tensor-core kernel: q from shared memory (d 256), several key tiles and
+        // a full mask, element copies (k strided), a head dim that is not a multiple
+        // of 16 (the CUDA-core path).
+        A {
+            dt: DType::BF16,
+            b: 1,
+            hq: 2,
+            hkv: 2,
+            sq: 70,
+            sk: 70,
+            d: 256,
+            mask: None,
+            causal: true,
+            k_transposed: false,
+        },
+        A {
+            dt: DType::F16,
+            b: 2,
+            hq: 4,
+            hkv: 2,
+            sq: 65,
+            sk: 150,
+            d: 64,
+            mask: Some([2, 1, 65, 150]),
+            causal: false,
+            k_transposed: false,
+        },
+        A {
+            dt: DType::BF16,
+            b: 2,
+            hq: 2,
+            hkv: 2,
+            sq: 20,
+            sk: 5,
+            d: 48,
+            mask: None,
+            causal: false,
+            k_transposed: true,
+        },
+        A {
+            dt: DType::BF16,
+            b: 1,
+            hq: 3,
+            hkv: 3,
+            sq: 19,
+            sk: 19,
+            d: 40,
+            mask: None,
+            causal: true,
+            k_transposed: false,
         },
     ];
     for a in cases {
         let mask = a.mask.map(|m| format!(" mask {m:?}")).unwrap_or_default();
         let causal = if a.causal { " causal" } else { "" };
+        let causal = if a.k_transposed {
+            format!("{causal} k strided")
+        } else {
+            causal.to_string()
+        };
         let name = format!(
             "attention {} q[{},{},{},{}] kv {} heads x {}{mask}{causal}",
             a.dt, a.b, a.hq, a.sq, a.d, a.hkv, a.sk
         );
         c.add(name, 0, &|b| {
             let q = b.input("q", a.dt, [a.b, a.hq, a.sq, a.d]);
-            let k = b.input("k", a.dt, [a.b, a.hkv, a.sk, a.d]);
+            let k = if a.k_transposed {
+                b.input("k", a.dt, [a.b, a.hkv, a.d, a.sk]).transpose(&[0, 1, 3, 2])
+            } else {
+                b.input("k", a.dt, [a.b, a.hkv, a.sk, a.d])
+            };
             let v = b.input("v", a.dt, [a.b, a.hkv, a.sk, a.d]);
             let m = a.mask.map(|m| b.input("m", a.dt, m));
             let scale = 1.0 / (a.d as f64).sqrt();

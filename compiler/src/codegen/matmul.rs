@@ -71,10 +71,12 @@ pub struct GemmOperand {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GemmOutput {
-    /// Into this buffer (the store of the native part of the body).
+    /// Into this buffer: the store of the native part of the body, or (in place) the
+    /// buffer of a store of D's type that the generated epilogue reads D from and then
+    /// overwrites, element by element.
     Buffer(BufferId),
     /// Into a scratch buffer of `GemmDesc::scratch_bytes` that the epilogue kernel reads
-    /// (its [`super::ParamTarget::GemmScratch`] parameter).
+    /// (its [`super::ParamTarget::GemmScratch`] parameter), when no store can take D.
     Scratch,
 }
 
@@ -289,7 +291,22 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
                 && cx.dtype(s.access.buffer).ok() == Some(dtype)
         })
     });
-    let (d, d_offset) = match direct {
+    // Else in place: D into a store's buffer of D's type (contiguous, read by no input)
+    // that the epilogue then overwrites, each element read and written by one thread
+    // (matmul outputs never share storage with its inputs), so no scratch is needed.
+    let in_place = match direct {
+        Some(_) => None,
+        None => mm.stores.iter().position(|s| {
+            s.access.offset >= 0
+                && crate::kernel::strides_equal(&s.access.strides, &contiguous, &space)
+                && cx.dtype(s.access.buffer).ok() == Some(dtype)
+                && ![mm.a, mm.b]
+                    .into_iter()
+                    .chain(mm.inputs)
+                    .any(|a| a.buffer == s.access.buffer)
+        }),
+    };
+    let (d, d_offset) = match direct.or(in_place) {
         Some(i) => (
             GemmOutput::Buffer(mm.stores[i].access.buffer),
             mm.stores[i].access.offset,

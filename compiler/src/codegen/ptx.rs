@@ -33,7 +33,9 @@ __device__ __forceinline__ unsigned short g_f32_to_f16(float x) {
 }
 "#;
 
-/// Tensor-core MMA, m16n8k16 with bf16 or f16 inputs and f32 accumulators. Needs
+/// Tensor-core MMA, m16n8k16 with bf16 or f16 inputs and f32 accumulators, and the
+/// packing of two f32 values into an operand register (`g_pack_bf16x2`,
+/// `g_pack_f16x2`). Needs
 /// `g_f16_to_f32` and `g_bf16_to_f32` (CPU body).
 pub(super) const MMA: &str = r#"// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D = A * B + C for one warp.
 // Fragments per the PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"
@@ -104,6 +106,31 @@ __device__ __forceinline__ void g_mma_m16n8k16_f16_f32(float d[4], const unsigne
 #else
 __device__ __forceinline__ void g_mma_m16n8k16_f16_f32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
   g_mma_cpu_f32(d, a, b, c, 1);
+}
+#endif
+// Two f32 values rounded to nearest even into one register of two bf16 (f16), `lo` in
+// the low half, as mma operands are packed: cvt.rn.{bf16x2,f16x2}.f32 d, hi, lo (PTX
+// ISA "cvt", section 9.7.9.21 in PTX ISA 9.0: a into the upper half, b the lower). A
+// NaN becomes the canonical NaN 0x7fff; f16 overflows to infinity.
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ unsigned g_pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned g_pack_f16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#else
+__device__ __forceinline__ unsigned g_pack_bf16x2(float lo, float hi) {
+  const unsigned a = lo != lo ? 0x7fffu : g_f32_to_bf16(lo), b = hi != hi ? 0x7fffu : g_f32_to_bf16(hi);
+  return a | (b << 16);
+}
+__device__ __forceinline__ unsigned g_pack_f16x2(float lo, float hi) {
+  const unsigned a = lo != lo ? 0x7fffu : g_f32_to_f16(lo), b = hi != hi ? 0x7fffu : g_f32_to_f16(hi);
+  return a | (b << 16);
 }
 #endif
 "#;

@@ -20,7 +20,9 @@
 //! - **Offsets** of the slots: [`assign_offsets`] (greedy best-fit in several orders,
 //!   then a search towards the lower bound).
 //! - **GEMM scratch.** A matmul kernel whose epilogue cuBLASLt cannot apply writes the
-//!   product to a scratch area that its generated epilogue reads
+//!   product into one of its outputs when one has the product's type and layout (the
+//!   generated epilogue then reads it and overwrites it in place), else to a scratch
+//!   area that its generated epilogue reads
 //!   (`codegen::GemmDesc::scratch_bytes`, queried by `codegen::epilogue_plan`); the
 //!   plan gives that area a slot of its own, live for that one step ([`MemoryPlan::scratch`], [`PlanStep::scratch`]).
 //! - **Budget**: weights + inputs + outputs + arena + library workspace (cuBLASLt, when

@@ -13,9 +13,11 @@
 //! `-inf`. Arithmetic is in f32 (f64 for f64), the output rounded once; the CPU
 //! executor (`runtime/src/kernels/attention.rs`) computes the same tiles.
 //!
-//! This is the CUDA-core path, for every float dtype and head dims up to 256. (Tensor
-//! cores through the `mma.sync` helpers for bf16/f16 are the next step; see the issue
-//! notes.)
+//! This is the CUDA-core path: f32 and f64, and bf16/f16 head dims that are not
+//! multiples of 16. bf16 and f16 with head dims that are go to the tensor-core kernel
+//! in [`mma`].
+
+mod mma;
 
 use graphc_ir::{AttentionDims, DType, TensorType};
 
@@ -314,8 +316,12 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
         per_lane: dims.dv.div_ceil(32),
         dims,
     };
-    let (kt, hd, dv) = (gen.kt, gen.dims.d, gen.dims.dv);
     let mut h = Helpers::new();
+    if mma::applies(&gen.dims) {
+        let (source, launch) = mma::generate(&gen, &mut h, nb);
+        return Ok(("attention", (source, h), launch));
+    }
+    let (kt, hd, dv) = (gen.kt, gen.dims.d, gen.dims.dv);
     let mut w = Writer::new();
     w.line(format!(
         "// attention: {nb} x {} heads ({} kv), [{}, {hd}] x [{}, {hd}] -> [{}, {dv}], scale {}, {}{}; {WARPS} rows per block, {kt} keys per tile",
