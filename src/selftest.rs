@@ -245,10 +245,24 @@ fn gemm_cases(c: &mut Cases) -> Result<(), GraphError> {
                 (x.matmul(wp(b, dt, "w", &[k, n], 1)) + wp(b, dt, "bias", &[n], 2)).gelu_tanh(),
             );
         })?;
-        c.add(format!("gemm {dt} gelu_erf(x@w) (generated epilogue)"), 0, &|b| {
-            let x = b.input("x", dt, [m, k]);
-            b.output("y", x.matmul(wp(b, dt, "w", &[k, n], 1)).gelu());
-        })?;
+        c.add(
+            format!("gemm {dt} gelu_erf(x@w) (generated epilogue, in place)"),
+            0,
+            &|b| {
+                let x = b.input("x", dt, [m, k]);
+                b.output("y", x.matmul(wp(b, dt, "w", &[k, n], 1)).gelu());
+            },
+        )?;
+        c.add(
+            format!("gemm {dt} gelu_erf, exp of x@w (generated epilogue, scratch)"),
+            0,
+            &|b| {
+                let x = b.input("x", dt, [m, k]);
+                let z = x.matmul(wp(b, dt, "w", &[k, n], 1));
+                b.output("g", z.gelu());
+                b.output("e", (z * 0.25).exp());
+            },
+        )?;
         c.add(format!("gemm {dt} 0.5*(x@w)+r (alpha, C)"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             let r = b.input("r", dt, [m, n]);

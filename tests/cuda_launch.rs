@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{example_models as models, fixtures, random_inputs, rel_l2, repo_path};
+use common::{example_models as models, fixtures, random_inputs, rel_l2, repo_path, scratch_epilogue_model};
 use graphc::ir::{DType, Tensor};
 use graphc::models::{gpt, mlp, GptConfig, MlpConfig};
 use graphc_compiler::codegen::{self, GridSize, ParamTarget};
@@ -205,10 +205,13 @@ fn the_plan_and_the_launches_must_agree() {
     let e = plan_launches(&c.program, &c.plan, &kernels[1..], &dev).unwrap_err();
     assert!(e.to_string().contains("CUDA kernels"), "{e}");
     // A plan without the GEMM scratch a generated epilogue reads.
-    let mut bad = c.plan.clone();
+    let two = graphc::compile(&scratch_epilogue_model()).unwrap();
+    let two_kernels = codegen::generate_all(&two.program).unwrap();
+    plan_launches(&two.program, &two.plan, &two_kernels, &dev).unwrap();
+    let mut bad = two.plan.clone();
     let s = bad.scratch.pop().unwrap();
     bad.steps[s.step as usize].scratch = None;
-    let e = plan_launches(&c.program, &bad, &kernels, &dev).unwrap_err();
+    let e = plan_launches(&two.program, &bad, &two_kernels, &dev).unwrap_err();
     assert!(e.to_string().contains("scratch"), "{e}");
     // A device whose blocks are smaller than the kernels' blocks.
     let tiny = DeviceInfo {
@@ -217,6 +220,44 @@ fn the_plan_and_the_launches_must_agree() {
     };
     let e = plan_launches(&c.program, &c.plan, &kernels, &tiny).unwrap_err();
     assert!(e.to_string().contains("threads"), "{e}");
+}
+
+/// A matmul with an erf GELU (not cuBLASLt's epilogue) writes its product into its
+/// output and the generated epilogue overwrites it in place: no GEMM scratch, the same
+/// results; with two stores reading the product, scratch as before.
+#[test]
+fn a_generated_epilogue_overwrites_the_product_in_place() {
+    let c = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
+    assert!(c.plan.scratch.is_empty(), "{:?}", c.plan.scratch);
+    let lp = launches(&c, &DeviceInfo::h200());
+    let mut in_place = 0;
+    for l in &lp.launches {
+        let Launch::Kernel(k) = l else { continue };
+        let gemm = lp.launches.iter().find_map(|g| match g {
+            Launch::Gemm(g) if g.step == k.step => Some(g),
+            _ => None,
+        });
+        if let Some(g) = gemm {
+            // The epilogue reads D where the GEMM wrote it and writes the same place.
+            let d = g.lt.d.addr;
+            assert!(k.args.contains(&d), "{}: reads D", k.kernel);
+            in_place += usize::from(k.args.iter().filter(|a| **a == d).count() == 2);
+        }
+    }
+    assert!(in_place > 0, "no epilogue runs in place");
+    let g = gpt(&GptConfig::default()).unwrap();
+    let inputs = random_inputs(&g, 8);
+    let want = graphc::run_cpu(&c, inputs.clone()).unwrap();
+    let got = emulate(&c.program, &lp, c.graph.weights(), &inputs).unwrap();
+    compare("gpt block, epilogue in place", &got, &want);
+    let two_graph = scratch_epilogue_model();
+    let two = graphc::compile(&two_graph).unwrap();
+    assert_eq!(two.plan.scratch.len(), 1);
+    let inputs = random_inputs(&two_graph, 9);
+    let want = graphc::run_cpu(&two, inputs.clone()).unwrap();
+    let lp = launches(&two, &DeviceInfo::h200());
+    let got = emulate(&two.program, &lp, two.graph.weights(), &inputs).unwrap();
+    compare("two stores, scratch", &got, &want);
 }
 
 #[test]

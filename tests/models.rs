@@ -380,14 +380,17 @@ fn gpt12_plans_in_under_50ms() {
     assert!(c.plan.ratio() <= 1.02);
 }
 
-/// A GEMM whose epilogue cuBLASLt cannot apply (the block's erf GELU after fc1) writes
-/// its product to a scratch area: the plan places it in the arena for that one step,
-/// with the size codegen asks for, and the verifier rejects it on a live buffer.
+/// A GEMM whose epilogue cuBLASLt cannot apply and no output can hold in place (two
+/// stores read the product) writes its product to a scratch area: the plan places it
+/// in the arena for that one step, with the size codegen asks for, and the verifier
+/// rejects it on a live buffer. (The block's erf GELU after fc1 runs in place.)
 #[test]
 fn gemm_scratch_is_planned() {
     use graphc_compiler::plan::verify_plan;
-    let c = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
-    assert!(!c.plan.scratch.is_empty(), "the block has a generated GEMM epilogue");
+    let block = graphc::compile(&gpt(&GptConfig::default()).unwrap()).unwrap();
+    assert!(block.plan.scratch.is_empty(), "the block's GELU epilogue runs in place");
+    let c = graphc::compile(&common::scratch_epilogue_model()).unwrap();
+    assert!(!c.plan.scratch.is_empty(), "a generated GEMM epilogue with scratch");
     for s in &c.plan.scratch {
         let ck = graphc_compiler::codegen::generate(&c.program, s.step as usize).unwrap();
         assert_eq!(Some(s.bytes), ck.gemm.map(|g| g.scratch_bytes));

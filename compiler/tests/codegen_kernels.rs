@@ -456,16 +456,18 @@ fn matmul_erf_gelu_needs_an_epilogue_kernel() {
     let k = gen(&c::matmul_bias_gelu_erf());
     let g = k.gemm.clone().unwrap();
     assert_eq!(g.epilogue, GemmEpilogue::Bias);
-    assert_eq!(g.d, GemmOutput::Scratch);
-    assert_eq!(g.scratch_bytes, 128 * 256 * 4);
+    // The product goes into the output, which the epilogue overwrites: no scratch.
+    assert_eq!(g.d, GemmOutput::Buffer(BufferId(3)));
+    assert_eq!(g.scratch_bytes, 0);
     assert!(k.has_source());
     assert!(k.source.contains("g_gelu_f32"), "{}", k.source);
     assert!(!k.source.contains("g_gelu_tanh"), "{}", k.source);
-    // Reads the scratch, writes the output.
+    // Reads the output, then writes it.
     assert_eq!(k.params.len(), 2);
-    assert_eq!(k.params[0].target, ParamTarget::GemmScratch);
+    assert_eq!(k.params[0].target, ParamTarget::Buffer(BufferId(3)));
     assert_eq!(k.params[0].access, ParamAccess::Read);
     assert_eq!(k.params[1].target, ParamTarget::Buffer(BufferId(3)));
+    assert_eq!(k.params[1].access, ParamAccess::Write);
     assert!(k.source.contains("g_vec16"), "the epilogue is vectorized: {}", k.source);
 }
 

@@ -93,3 +93,23 @@ pub fn fixtures() -> Vec<(&'static str, Vec<(String, usize)>)> {
         ("gpt2_dynamic", vec![("batch".to_string(), 2), ("seq".to_string(), 8)]),
     ]
 }
+
+/// A norm, then a GEMM whose product two stores read (an erf GELU and an exp, neither
+/// cuBLASLt's epilogue): the product goes to GEMM scratch, live at the plan's peak with
+/// the norm's output; then a GEMM reads each result.
+pub fn scratch_epilogue_model() -> Graph {
+    use graphc::ir::nn::{self, GeluApprox};
+    use graphc::ir::{DType, GraphBuilder, TensorType};
+    let (n, d, h) = (64, 32, 256);
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [n, d]);
+    let w = |name: &str, r: usize, c: usize, seed: u64| {
+        b.param(name, Tensor::randn(&TensorType::new(DType::F32, [r, c]), 0.2, seed))
+    };
+    let xn = nn::layer_norm(x, None, None, 1e-5);
+    let z = xn.matmul(w("up", d, h, 4));
+    let g = nn::gelu(z, GeluApprox::Erf);
+    let e = (z * 0.25).exp();
+    b.output("y", g.matmul(w("down", h, d, 5)) + e.matmul(w("side", h, d, 6)) + xn);
+    b.finish().unwrap()
+}

@@ -230,6 +230,10 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, Codege
         program: cx.program,
         kernel: cx.kernel.clone(),
         scratch: Some(gemm.d_dtype),
+        in_place: match gemm.d {
+            GemmOutput::Buffer(b) => Some(b),
+            GemmOutput::Scratch => None,
+        },
     };
     let mut ker = elementwise::generate(&ecx, &p.space, &p.inputs, &p.body, &p.stores)?;
     ker.gemm = Some(gemm);
@@ -294,8 +298,10 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
     // Else in place: D into a store's buffer of D's type (contiguous, read by no input)
     // that the epilogue then overwrites, each element read and written by one thread
     // (matmul outputs never share storage with its inputs), so no scratch is needed.
+    // One store only: its value is computed from D's element before it is written.
     let in_place = match direct {
         Some(_) => None,
+        None if mm.stores.len() != 1 => None,
         None => mm.stores.iter().position(|s| {
             s.access.offset >= 0
                 && crate::kernel::strides_equal(&s.access.strides, &contiguous, &space)

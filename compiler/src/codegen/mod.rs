@@ -194,6 +194,7 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         program,
         kernel: name.clone(),
         scratch: None,
+        in_place: None,
     };
     let mut out = match &kernel.kind {
         KernelKind::Elementwise(e) => elementwise::generate(&cx, &e.space, &e.inputs, &e.body, &e.stores)?,
@@ -271,6 +272,7 @@ fn matmul_kernel(program: &Program, kernel_index: usize) -> Result<Option<(Ctx<'
         program,
         kernel: format!("k{kernel_index}_{}", cuda::c_ident(kernel.kind_name())),
         scratch: None,
+        in_place: None,
     };
     Ok(Some((cx, mm)))
 }
@@ -306,6 +308,9 @@ pub(crate) struct Ctx<'a> {
     pub kernel: String,
     /// Matmul epilogues: the dtype of the GEMM scratch output ([`SCRATCH`]).
     pub scratch: Option<DType>,
+    /// Matmul epilogues: the buffer the GEMM wrote its product into, which the epilogue
+    /// may read and then overwrite in place (a read and a write parameter both).
+    pub in_place: Option<BufferId>,
 }
 
 /// The buffer id standing for the GEMM scratch output inside generators.
@@ -360,7 +365,10 @@ impl Params {
             ParamTarget::Buffer(buffer)
         };
         if let Some(i) = self.list.iter().position(|p| p.target == target) {
-            if self.list[i].access != access {
+            if let Some(j) = self.list.iter().position(|p| p.target == target && p.access == access) {
+                return Ok(j);
+            }
+            if self.list[i].access != access && cx.in_place != Some(buffer) {
                 return Err(cx.unsupported(format!(
                     "buffer {} is both read and written by one kernel",
                     match target {
@@ -369,7 +377,6 @@ impl Params {
                     }
                 )));
             }
-            return Ok(i);
         }
         let dtype = cx.dtype(buffer)?;
         self.list.push(ParamDesc { target, access, dtype });

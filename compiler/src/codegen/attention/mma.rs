@@ -234,10 +234,16 @@ impl Kernel<'_> {
         w.line(format!("const {t} kend = {kend};"));
     }
 
-    /// Copies `rows` rows from row `r0` of operand `n` (`width` columns; rows at or past
-    /// `limit` as zeros) into the buffer `dst` of pitch `pitch`, 8 elements per step.
-    fn load_tile(&self, w: &mut Writer, n: usize, dst: &str, r0: &str, limit: usize, rows: usize, width: usize) {
-        let (gen, t) = (self.gen, self.t);
+    /// Copies the tile of operand `n` (q, k or v) from row `r0` into its buffer, 8
+    /// elements per step; rows past the operand's end as zeros.
+    fn load_tile(&self, w: &mut Writer, n: usize, r0: &str) {
+        let (gen, t, tl) = (self.gen, self.t, &self.tl);
+        let d = &gen.dims;
+        let (dst, rows, limit, width) = match n {
+            0 => ("qs", BLOCK_M, d.sq, d.d),
+            1 => ("ks", tl.bn, d.sk, d.d),
+            _ => ("vs", tl.bn, d.sk, d.dv),
+        };
         let nbd = gen.nbd();
         let (rs, cs) = (gen.ix.lit(gen.st[n][nbd + 1]), gen.ix.lit(gen.st[n][nbd + 2]));
         let (p, name) = (gen.p(n), super::NAMES[n]);
@@ -250,10 +256,8 @@ impl Kernel<'_> {
         w.line(format!("const int r = e / {chunks}, c = (e % {chunks}) * 8;"));
         w.line(format!("const {t} row = {r0} + r;"));
         w.line(format!("const bool ok = row < {};", self.l(limit)));
-        w.line(format!(
-            "unsigned short* const to = {dst} + r * {} + c;",
-            self.pitch_of(dst)
-        ));
+        let pitch = if n == 2 { tl.vp } else { tl.kp };
+        w.line(format!("unsigned short* const to = {dst} + r * {pitch} + c;"));
         if self.asynchronous {
             w.line(format!(
                 "g_cp_async_16_zfill(to, &{p}[{name}base + (ok ? row : 0) * {rs} + c], ok ? 16u : 0u);"
@@ -267,14 +271,6 @@ impl Kernel<'_> {
             w.close();
         }
         w.close();
-    }
-
-    fn pitch_of(&self, dst: &str) -> usize {
-        if dst == "vs" {
-            self.tl.vp
-        } else {
-            self.tl.kp
-        }
     }
 
     fn commit(&self, w: &mut Writer) {
@@ -306,8 +302,8 @@ impl Kernel<'_> {
         let (kc_n, st_n, ov_n) = (d.d / 16, tl.bn / 8, d.dv / 8);
         // The previous tile's readers are done with every buffer.
         w.line("__syncthreads();");
-        self.load_tile(w, 0, "qs", "i0", d.sq, BLOCK_M, d.d);
-        self.load_tile(w, 1, "ks", "0", d.sk, tl.bn, d.d);
+        self.load_tile(w, 0, "i0");
+        self.load_tile(w, 1, "0");
         self.commit(w);
         if tl.q_regs {
             // q is staged in the v buffer: into registers before the first v tile.
@@ -319,7 +315,7 @@ impl Kernel<'_> {
             w.close();
             w.line("__syncthreads();");
         }
-        self.load_tile(w, 2, "vs", "0", d.sk, tl.bn, d.dv);
+        self.load_tile(w, 2, "0");
         self.commit(w);
         w.line(format!("float o[{ov_n}][4];"));
         w.line("#pragma unroll");
@@ -358,7 +354,7 @@ impl Kernel<'_> {
         // Every warp is done with the k tile: the next one streams in during the softmax.
         w.line("__syncthreads();");
         w.open(format!("if (j0 + {} < kend)", tl.bn));
-        self.load_tile(w, 1, "ks", &format!("(j0 + {})", tl.bn), d.sk, tl.bn, d.d);
+        self.load_tile(w, 1, &format!("(j0 + {})", tl.bn));
         w.close();
         self.commit(w);
         self.softmax(w, h);
@@ -367,7 +363,7 @@ impl Kernel<'_> {
         // Every warp is done with the v tile: the next one streams in during the scores.
         w.line("__syncthreads();");
         w.open(format!("if (j0 + {} < kend)", tl.bn));
-        self.load_tile(w, 2, "vs", &format!("(j0 + {})", tl.bn), d.sk, tl.bn, d.dv);
+        self.load_tile(w, 2, &format!("(j0 + {})", tl.bn));
         w.close();
         self.commit(w);
         w.close();
