@@ -72,6 +72,6 @@ pub use interp::{interpret, InterpError};
 pub use op::{ArgReduceOp, BinaryOp, Op, PadMode, ReduceOp, SliceRange, UnaryOp};
 pub use rng::Rng;
 pub use shape::{Shape, TensorType};
-pub use tensor::{Tensor, TensorData};
+pub use tensor::{MappedFile, Tensor, TensorData};
 pub use text::{parse, parse_module, print, print_with_weights, ParseError};
 pub use weights::{load_gir, load_safetensors, save_gir, save_safetensors, LoadError, WeightsError};

@@ -3,6 +3,7 @@
 use half::{bf16, f16};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
+use std::sync::Arc;
 
 use crate::{DType, Rng, Shape, TensorType};
 
@@ -262,15 +263,160 @@ fn take_fill<T: Copy>(v: &[T], idx: &[Option<usize>], fill: &[T]) -> Option<Vec<
 /// That is the equality a round trip must preserve.
 impl PartialEq for TensorData {
     fn eq(&self, other: &TensorData) -> bool {
-        self.dtype() == other.dtype() && self.to_le_bytes() == other.to_le_bytes()
+        fn bits<T, B: PartialEq>(a: &[T], b: &[T], f: impl Fn(&T) -> B) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| f(x) == f(y))
+        }
+        match (self, other) {
+            (TensorData::F32(a), TensorData::F32(b)) => bits(a, b, |x| x.to_bits()),
+            (TensorData::F16(a), TensorData::F16(b)) => bits(a, b, |x| x.to_bits()),
+            (TensorData::BF16(a), TensorData::BF16(b)) => bits(a, b, |x| x.to_bits()),
+            (TensorData::F64(a), TensorData::F64(b)) => bits(a, b, |x| x.to_bits()),
+            (TensorData::I64(a), TensorData::I64(b)) => a == b,
+            (TensorData::I32(a), TensorData::I32(b)) => a == b,
+            (TensorData::I8(a), TensorData::I8(b)) => a == b,
+            (TensorData::U8(a), TensorData::U8(b)) => a == b,
+            (TensorData::Bool(a), TensorData::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// A file mapped read-only into memory, shared by the tensors that view it (ONNX
+/// external data, safetensors): its pages are read from the page cache when touched,
+/// never copied into owned buffers.
+pub struct MappedFile {
+    map: memmap2::Mmap,
+    path: std::path::PathBuf,
+}
+
+impl MappedFile {
+    /// Map `file` (opened from `path`, a regular file) read-only; None for an empty file.
+    pub fn map(file: &std::fs::File, path: &std::path::Path) -> std::io::Result<Option<Arc<MappedFile>>> {
+        if file.metadata()?.len() == 0 {
+            return Ok(None);
+        }
+        // SAFETY: the mapping is read-only and lives as long as the tensors that view
+        // it. As with every loader that maps model files (safetensors, llama.cpp), a
+        // file truncated or rewritten by another process while mapped is outside what
+        // this can guard against.
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        Ok(Some(Arc::new(MappedFile {
+            map,
+            path: path.to_path_buf(),
+        })))
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The file's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MappedFile({}, {} bytes)", self.path.display(), self.map.len())
+    }
+}
+
+/// A tensor's elements: owned, or little-endian bytes in a mapped file, decoded into an
+/// owned copy only when something reads the elements themselves (the interpreter,
+/// the CPU executor, constant folding). Its bytes are always at hand without a copy
+/// ([`Tensor::le_bytes`]: hashing, uploads, writing safetensors).
+#[derive(Debug)]
+enum Storage {
+    Owned(TensorData),
+    Mapped {
+        file: Arc<MappedFile>,
+        offset: usize,
+        dtype: DType,
+        len: usize,
+        decoded: std::sync::OnceLock<TensorData>,
+    },
+}
+
+impl Storage {
+    fn dtype(&self) -> DType {
+        match self {
+            Storage::Owned(d) => d.dtype(),
+            Storage::Mapped { dtype, .. } => *dtype,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Storage::Owned(d) => d.len(),
+            Storage::Mapped { len, .. } => *len,
+        }
+    }
+
+    /// A mapped tensor's bytes (the range was checked against the mapping when it was
+    /// made, so `get` always succeeds for one).
+    fn mapped_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Storage::Owned(_) => None,
+            Storage::Mapped {
+                file,
+                offset,
+                dtype,
+                len,
+                ..
+            } => file.as_bytes().get(*offset..*offset + len * dtype.size_bytes()),
+        }
+    }
+
+    fn data(&self) -> &TensorData {
+        match self {
+            Storage::Owned(d) => d,
+            Storage::Mapped {
+                dtype, len, decoded, ..
+            } => decoded.get_or_init(|| {
+                let bytes = self.mapped_bytes().unwrap_or_default();
+                // The range was checked against the mapping when the tensor was made;
+                // only running out of host memory fails here, as a Vec would.
+                TensorData::decode_le(*dtype, bytes, *len).unwrap_or_else(|e| panic!("decoding a mapped tensor: {e}"))
+            }),
+        }
     }
 }
 
 /// A tensor value: a shape and dense row-major data whose length matches it.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// The data is shared: a clone is a new handle to the same elements (weights pass
+/// through import, optimization, fusion and planning without a copy), and it may be
+/// a view into a mapped file ([`Tensor::mapped`]).
+#[derive(Clone, Debug)]
 pub struct Tensor {
     shape: Shape,
-    data: TensorData,
+    data: Arc<Storage>,
+    /// [`Tensor::content_hash`], computed once per shared data.
+    hash: Arc<std::sync::OnceLock<u128>>,
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        if self.shape != other.shape || self.dtype() != other.dtype() {
+            return false;
+        }
+        if Arc::ptr_eq(&self.data, &other.data) {
+            return true;
+        }
+        match (self.data.mapped_bytes(), other.data.mapped_bytes()) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.data() == other.data(),
+        }
+    }
 }
 
 /// Error building a tensor whose data does not match its shape.
@@ -292,14 +438,19 @@ impl Tensor {
                 shape,
             });
         }
-        Ok(Tensor { shape, data })
+        Ok(Tensor {
+            shape,
+            data: Arc::new(Storage::Owned(data)),
+            hash: Default::default(),
+        })
     }
 
     /// A tensor of `ty` with every element equal to `value` (cast as [`TensorData::from_f64`]).
     pub fn full(ty: &TensorType, value: f64) -> Tensor {
         Tensor {
             shape: ty.shape.clone(),
-            data: TensorData::from_f64(ty.dtype, &vec![value; ty.numel()]),
+            data: Arc::new(Storage::Owned(TensorData::from_f64(ty.dtype, &vec![value; ty.numel()]))),
+            hash: Default::default(),
         }
     }
 
@@ -334,7 +485,8 @@ impl Tensor {
         };
         Tensor {
             shape: ty.shape.clone(),
-            data,
+            data: Arc::new(Storage::Owned(data)),
+            hash: Default::default(),
         }
     }
 
@@ -357,7 +509,8 @@ impl Tensor {
         })?;
         Ok(Tensor {
             shape: ty.shape.clone(),
-            data,
+            data: Arc::new(Storage::Owned(data)),
+            hash: Default::default(),
         })
     }
 
@@ -371,7 +524,8 @@ impl Tensor {
         let v: Vec<f64> = (0..ty.numel()).map(|_| rng.normal() * std).collect();
         Tensor {
             shape: ty.shape.clone(),
-            data: TensorData::from_f64(ty.dtype, &v),
+            data: Arc::new(Storage::Owned(TensorData::from_f64(ty.dtype, &v))),
+            hash: Default::default(),
         }
     }
 
@@ -391,21 +545,118 @@ impl Tensor {
         self.data.len()
     }
 
+    /// The elements (a mapped tensor decodes them once, on first use).
     pub fn data(&self) -> &TensorData {
-        &self.data
+        self.data.data()
     }
 
+    /// The data, moved out when this is its only handle and owned, else copied.
     pub fn into_data(self) -> TensorData {
-        self.data
+        match Arc::try_unwrap(self.data) {
+            Ok(Storage::Owned(d)) => d,
+            Ok(m) => m.data().clone(),
+            Err(shared) => shared.data().clone(),
+        }
+    }
+
+    /// A view of `len` elements of `dtype`, little-endian, at byte `offset` of a mapped
+    /// file; an error when they do not lie inside it.
+    pub fn mapped(shape: impl Into<Shape>, dtype: DType, file: Arc<MappedFile>, offset: u64) -> Result<Tensor, String> {
+        let shape = shape.into();
+        let len = shape
+            .checked_numel()
+            .ok_or_else(|| format!("shape {shape} is too large"))?;
+        (len as u64)
+            .checked_mul(dtype.size_bytes() as u64)
+            .and_then(|b| b.checked_add(offset))
+            .filter(|&e| e <= file.len() as u64)
+            .ok_or_else(|| {
+                format!(
+                    "{dtype}{shape} at byte {offset} does not lie inside {} ({} bytes)",
+                    file.path().display(),
+                    file.len()
+                )
+            })?;
+        Ok(Tensor {
+            shape,
+            data: Arc::new(Storage::Mapped {
+                file,
+                offset: offset as usize,
+                dtype,
+                len,
+                decoded: std::sync::OnceLock::new(),
+            }),
+            hash: Default::default(),
+        })
+    }
+
+    /// A 128-bit hash of the dtype, shape and element bytes, computed once per tensor
+    /// data (clones share it): the key the e-graph gives a constant instead of its
+    /// bytes. Two SipHash-1-3 passes with distinct prefixes; a collision between two
+    /// different tensors of one graph has a probability near 2^-128 per pair.
+    pub fn content_hash(&self) -> u128 {
+        use std::hash::{Hash, Hasher};
+        *self.hash.get_or_init(|| {
+            let bytes = self.le_bytes();
+            let half = |salt: u8| {
+                let mut h = std::hash::DefaultHasher::new();
+                salt.hash(&mut h);
+                self.dtype().hash(&mut h);
+                self.shape.dims().hash(&mut h);
+                h.write(&bytes);
+                h.finish()
+            };
+            (u128::from(half(1)) << 64) | u128::from(half(2))
+        })
+    }
+
+    /// Whether the elements are a view into a mapped file, and whether they have been
+    /// decoded into an owned copy.
+    pub fn is_mapped(&self) -> bool {
+        matches!(*self.data, Storage::Mapped { .. })
+    }
+
+    pub fn is_decoded(&self) -> bool {
+        match &*self.data {
+            Storage::Owned(_) => true,
+            Storage::Mapped { decoded, .. } => decoded.get().is_some(),
+        }
+    }
+
+    /// The elements as little-endian bytes: borrowed from the mapping for a mapped
+    /// tensor (no copy, nothing decoded), encoded for an owned one.
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.data.mapped_bytes() {
+            Some(b) => std::borrow::Cow::Borrowed(b),
+            None => std::borrow::Cow::Owned(self.data().to_le_bytes()),
+        }
+    }
+
+    /// Whether two tensors share one copy of their data.
+    pub fn shares_data(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
     }
 
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        self.data.to_f64_vec()
+        self.data().to_f64_vec()
     }
 
     /// The same data viewed with another shape of equal element count.
     pub fn reshape(self, shape: impl Into<Shape>) -> Result<Tensor, TensorSizeError> {
-        Tensor::new(shape, self.data)
+        let shape = shape.into();
+        if shape.numel() != self.data.len() {
+            return Err(TensorSizeError {
+                expected: shape.numel(),
+                got: self.data.len(),
+                shape,
+            });
+        }
+        // The hash covers the shape: a new one for the new shape.
+        Ok(Tensor {
+            shape,
+            data: self.data,
+            hash: Default::default(),
+        })
     }
 }
 
@@ -439,9 +690,9 @@ struct TensorRepr {
 
 impl Serialize for Tensor {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let bytes = self.data.to_le_bytes();
+        let bytes = self.le_bytes();
         let mut hex = String::with_capacity(bytes.len() * 2);
-        for b in bytes {
+        for b in bytes.iter() {
             hex.push_str(&format!("{b:02x}"));
         }
         TensorRepr {
@@ -482,7 +733,11 @@ impl<'de> Deserialize<'de> for Tensor {
                 bytes.len()
             ))
         })?;
-        Ok(Tensor { shape: r.shape, data })
+        Ok(Tensor {
+            shape: r.shape,
+            data: Arc::new(Storage::Owned(data)),
+            hash: Default::default(),
+        })
     }
 }
 

@@ -127,8 +127,47 @@ pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tenso
     let path = path.as_ref();
     let (mut file, size) = crate::files::open_regular(path).map_err(|e| file_error(path, e))?;
     check_header(&mut file, path, size, None)?;
-    let bytes = crate::files::read_range(&mut file, path, 0, size, size).map_err(|e| file_error(path, e))?;
-    parse_safetensors(&bytes, path)
+    map_safetensors(&file, path)
+}
+
+/// Every tensor of an opened (and header-checked) safetensors file, as views into the
+/// file mapped read-only: nothing is read until a tensor's elements are used.
+fn map_safetensors(file: &std::fs::File, path: &Path) -> Result<BTreeMap<String, Tensor>, WeightsError> {
+    let map = crate::MappedFile::map(file, path)
+        .map_err(|error| WeightsError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?
+        .ok_or_else(|| WeightsError::Format {
+            path: path.to_path_buf(),
+            message: "the file is empty".to_string(),
+        })?;
+    let base = map.as_bytes().as_ptr() as usize;
+    let st = SafeTensors::deserialize(map.as_bytes()).map_err(|e| WeightsError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.iter() {
+        let bad = |message: String| WeightsError::Tensor {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            message,
+        };
+        let dtype = from_st_dtype(view.dtype()).ok_or_else(|| bad(format!("unsupported dtype {}", view.dtype())))?;
+        // The view's bytes lie inside the mapping (safetensors checked the offsets).
+        let offset = view.data().as_ptr() as usize - base;
+        let t = Tensor::mapped(view.shape().to_vec(), dtype, map.clone(), offset as u64).map_err(bad)?;
+        if t.numel() * dtype.size_bytes() != view.data().len() {
+            return Err(bad(format!(
+                "{} bytes do not hold {} {dtype} elements",
+                view.data().len(),
+                t.numel()
+            )));
+        }
+        out.insert(name.to_string(), t);
+    }
+    Ok(out)
 }
 
 fn file_error(path: &Path, e: crate::files::FileError) -> WeightsError {
@@ -299,8 +338,7 @@ pub fn load_gir(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let (mut f, size) = crate::files::open_regular(&wpath).map_err(|e| file_error(&wpath, e))?;
     // Sizes and the parameters' types from the header, before the data is read.
     check_header(&mut f, &wpath, size, Some(&params))?;
-    let bytes = crate::files::read_range(&mut f, &wpath, 0, size, size).map_err(|e| file_error(&wpath, e))?;
-    let mut weights = parse_safetensors(&bytes, &wpath)?;
+    let mut weights = map_safetensors(&f, &wpath)?;
     for (name, ty) in params {
         let t = weights.remove(&name).ok_or_else(|| LoadError::Parameter {
             path: wpath.clone(),

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use graphc_ir::onnx::proto::{self, ModelProto, TensorProto};
-use graphc_ir::onnx::tensor::tensor_from_proto;
+use graphc_ir::onnx::tensor::{tensor_from_proto, ExternalData};
 use graphc_ir::onnx::{import_model, ImportOptions};
 use graphc_ir::{interpret, DType, Tensor};
 
@@ -62,7 +62,7 @@ fn read_index(dir: &Path) -> Vec<Case> {
 fn read_tensor(path: &Path) -> Result<Tensor, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let t: TensorProto = proto::decode(&bytes)?;
-    tensor_from_proto(&t, path.parent())
+    tensor_from_proto(&t, Some(&ExternalData::new(path.parent())))
 }
 
 /// Import and run one case on all of its data sets. Operands the importer needs at
@@ -134,7 +134,7 @@ fn run_case(dir: &Path) -> (Outcome, String) {
                 let mut m = model.clone();
                 let mut result = None;
                 for (name, t) in input_names.iter().zip(&protos).rev() {
-                    let shape_like = tensor_from_proto(t, Some(&set))
+                    let shape_like = tensor_from_proto(t, Some(&ExternalData::new(Some(&set))))
                         .map(|t| t.dtype().is_int() || t.numel() <= 1)
                         .unwrap_or(false);
                     if !shape_like {
@@ -169,7 +169,7 @@ fn run_case(dir: &Path) -> (Outcome, String) {
                     format!("graph input `{name}` is not an input of the model"),
                 );
             };
-            match tensor_from_proto(&protos[k], Some(&set)) {
+            match tensor_from_proto(&protos[k], Some(&ExternalData::new(Some(&set)))) {
                 Ok(t) => {
                     inputs.insert(name, t);
                 }

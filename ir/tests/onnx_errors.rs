@@ -251,6 +251,42 @@ fn external_data_is_read_and_bad_paths_are_errors() {
     assert!(e.contains("external data `offset` is not a byte count: `x`"), "{e}");
 }
 
+/// External data is a view into the mapped file: nothing is decoded until the elements
+/// are read, the mapping holds the exact bytes at any offset (aligned or not), and the
+/// tensors of one file share one mapping.
+#[test]
+fn external_data_is_mapped_not_read() {
+    let dir = temp_dir("external-mapped");
+    let mut bytes = vec![0u8; 3];
+    for x in [1.5f32, -2.0, 3.25, 4.0] {
+        bytes.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(dir.join("w.data"), &bytes).unwrap();
+    let opts = ImportOptions::default();
+    // Offset 3: not a multiple of the element size.
+    let g = import_model(&external_initializer("w.data", "3", "16"), Some(&dir), &opts).unwrap();
+    let w = g.weight("w").unwrap();
+    assert!(w.is_mapped() && !w.is_decoded());
+    assert_eq!(&*w.le_bytes(), &bytes[3..]);
+    assert!(!w.is_decoded(), "the bytes are borrowed, not decoded");
+    let copy = w.clone();
+    assert!(copy.shares_data(w));
+    assert_eq!(w.to_f64_vec(), vec![1.5, -2.0, 3.25, 4.0]);
+    assert!(w.is_decoded() && copy.is_decoded(), "decoded once, for every handle");
+    // The same values as an owned tensor: equal, and the same content hash.
+    let owned = graphc_ir::Tensor::from_f32([4], vec![1.5, -2.0, 3.25, 4.0]).unwrap();
+    assert_eq!(&owned, w);
+    assert_eq!(owned.content_hash(), w.content_hash());
+    let other = graphc_ir::Tensor::from_f32([4], vec![1.5, -2.0, 3.25, 4.5]).unwrap();
+    assert_ne!(other.content_hash(), w.content_hash());
+    let reshaped = owned.clone().reshape([2, 2]).unwrap();
+    assert_ne!(
+        reshaped.content_hash(),
+        owned.content_hash(),
+        "the hash covers the shape"
+    );
+}
+
 #[test]
 fn typed_data_fields_must_match_the_shape() {
     let mut m = add_model();

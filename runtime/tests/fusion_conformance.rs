@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::optimize::optimize;
 use graphc_ir::onnx::proto::{self, ModelProto, TensorProto};
-use graphc_ir::onnx::tensor::tensor_from_proto;
+use graphc_ir::onnx::tensor::{tensor_from_proto, ExternalData};
 use graphc_ir::onnx::{import_model, ImportOptions};
 use graphc_ir::{interpret, Tensor};
 use planned::run_arena;
@@ -29,7 +29,7 @@ fn suite_dir() -> PathBuf {
 fn read_tensor(path: &Path) -> Option<Tensor> {
     let bytes = std::fs::read(path).ok()?;
     let t: TensorProto = proto::decode(&bytes).ok()?;
-    tensor_from_proto(&t, path.parent()).ok()
+    tensor_from_proto(&t, Some(&ExternalData::new(path.parent()))).ok()
 }
 
 fn same(a: &Tensor, b: &Tensor) -> bool {

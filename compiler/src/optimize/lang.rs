@@ -20,8 +20,15 @@ pub struct OpKey {
 }
 
 impl OpKey {
+    /// A constant is keyed by its type and content hash (computed once per tensor), not
+    /// its bytes: a weight-sized constant costs the e-graph 50-odd bytes of key.
     pub fn new(op: Op) -> Arc<OpKey> {
-        let key = serde_json::to_vec(&op).expect("ops serialize");
+        let key = match &op {
+            Op::Constant { value } => {
+                format!("{{\"constant\":\"{}:{:032x}\"}}", value.ty(), value.content_hash()).into_bytes()
+            }
+            _ => serde_json::to_vec(&op).expect("ops serialize"),
+        };
         Arc::new(OpKey { op, key })
     }
 }

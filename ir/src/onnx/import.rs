@@ -3,7 +3,7 @@
 //! finally folds known values into constants and prunes what no output uses.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 use super::attrs::{self, Attrs};
@@ -13,7 +13,7 @@ use super::ops::{self, Node};
 use super::proto::{
     self, tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
-use super::tensor::{dtype_from_onnx, tensor_from_proto};
+use super::tensor::{dtype_from_onnx, tensor_from_proto, ExternalData};
 use super::{ImportOptions, OnnxError};
 use crate::interp::eval_op;
 use crate::{DType, Graph, GraphBuilder, NodeId, Op, Tensor, TensorType, Value};
@@ -131,7 +131,7 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
         examined: 0,
         known_large_bytes: 0,
         opsets,
-        base_dir: base_dir.map(Path::to_path_buf),
+        external: ExternalData::new(base_dir),
         functions,
         within: None,
         inline_depth: 0,
@@ -237,7 +237,8 @@ pub struct Importer<'b> {
     /// Bytes of the known values over [`MAX_FOLDED_ELEMENTS`] elements kept so far.
     known_large_bytes: usize,
     opsets: Opsets,
-    base_dir: Option<PathBuf>,
+    /// The model's folder and its mapped external data files.
+    external: ExternalData,
     functions: Functions,
     /// The local function whose body is being lowered (`values` is then its scope).
     within: Option<Rc<LocalFunction>>,
@@ -247,7 +248,7 @@ pub struct Importer<'b> {
 impl<'b> Importer<'b> {
     fn bind_initializers(&mut self, graph: &GraphProto) -> Result<(), OnnxError> {
         for init in &graph.initializer {
-            let t = tensor_from_proto(init, self.base_dir.as_deref())
+            let t = tensor_from_proto(init, Some(&self.external))
                 .map_err(|e| OnnxError::Model(format!("initializer `{}`: {e}", init.name)))?;
             let v = if t.dtype().is_float() {
                 self.b.param(&init.name, t)

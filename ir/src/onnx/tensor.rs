@@ -1,10 +1,43 @@
 //! ONNX tensors (`TensorProto`) to graphc tensors: every storage form ONNX uses.
 
 use half::{bf16, f16};
-use std::path::Path;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::proto::{data_type as dt, TensorProto};
-use crate::{files, DType, Shape, Tensor, TensorData};
+use crate::{files, DType, MappedFile, Shape, Tensor, TensorData};
+
+/// Where external data comes from: the model's folder, and the data files mapped so
+/// far (each mapped once, its tensors views into it).
+#[derive(Debug, Default)]
+pub struct ExternalData {
+    base: Option<PathBuf>,
+    maps: RefCell<HashMap<PathBuf, Option<Arc<MappedFile>>>>,
+}
+
+impl ExternalData {
+    pub fn new(base: Option<&Path>) -> ExternalData {
+        ExternalData {
+            base: base.map(Path::to_path_buf),
+            maps: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The mapping of the regular file at `path` (None when it is empty), and its size.
+    fn map(&self, path: &Path) -> Result<(Option<Arc<MappedFile>>, u64), String> {
+        if let Some(m) = self.maps.borrow().get(path) {
+            return Ok((m.clone(), m.as_ref().map_or(0, |m| m.len() as u64)));
+        }
+        let file_err = |e: files::FileError| format!("external data {e}");
+        let (file, size) = files::open_regular(path).map_err(file_err)?;
+        let map = MappedFile::map(&file, path)
+            .map_err(|e| format!("external data {}: cannot map it: {e}", path.display()))?;
+        self.maps.borrow_mut().insert(path.to_path_buf(), map.clone());
+        Ok((map, size))
+    }
+}
 
 /// The graphc dtype of an ONNX element type, or a message naming it.
 pub fn dtype_from_onnx(t: i32) -> Result<DType, String> {
@@ -66,7 +99,7 @@ pub fn onnx_type_name(t: i32) -> String {
 }
 
 /// Convert a `TensorProto`. `base_dir` is the model's folder, for external data.
-pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+pub fn tensor_from_proto(t: &TensorProto, external: Option<&ExternalData>) -> Result<Tensor, String> {
     let dtype = dtype_from_onnx(t.data_type)?;
     let mut dims = Vec::with_capacity(t.dims.len());
     for &d in &t.dims {
@@ -80,14 +113,7 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         let needed = (n as u64)
             .checked_mul(dtype.size_bytes() as u64)
             .ok_or_else(|| format!("shape {shape} is too large"))?;
-        let bytes = read_external(t, base_dir, needed)?;
-        TensorData::from_le_bytes(dtype, &bytes, n).ok_or_else(|| {
-            format!(
-                "external data has {} bytes; {dtype}{shape} needs {}",
-                bytes.len(),
-                n * dtype.size_bytes()
-            )
-        })?
+        return map_external(t, external, shape, dtype, needed);
     } else if !t.raw_data.is_empty() || n == 0 {
         TensorData::from_le_bytes(dtype, &t.raw_data, n).ok_or_else(|| {
             format!(
@@ -152,11 +178,17 @@ fn typed_data(t: &TensorProto, dtype: DType, n: usize) -> Result<TensorData, Str
     })
 }
 
-/// Read a tensor's bytes from its external data file (`location`, `offset`, `length`):
-/// a relative path that, with symlinks followed, stays inside the model's folder, and a
-/// regular file. The range is checked against the file's size before anything is read,
-/// and only the `needed` bytes of the tensor are read (a `length` must equal them).
-fn read_external(t: &TensorProto, base_dir: Option<&Path>, needed: u64) -> Result<Vec<u8>, String> {
+/// A tensor's external data (`location`, `offset`, `length`) as a view into its mapped
+/// file: a relative path that, with symlinks followed, stays inside the model's folder,
+/// and a regular file. The range is checked against the file's size; nothing is read
+/// (a `length` must equal the tensor's bytes).
+fn map_external(
+    t: &TensorProto,
+    external: Option<&ExternalData>,
+    shape: Shape,
+    dtype: DType,
+    needed: u64,
+) -> Result<Tensor, String> {
     let mut location = None;
     let (mut offset, mut length) = (None, None);
     for e in &t.external_data {
@@ -181,10 +213,10 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>, needed: u64) -> Resul
         }
     }
     let location = location.ok_or("external data without a `location`")?;
-    let base = base_dir.ok_or("external data needs the model's folder (load the model from a file)")?;
-    let file_err = |e: files::FileError| format!("external data {e}");
-    let path = files::resolve_inside(base, location, "external data").map_err(file_err)?;
-    let (mut file, size) = files::open_regular(&path).map_err(file_err)?;
+    let base = external
+        .and_then(|x| x.base.as_deref())
+        .ok_or("external data needs the model's folder (load the model from a file)")?;
+    let path = files::resolve_inside(base, location, "external data").map_err(|e| format!("external data {e}"))?;
     let offset = offset.unwrap_or(0);
     if let Some(len) = length {
         if len != needed {
@@ -193,5 +225,17 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>, needed: u64) -> Resul
             ));
         }
     }
-    files::read_range(&mut file, &path, offset, needed, size).map_err(file_err)
+    let (map, size) = external.map_or(Ok((None, 0)), |x| x.map(&path))?;
+    let end = offset.checked_add(needed).filter(|&e| e <= size).ok_or_else(|| {
+        format!(
+            "external data {}: bytes {offset}..{} are outside the file ({size} bytes)",
+            path.display(),
+            offset.saturating_add(needed)
+        )
+    })?;
+    match map {
+        Some(map) if end > offset => Tensor::mapped(shape, dtype, map, offset),
+        // No bytes needed (an empty tensor): nothing to view.
+        _ => Tensor::new(shape, TensorData::decode_le(dtype, &[], 0)?).map_err(|e| e.to_string()),
+    }
 }

@@ -493,7 +493,8 @@ fn upload_weights(model: &Compiled, layout: &DeviceLayout, regions: &Regions) ->
             }
             .into());
         }
-        let bytes = t.data().to_le_bytes();
+        // Borrowed from the mapped weights file when the weight is a view into one.
+        let bytes = t.le_bytes();
         // SAFETY: `bytes.len() == u.bytes` lies inside the weights allocation.
         unsafe { drv::memcpy_htod_sync(weights.ptr + u.offset, &bytes) }.map_err(driver("cuMemcpyHtoD (weights)"))?;
     }
