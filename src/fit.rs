@@ -164,9 +164,10 @@ where
     })
 }
 
-/// The next value to try above `lo` (which fit, with `lo_total` bytes): at least
-/// `2 * lo`, or where the line through the last two totals meets the budget if that is
-/// further, never past `max`. Saturates instead of overflowing.
+/// The next value to try above `lo` (which fit, with `lo_total` bytes): where the line
+/// through the last two totals meets the budget, at least `2 * lo`; but `lo + 1` when
+/// that line puts the boundary at `lo` itself (a probe at the line's prediction that
+/// fit: one more settles it). Never past `max`; saturates instead of overflowing.
 fn grow(lo: usize, lo_total: u64, prev: Option<(usize, u64)>, budget: u64, max: usize) -> usize {
     let double = lo.saturating_mul(2);
     let line = prev.and_then(|(v, t)| {
@@ -178,7 +179,10 @@ fn grow(lo: usize, lo_total: u64, prev: Option<(usize, u64)>, budget: u64, max: 
         let ahead = room.saturating_mul(dv) / dt;
         usize::try_from(ahead).ok().map(|a| lo.saturating_add(a))
     });
-    line.map_or(double, |l| l.max(double)).min(max)
+    match line {
+        Some(l) if l == lo => lo.saturating_add(1).min(max),
+        _ => line.map_or(double, |l| l.max(double)).min(max),
+    }
 }
 
 /// The value strictly between `lo` and `hi` where the line through their totals meets

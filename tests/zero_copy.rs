@@ -72,3 +72,42 @@ fn safetensors_weights_are_mapped() {
     let want = graphc::run_cpu(&graphc::compile(&g).unwrap(), inputs).unwrap();
     assert_eq!(got, want);
 }
+
+/// At bf16 the weights fold into bf16 copies, read through transient decoded copies
+/// (the mapped f32 weights are never decoded in place), and a second import of the same
+/// file (a fit's next probe) gets the same folded data instead of casting again.
+#[test]
+fn folded_casts_read_mapped_weights_once() {
+    let path = repo_path("tests/fixtures/onnx/gpt2/model.onnx");
+    let opts = graphc::CompileOptions {
+        precision: graphc_compiler::passes::precision::Precision::Bf16,
+        ..Default::default()
+    };
+    let g1 = graphc::load_model(&path, &[]).unwrap();
+    let c1 = graphc::compile_with(&g1, &opts).unwrap();
+    let big = |g: &graphc::ir::Graph| {
+        g.weights()
+            .iter()
+            .filter(|(_, t)| t.is_mapped() && t.ty().size_bytes() >= 16 << 10)
+            .map(|(n, _)| n.clone())
+            .collect::<Vec<_>>()
+    };
+    let mapped = big(&g1);
+    assert!(mapped.len() >= 8, "{mapped:?}");
+    for n in &mapped {
+        assert!(!g1.weight(n).unwrap().is_decoded(), "{n} was decoded in place");
+    }
+    let low: Vec<(&String, &graphc::ir::Tensor)> = c1
+        .graph
+        .weights()
+        .iter()
+        .filter(|(_, t)| t.dtype() == graphc::ir::DType::BF16 && t.ty().size_bytes() >= 8 << 10)
+        .collect();
+    assert!(low.len() >= 8, "{} bf16 weights", low.len());
+    let g2 = graphc::load_model(&path, &[]).unwrap();
+    let c2 = graphc::compile_with(&g2, &opts).unwrap();
+    for (name, t) in &low {
+        let again = c2.graph.weight(name).unwrap();
+        assert!(again.shares_data(t), "{name} was cast again");
+    }
+}

@@ -610,6 +610,74 @@ impl Tensor {
         })
     }
 
+    /// The same elements as a tensor of its own: for a mapped tensor not yet decoded, a
+    /// decoded copy that is not kept on the mapped one (the transient input of a fold
+    /// that reads a weight once, such as a cast); otherwise a handle to the same data.
+    pub fn detached(&self) -> Tensor {
+        match &*self.data {
+            Storage::Mapped {
+                dtype, len, decoded, ..
+            } if decoded.get().is_none() => {
+                let bytes = self.data.mapped_bytes().unwrap_or_default();
+                match TensorData::decode_le(*dtype, bytes, *len) {
+                    Ok(d) => Tensor {
+                        shape: self.shape.clone(),
+                        data: Arc::new(Storage::Owned(d)),
+                        hash: self.hash.clone(),
+                    },
+                    Err(_) => self.clone(),
+                }
+            }
+            _ => self.clone(),
+        }
+    }
+
+    /// `f(self)` for a mapped tensor, remembered for the process while any result is
+    /// alive: the same mapped bytes (file, size, range, dtype) under the same `op` key
+    /// give the earlier result's data without computing it again (a cast of a weight
+    /// that each probe of a fit re-imports). Other tensors just compute `f(self)`.
+    pub fn memoized_fold(&self, op: &str, f: impl FnOnce(&Tensor) -> Option<Tensor>) -> Option<Tensor> {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock, Weak};
+        type Key = (std::path::PathBuf, usize, usize, usize, DType, String);
+        type Memo = Mutex<HashMap<Key, (Shape, Weak<Storage>)>>;
+        static MEMO: OnceLock<Memo> = OnceLock::new();
+        let Storage::Mapped {
+            file,
+            offset,
+            dtype,
+            len,
+            ..
+        } = &*self.data
+        else {
+            return f(self);
+        };
+        let key = (
+            file.path().to_path_buf(),
+            file.len(),
+            *offset,
+            *len,
+            *dtype,
+            op.to_string(),
+        );
+        let memo = MEMO.get_or_init(Default::default);
+        if let Ok(m) = memo.lock() {
+            if let Some((shape, data)) = m.get(&key).and_then(|(s, w)| Some((s.clone(), w.upgrade()?))) {
+                return Some(Tensor {
+                    shape,
+                    data,
+                    hash: Default::default(),
+                });
+            }
+        }
+        let out = f(self)?;
+        if let Ok(mut m) = memo.lock() {
+            m.retain(|_, (_, w)| w.strong_count() > 0);
+            m.insert(key, (out.shape.clone(), Arc::downgrade(&out.data)));
+        }
+        Some(out)
+    }
+
     /// Whether the elements are a view into a mapped file, and whether they have been
     /// decoded into an owned copy.
     pub fn is_mapped(&self) -> bool {

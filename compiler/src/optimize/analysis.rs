@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use egg::{Analysis, DidMerge, EGraph, Id};
 use graphc_ir::interp::eval_op;
-use graphc_ir::{infer_type, Op, Shape, Tensor, TensorType};
+use graphc_ir::{infer_type, Op, Shape, Tensor, TensorData, TensorType};
 
 use super::lang::TNode;
 
@@ -53,10 +53,18 @@ impl Known {
         match self {
             Known::Splat(t) => t.to_f64_vec().first().copied(),
             Known::Full(t) => {
+                // From the bytes (borrowed from a mapped weight's file: nothing decoded).
                 let size = t.dtype().size_bytes();
-                let bytes = t.data().to_le_bytes();
+                let bytes = t.le_bytes();
                 let first = bytes.get(..size)?;
-                bytes.chunks_exact(size).all(|c| c == first).then(|| t.to_f64_vec()[0])
+                if !bytes.chunks_exact(size).all(|c| c == first) {
+                    return None;
+                }
+                TensorData::decode_le(t.dtype(), first, 1)
+                    .ok()?
+                    .to_f64_vec()
+                    .first()
+                    .copied()
             }
         }
     }
@@ -67,7 +75,9 @@ impl Known {
             Known::Splat(s) => Some((**s).clone()),
             Known::Full(t) => {
                 self.splat()?;
-                Tensor::new(Shape::scalar(), t.data().take(&[0])).ok()
+                let size = t.dtype().size_bytes();
+                let first = TensorData::decode_le(t.dtype(), t.le_bytes().get(..size)?, 1).ok()?;
+                Tensor::new(Shape::scalar(), first).ok()
             }
         }
     }
@@ -329,6 +339,18 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
         }
     }
     let dense: Vec<Tensor> = args.iter().zip(arg_tys).map(|(k, t)| k.materialize(t)).collect();
+    // A fold of one mapped weight (a cast, a transpose) reads it through a transient
+    // decoded copy, and is remembered for that weight's bytes: the weight stays a view
+    // into its file, and a fit's probes (each importing the model again) fold it once.
+    if let [w] = &dense[..] {
+        if w.is_mapped() {
+            let key = serde_json::to_string(op).ok()?;
+            return w
+                .memoized_fold(&key, |w| eval_op(op, &[&w.detached()], ty).ok())
+                .map(|t| Known::Full(Arc::new(t)));
+        }
+    }
+    let dense: Vec<Tensor> = dense.iter().map(Tensor::detached).collect();
     let refs: Vec<&Tensor> = dense.iter().collect();
     eval_op(op, &refs, ty).ok().map(|t| Known::Full(Arc::new(t)))
 }
