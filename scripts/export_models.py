@@ -121,6 +121,31 @@ def build_gpt2_48(gen):
     return cfg, model, inputs, ["last_hidden_state"]
 
 
+class LlamaHidden(torch.nn.Module):
+    """LlamaModel (no LM head): input_ids -> last hidden state, no KV cache."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False, return_dict=True).last_hidden_state
+
+
+def build_llama_1b(gen):
+    """A Llama-shaped model of about 1 B parameters (Llama-3.2-1B's layout: 16 layers,
+    d 2048, 32 heads over 8 kv heads, MLP 8192; a 32000-token vocabulary), random
+    weights: 4.2 GB of f32 weights as external data. On demand only, never committed."""
+    cfg = transformers.LlamaConfig(
+        vocab_size=32000, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, intermediate_size=8192, max_position_embeddings=2048,
+        use_cache=False, attn_implementation="eager",
+    )
+    model = LlamaHidden(transformers.LlamaModel(cfg))
+    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (BATCH, SEQ), generator=gen, dtype=torch.int64)}
+    return cfg, model, inputs, ["last_hidden_state"]
+
+
 def build_bert(gen):
     cfg = transformers.BertConfig(
         vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -167,6 +192,7 @@ INPUT_NOTES = {
 INPUT_NOTES["gpt2_dynamic"] = INPUT_NOTES["gpt2"]
 INPUT_NOTES["gpt2_48"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 INPUT_NOTES["gpt2_medium"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
+INPUT_NOTES["llama_1b"] = f"input_ids ~ randint(0, 32000, [{BATCH}, {SEQ}]), generator seed {SEED}"
 
 MODELS = {
     "gpt2": build_gpt2,
@@ -179,11 +205,14 @@ MODELS = {
     # GPT-2-medium at full size, symbolic batch and seq: for `graphc fit` at seq 1024.
     "gpt2_medium": build_gpt2_medium,
     "gpt2_48": build_gpt2_48,
+    # About 1 B parameters, Llama-shaped with GQA, symbolic batch and seq: the
+    # big-model benchmark (bench/big_models.sh).
+    "llama_1b": build_llama_1b,
 }
 
 # Exported only when named (big weights; export them into an ignored folder such as
 # target/models: `python scripts/export_models.py --out target/models gpt2_medium`).
-ON_DEMAND = {"gpt2_medium", "gpt2_48"}
+ON_DEMAND = {"gpt2_medium", "gpt2_48", "llama_1b"}
 
 # Per model, torch.export dynamic shapes (None: static).
 DYNAMIC = {
@@ -203,6 +232,12 @@ DYNAMIC = {
         "input_ids": {
             0: torch.export.Dim("batch", min=1, max=1 << 20),
             1: torch.export.Dim("seq", min=1, max=1024),
+        }
+    },
+    "llama_1b": lambda: {
+        "input_ids": {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=2048),
         }
     },
 }
@@ -300,7 +335,9 @@ def export_one(name, out_root):
     files = sorted(p.name for p in out.iterdir())
 
     onnx.checker.check_model(str(path), full_check=True)
-    proto = onnx.load(str(path))
+    # The graph only: the weights stay in their external data file (GBs for the
+    # on-demand models).
+    proto = onnx.load(str(path), load_external_data=False)
     graph = proto.graph
     init_names = {i.name for i in graph.initializer}
     g_inputs = [v for v in graph.input if v.name not in init_names]

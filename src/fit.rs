@@ -206,6 +206,18 @@ pub fn fit_model(
     opts: &CompileOptions,
     max: usize,
 ) -> Result<Fit, Error> {
+    fit_model_with(path, fixed, dim, opts, max, &mut |_| {})
+}
+
+/// [`fit_model`], calling `on_probe(value)` as each probe starts (for progress).
+pub fn fit_model_with(
+    path: &std::path::Path,
+    fixed: &[(String, usize)],
+    dim: &str,
+    opts: &CompileOptions,
+    max: usize,
+    on_probe: &mut dyn FnMut(usize),
+) -> Result<Fit, Error> {
     if fixed.iter().any(|(n, _)| n == dim) {
         return Err(Error::Model {
             path: path.display().to_string(),
@@ -214,6 +226,7 @@ pub fn fit_model(
     }
     fit(
         |value| {
+            on_probe(value);
             let mut dims = fixed.to_vec();
             dims.push((dim.to_string(), value));
             crate::load_model(path, &dims)

@@ -395,24 +395,27 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
     attention_cases(c)
 }
 
+/// One attention self-test shape.
+struct A {
+    dt: DType,
+    b: usize,
+    hq: usize,
+    hkv: usize,
+    sq: usize,
+    sk: usize,
+    d: usize,
+    mask: Option<[usize; 4]>,
+    causal: bool,
+    /// k given as `[b, hkv, d, sk]` and transposed: columns strided.
+    k_transposed: bool,
+}
+
 /// The attention kernel's shapes: causal and not, additive masks at their small
 /// shapes, grouped-query heads, cross attention (sq != sk), rows and keys that do not
-/// fill a tile, head dims 32 to 256 and every float dtype.
-fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
-    struct A {
-        dt: DType,
-        b: usize,
-        hq: usize,
-        hkv: usize,
-        sq: usize,
-        sk: usize,
-        d: usize,
-        mask: Option<[usize; 4]>,
-        causal: bool,
-        /// k given as `[b, hkv, d, sk]` and transposed: columns strided.
-        k_transposed: bool,
-    }
-    let cases = [
+/// fill a tile, head dims 32 to 256 and every float dtype; the tensor-core kernel's
+/// q from shared memory, several key tiles, element copies, and its fallback.
+fn attention_shapes() -> Vec<A> {
+    vec![
         A {
             dt: DType::F32,
             b: 2,
@@ -524,7 +527,11 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
             causal: true,
             k_transposed: false,
         },
-    ];
+    ]
+}
+
+fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
+    let cases = attention_shapes();
     for a in cases {
         let mask = a.mask.map(|m| format!(" mask {m:?}")).unwrap_or_default();
         let causal = if a.causal { " causal" } else { "" };

@@ -322,6 +322,22 @@ impl MappedFile {
     pub fn as_bytes(&self) -> &[u8] {
         &self.map
     }
+
+    /// Give the pages of `offset..offset + len` back (best effort): they leave this
+    /// process's resident memory and are read from the page cache again if touched.
+    /// For a weight read once by a fold, so that its pages do not stay resident.
+    pub fn release(&self, offset: usize, len: usize) {
+        if offset.checked_add(len).is_none_or(|end| end > self.map.len()) || len == 0 {
+            return;
+        }
+        // SAFETY: the mapping is private and read-only, so nothing in it differs from the
+        // file: after MADV_DONTNEED a later read faults the same bytes back in, and
+        // references into the range stay valid. Failure only means the pages stay.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+        };
+    }
 }
 
 impl fmt::Debug for MappedFile {
@@ -619,7 +635,11 @@ impl Tensor {
                 dtype, len, decoded, ..
             } if decoded.get().is_none() => {
                 let bytes = self.data.mapped_bytes().unwrap_or_default();
-                match TensorData::decode_le(*dtype, bytes, *len) {
+                let decoded = TensorData::decode_le(*dtype, bytes, *len);
+                if let Storage::Mapped { file, offset, .. } = &*self.data {
+                    file.release(*offset, bytes.len());
+                }
+                match decoded {
                     Ok(d) => Tensor {
                         shape: self.shape.clone(),
                         data: Arc::new(Storage::Owned(d)),

@@ -285,6 +285,27 @@ fn external_data_is_mapped_not_read() {
         owned.content_hash(),
         "the hash covers the shape"
     );
+    // A transient copy (what a fold reads) leaves a fresh view undecoded, with the same
+    // bytes after its pages are given back.
+    let g = import_model(&external_initializer("w.data", "3", "16"), Some(&dir), &opts).unwrap();
+    let w = g.weight("w").unwrap();
+    let copy = w.detached();
+    assert!(!copy.is_mapped() && !w.is_decoded());
+    assert_eq!(copy.to_f64_vec(), vec![1.5, -2.0, 3.25, 4.0]);
+    assert_eq!(&*w.le_bytes(), &bytes[3..], "the mapping reads the same bytes again");
+    // A memoized fold of the same mapped bytes is computed once while its result lives.
+    let mut calls = 0;
+    let mut fold = |t: &graphc_ir::Tensor| {
+        calls += 1;
+        Some(t.detached())
+    };
+    let a = w.memoized_fold("test-copy", &mut fold).unwrap();
+    let g2 = import_model(&external_initializer("w.data", "3", "16"), Some(&dir), &opts).unwrap();
+    let b = g2.weight("w").unwrap().memoized_fold("test-copy", &mut fold).unwrap();
+    assert!(a.shares_data(&b));
+    drop((a, b));
+    let _ = g2.weight("w").unwrap().memoized_fold("test-copy", &mut fold).unwrap();
+    assert_eq!(calls, 2, "computed again once no result was alive");
 }
 
 #[test]

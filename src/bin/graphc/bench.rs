@@ -108,7 +108,9 @@ struct Times {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let graph = args.model.load()?;
+    let progress = crate::common::Progress::new("compiling");
     let compiled = graphc::compile_with(&graph, &args.budget.options())?;
+    drop(progress);
     graphc::check_budget_on(&compiled, &args.model.symbolic(), args.device.device.planned_for())?;
     if args.device.device == Device::Cpu {
         graphc::check_host_memory(&compiled)?;

@@ -114,3 +114,35 @@ pub fn print_sim(session: &graphc::cuda::sim::SimSession, sanitize: &str) {
         sanitize
     );
 }
+
+/// A spinner on stderr saying what is being done, only when stderr is a terminal (never
+/// in pipes, files or CI logs), cleared when dropped.
+pub struct Progress(Option<indicatif::ProgressBar>);
+
+impl Progress {
+    pub fn new(what: impl Into<String>) -> Progress {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return Progress(None);
+        }
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        pb.set_message(what.into());
+        pb.enable_steady_tick(std::time::Duration::from_millis(120));
+        Progress(Some(pb))
+    }
+
+    pub fn set(&self, what: impl Into<String>) {
+        if let Some(pb) = &self.0 {
+            pb.set_message(what.into());
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(pb) = &self.0 {
+            pb.finish_and_clear();
+        }
+    }
+}

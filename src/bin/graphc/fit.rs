@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use graphc_compiler::plan::report;
 
 use crate::args::{parse_dim_spec, BudgetArgs};
-use crate::common::human_bytes;
+use crate::common::{human_bytes, Progress};
 
 #[derive(clap::Args)]
 pub struct FitArgs {
@@ -48,7 +48,13 @@ pub fn run(args: FitArgs) -> Result<()> {
     };
     let fixed: Vec<(String, usize)> = dims.iter().filter_map(|(n, v)| v.map(|v| (n.clone(), v))).collect();
     let start = Instant::now();
-    let fit = graphc::fit::fit_model(&model, &fixed, dim, &budget.options(), max)?;
+    let progress = Progress::new(format!("fitting {dim}"));
+    let mut probes = 0;
+    let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &budget.options(), max, &mut |value| {
+        probes += 1;
+        progress.set(format!("fitting {dim}: probe {probes}, {dim}={value}"));
+    })?;
+    drop(progress);
     println!(
         "fit          {dim} = {} is the largest that fits {}{}",
         fit.value,

@@ -28,7 +28,9 @@ pub struct PlanArgs {
 
 pub fn run(args: PlanArgs) -> Result<()> {
     let graph = args.model.load()?;
+    let progress = crate::common::Progress::new("compiling");
     let compiled = graphc::compile_with(&graph, &args.budget.options())?;
+    drop(progress);
     let (program, plan) = (&compiled.program, &compiled.plan);
     let print_summary = || {
         println!("model          {}", args.model.model.display());

@@ -57,7 +57,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
     // Plan and budget first: nothing sized by the model is allocated before the
     // plan says it fits.
+    let progress = crate::common::Progress::new("compiling");
     let compiled = graphc::compile_with(&graph, &budget.options())?;
+    drop(progress);
     graphc::check_budget_on(&compiled, &model.symbolic(), device.device.planned_for())?;
     print_passes(&compiled);
     if budget.precision.low_type().is_some() {
