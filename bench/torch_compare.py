@@ -87,6 +87,17 @@ class Mlp(nn.Module):
         return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
 
 
+class Linear(nn.Module):
+    """One bias-free linear layer: graphc's weight-only quantized GEMM against torch's bf16 GEMM."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.fc = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
 class Block(nn.Module):
     """A pre-LN transformer block; attention written plainly, or with SDPA when `gpt.sdpa`."""
 
@@ -165,11 +176,13 @@ def specs(small):
     if small:
         n, (lr, lc), (sr, sc) = 1 << 16, (64, 256), (64, 256)
         m, d, hid = 64, 128, 512
+        lin = 256
         g = dict(layers=2, d=64, heads=4, batch=2, seq=32)
         kw, ki, bw, bi = 2, 5, 2, 5
     else:
         n, (lr, lc), (sr, sc) = 64 << 20, (8192, 4096), (8192, 8192)
         m, d, hid = 8192, 4096, 16384
+        lin = 4096
         g = dict(layers=12, d=1024, heads=16, batch=8, seq=1024)
         kw, ki, bw, bi = 10, 50, 5, 20
     mlp_flops = 2 * m * d * hid * 2
@@ -261,6 +274,26 @@ def specs(small):
             iters=bi,
             graphc_timeout_scale=1.5,
         ),
+        # A decode-sized linear layer (batch 1-16 tokens, 4096 x 4096): graphc's int4 and int8
+        # weight-only GEMMs (`--weights`, a generated tensor-core kernel) against torch's
+        # bf16 GEMM (cuBLAS) and graphc's own bf16 GEMM (cuBLASLt); the int4 target is to beat
+        # the bf16 GEMM (it moves a quarter of the weight bytes). Outputs differ by the
+        # quantization error (relative L2 ~0.1 at int4 for random weights).
+        *[
+            dict(
+                name="linear",
+                size=f"{tok}x{lin}->{lin}",
+                dtype="bf16",
+                weights=wq,
+                make=(lambda: Linear(lin, lin)),
+                input_shapes=[(tok, lin)],
+                metric="GB/s",
+                warmup=kw,
+                iters=ki,
+            )
+            for tok in ((1,) if small else (1, 16))
+            for wq in (None, "int8", "int4")
+        ],
         # Mixed precision (graphc --precision, torch.autocast) of the f32 MLP, last: the
         # GPT matters more if time runs short.
         *[
@@ -287,7 +320,8 @@ def specs(small):
 def spec_key(spec):
     """`mlp_bf16`, or `mlp_f32_as_bf16` for an f32 model run in mixed precision."""
     key = f"{spec['name']}_{spec['dtype']}"
-    return key + (f"_as_{spec['precision']}" if spec.get("precision") else "")
+    key += f"_as_{spec['precision']}" if spec.get("precision") else ""
+    return key + (f"_{spec['weights']}_weights" if spec.get("weights") else "")
 
 
 def autocast(spec, dev):
@@ -550,6 +584,7 @@ class Runner:
             "dtype": spec["dtype"],
             "tf32": bool(spec.get("tf32")),
             "precision": spec.get("precision"),
+            "weights": spec.get("weights"),
             "metric": spec["metric"],
             "flops": spec.get("flops"),
             "errors": [],
@@ -588,6 +623,8 @@ class Runner:
     def _run_model(self, spec, rec, key, dev, dtype, warmup, iters, tmo, tf32):
         a = self.a
         self.graphc_extra = ["--precision", spec["precision"]] if spec.get("precision") else []
+        if spec.get("weights"):
+            self.graphc_extra += ["--weights", spec["weights"]]
         torch.manual_seed(1234)
         model = spec["make"]().to(device=dev, dtype=dtype).eval()
         for p in model.parameters():
@@ -878,6 +915,8 @@ class Runner:
             dt = rec["dtype"] + (" (tf32)" if rec.get("tf32") else "")
             if rec.get("precision"):
                 dt = f"{rec['dtype']} as {rec['precision']} (torch: autocast)"
+            if rec.get("weights"):
+                dt += f", graphc {rec['weights']} weights (torch bf16)"
 
             def metric(t):
                 if not isinstance(t, (int, float)) or t <= 0:

@@ -17,6 +17,8 @@ use graphc::ir::{DType, Graph};
 use graphc::models::{gpt, mlp, GptConfig, MlpConfig};
 use graphc_compiler::codegen::{generate_all, CudaKernel};
 use graphc_compiler::nvrtc::{self, NvrtcOptions, OutputKind};
+use graphc_compiler::passes::precision::Precision;
+use graphc_compiler::passes::quantize::WeightQuant;
 
 use graphc_testkit::{skip, Need};
 
@@ -39,7 +41,7 @@ fn models() -> Vec<(String, Graph)> {
     // The attention kernel at every shape the self-test runs (dtypes, head dims to 256,
     // masks, grouped-query heads).
     for case in graphc::selftest::cases().unwrap() {
-        if case.name.starts_with("attention") {
+        if case.name.starts_with("attention") || case.name.starts_with("qgemm") || case.name.starts_with("dequantize") {
             v.push((format!("selftest {}", case.name), case.graph));
         }
     }
@@ -52,8 +54,25 @@ fn models() -> Vec<(String, Graph)> {
 
 fn kernels() -> Vec<CudaKernel> {
     let mut all = Vec::new();
+    let mut compiled_models = Vec::new();
     for (name, g) in models() {
         let compiled = graphc::compile(&g).unwrap_or_else(|e| panic!("{name}: {e}"));
+        compiled_models.push((name.clone(), compiled));
+        // The fixtures with int4 weights (the quantized GEMMs at their real shapes), at
+        // fp32 (CUDA cores) and bf16 (tensor cores).
+        if ["gpt2", "llama"].contains(&name.as_str()) {
+            for precision in [Precision::Fp32, Precision::Bf16] {
+                let opts = graphc::CompileOptions {
+                    weights: WeightQuant::Int4,
+                    precision,
+                    ..Default::default()
+                };
+                let c = graphc::compile_with(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+                compiled_models.push((format!("{name} int4 {precision}"), c));
+            }
+        }
+    }
+    for (name, compiled) in compiled_models {
         let ks = generate_all(&compiled.program).unwrap_or_else(|e| panic!("{name}: {e}"));
         all.extend(ks.into_iter().filter(|k| k.has_source()).map(|mut k| {
             k.name = format!("{name}/{}", k.name);

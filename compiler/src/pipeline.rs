@@ -25,6 +25,7 @@ use crate::nvrtc::{self, NvrtcError, NvrtcOptions, OutputKind};
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
 use crate::passes::precision::{apply_precision_with, Outputs, Precision, PrecisionReport};
+use crate::passes::quantize::{quantize_weights, QuantReport, WeightQuant};
 use crate::plan::{plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 
 pub use report::{Pass, PassDetail, PassReport};
@@ -44,6 +45,8 @@ pub struct CompileOptions {
     /// With a low precision, the type of the float outputs: the low type (the default,
     /// as PyTorch's bf16 model returns them) or as declared (`--f32-outputs`).
     pub outputs: Outputs,
+    /// Weight-only quantization of matmul and embedding weights (`--weights`).
+    pub weights: WeightQuant,
 }
 
 /// The result of compiling: the graph to execute and the report of every pass.
@@ -63,6 +66,8 @@ pub struct Compiled {
     pub plan: MemoryPlan,
     /// The precision compiled for, and what the precision pass did.
     pub precision: PrecisionReport,
+    /// The weights quantized (none unless `CompileOptions::weights` asks).
+    pub quantize: QuantReport,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +114,8 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         }
         None => graph,
     };
+    let (graph, quantize, report) = run_quantize(&graph, opts)?;
+    passes.extend(report);
     let (program, fusion, report) = run_fuse(&graph, opts)?;
     passes.push(report);
     let (program, schedule, plan, report) = run_plan(program, opts)?;
@@ -123,6 +130,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         schedule,
         plan,
         precision,
+        quantize,
     })
 }
 
@@ -212,6 +220,36 @@ fn run_precision(
     };
     check(&graph, Pass::Precision, opts)?;
     Ok((graph, precision, Some(report)))
+}
+
+/// Weight-only quantization, after the optimizer (weights folded) and before fusion.
+/// Reported only when asked for.
+fn run_quantize(
+    graph: &Graph,
+    opts: &CompileOptions,
+) -> Result<(Graph, QuantReport, Option<PassReport>), CompileError> {
+    let start = Instant::now();
+    let Some(bits) = opts.weights.bits() else {
+        return Ok((graph.clone(), QuantReport::default(), None));
+    };
+    let (out, report) = quantize_weights(graph, opts.weights).map_err(|error| CompileError::Pass {
+        pass: Pass::Quantize.name(),
+        error,
+    })?;
+    let pass = PassReport {
+        pass: Pass::Quantize,
+        nodes_before: graph.len(),
+        nodes_after: out.len(),
+        time: start.elapsed(),
+        details: vec![PassDetail::Quantized {
+            weights: report.quantized.len(),
+            bits,
+            bytes_before: report.bytes_before(),
+            bytes_after: report.bytes_after(),
+        }],
+    };
+    check(&out, Pass::Quantize, opts)?;
+    Ok((out, report, Some(pass)))
 }
 
 /// The e-graph optimizer.

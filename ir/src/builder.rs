@@ -195,6 +195,12 @@ impl GraphBuilder {
         self.add(Op::Concat { axis }, &ids)
     }
 
+    /// Weight-only dequantization ([`Op::Dequantize`]) of `q` with `scales`, groups of
+    /// `group` along the last axis.
+    pub fn dequantize<'a>(&'a self, q: Value<'a>, scales: Value<'a>, bits: usize, group: usize) -> Value<'a> {
+        self.add(Op::Dequantize { bits, group }, &[q.id, scales.id])
+    }
+
     /// Scaled dot-product attention ([`Op::Attention`]) of `q`, `k`, `v` with an
     /// optional additive `mask` (not broadcast here: its dims are 1 or the scores').
     pub fn attention<'b>(

@@ -160,7 +160,44 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             let dims = AttentionDims::of(args)?;
             Ok(TensorType::new(dims.dtype, dims.out_dims()))
         }
+        Op::Dequantize { bits, group } => {
+            let [q, scales] = operands(op, args)?;
+            infer_dequantize(*bits, *group, q, scales)
+        }
     }
+}
+
+/// [`Op::Dequantize`]: the unpacked `[.., k]` of the scales' dtype.
+fn infer_dequantize(bits: usize, group: usize, q: &TensorType, scales: &TensorType) -> Result<TensorType, String> {
+    let want = match bits {
+        8 => DType::I8,
+        4 => DType::U8,
+        _ => return Err(format!("dequantize takes bits 4 or 8, got {bits}")),
+    };
+    if q.dtype != want {
+        return Err(format!("dequantize bits={bits} needs {want} data, got {q}"));
+    }
+    if !scales.dtype.is_float() {
+        return Err(format!("dequantize needs float scales, got {scales}"));
+    }
+    if group == 0 {
+        return Err("dequantize needs a group of at least 1".into());
+    }
+    let Some((&last, outer)) = q.shape.dims().split_last() else {
+        return Err(format!("dequantize needs data of rank 1 or more, got {q}"));
+    };
+    let k = if bits == 4 { last.saturating_mul(2) } else { last };
+    let mut want_scales = outer.to_vec();
+    want_scales.push(k.div_ceil(group));
+    if scales.shape.dims() != want_scales.as_slice() {
+        return Err(format!(
+            "dequantize of {q} in groups of {group} needs scales of shape {}, got {scales}",
+            Shape::new(want_scales)
+        ));
+    }
+    let mut dims = outer.to_vec();
+    dims.push(k);
+    Ok(TensorType::new(scales.dtype, dims))
 }
 
 /// The dimensions of an [`Op::Attention`], checked: `q` `[batch.., hq, sq, d]`, `k`

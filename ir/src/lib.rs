@@ -57,6 +57,7 @@ pub mod interp;
 pub mod nn;
 pub mod onnx;
 pub mod op;
+pub mod quant;
 pub mod rng;
 pub mod shape;
 pub mod tensor;

@@ -242,6 +242,16 @@ pub enum Op {
         scale: f64,
         causal: bool,
     },
+    /// Weight-only dequantization of `q` with `scales`, groups along the last axis.
+    /// The output is `[.., k]` of the scales' (float) dtype. With `bits` 8, `q` is
+    /// `i8 [.., k]`; with `bits` 4, `q` is `u8 [.., k/2]` (`k` even) holding two signed
+    /// 4-bit values per byte, element `2j` in the low nibble of byte `j` and `2j+1` in
+    /// the high one (two's complement, -8..=7). `scales` is `[.., ceil(k/group)]`:
+    /// `out[.., i] = q[.., i] * scales[.., i / group]`, computed in f32 and rounded once.
+    Dequantize {
+        bits: usize,
+        group: usize,
+    },
 }
 
 impl UnaryOp {
@@ -455,11 +465,12 @@ pub enum OpKind {
     Gather,
     Pad,
     Attention,
+    Dequantize,
 }
 
 impl OpKind {
     /// The kinds that take no sub-op.
-    const PLAIN: [OpKind; 15] = [
+    const PLAIN: [OpKind; 16] = [
         OpKind::Input,
         OpKind::Parameter,
         OpKind::Constant,
@@ -475,6 +486,7 @@ impl OpKind {
         OpKind::Gather,
         OpKind::Pad,
         OpKind::Attention,
+        OpKind::Dequantize,
     ];
 
     /// Every kind: the plain ones, then the unary, binary, reduction and arg-reduction
@@ -510,6 +522,7 @@ impl OpKind {
             OpKind::Gather => "gather",
             OpKind::Pad => "pad",
             OpKind::Attention => "attention",
+            OpKind::Dequantize => "dequantize",
         }
     }
 
@@ -547,6 +560,7 @@ impl Op {
             Op::Gather { .. } => OpKind::Gather,
             Op::Pad { .. } => OpKind::Pad,
             Op::Attention { .. } => OpKind::Attention,
+            Op::Dequantize { .. } => OpKind::Dequantize,
         }
     }
 
@@ -555,7 +569,7 @@ impl Op {
     pub fn arity(&self) -> Option<usize> {
         Some(match self {
             Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => 0,
-            Op::Binary(_) | Op::MatMul | Op::Gather { .. } => 2,
+            Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::Dequantize { .. } => 2,
             Op::Select => 3,
             Op::Concat { .. } | Op::Attention { .. } => return None,
             _ => 1,
@@ -634,7 +648,7 @@ mod tests {
         }
         assert_eq!(
             names.len(),
-            15 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
+            16 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
         );
         assert_eq!(OpKind::from_name("no_such_op"), None);
     }

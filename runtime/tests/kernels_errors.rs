@@ -496,6 +496,7 @@ fn bad_matmul_kernels() {
                 value: a,
                 access: Access::contiguous(out, &[2, 4]),
             }],
+            quant: None,
         }),
         nodes: vec![],
     });

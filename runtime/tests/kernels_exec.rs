@@ -417,6 +417,7 @@ fn matmul_transposed_broadcast_b_with_epilogue() {
             inputs: vec![acc(bbias, 0, &[0, 0, 0, 1]), contig(br, &[b0, b1, m, n])],
             body,
             stores: vec![store(y, contig(out, &[b0, b1, m, n]))],
+            quant: None,
         }),
     ));
     p.outputs = vec![("y".into(), out)];
@@ -460,6 +461,7 @@ fn matmul_transposed_a_bf16_and_shared_batch() {
             inputs: vec![],
             body,
             stores: vec![store(a, contig(out, &[bt, m, n]))],
+            quant: None,
         }),
     ));
     p.outputs = vec![("p".into(), out)];

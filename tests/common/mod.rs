@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use graphc::ir::{Graph, Tensor};
+use graphc::ir::{DType, Graph, Tensor};
+use graphc::models::{gpt, kernel_bench, mlp, GptConfig, MlpConfig};
 
 /// A fresh, empty temporary folder for one test.
 pub fn temp_dir(test: &str) -> PathBuf {
@@ -112,4 +113,65 @@ pub fn scratch_epilogue_model() -> Graph {
     let e = (z * 0.25).exp();
     b.output("y", g.matmul(w("down", h, d, 5)) + e.matmul(w("side", h, d, 6)) + xn);
     b.finish().unwrap()
+}
+
+/// The examples and real fixtures with their inputs (the fixtures' own), for the tests
+/// that compare a compile option's outputs with the f32 interpreter's.
+pub fn models() -> Vec<(String, Graph, std::collections::HashMap<String, graphc::ir::Tensor>)> {
+    let mut v = Vec::new();
+    for (name, g) in [
+        ("mlp", mlp(&MlpConfig::default()).unwrap()),
+        ("block", gpt(&GptConfig::default()).unwrap()),
+        (
+            "2-layer gpt",
+            gpt(&GptConfig {
+                layers: 2,
+                d_model: 64,
+                ..GptConfig::default()
+            })
+            .unwrap(),
+        ),
+        ("gelu_sigmoid", kernel_bench::gelu_sigmoid(4096).unwrap()),
+        ("softmax", kernel_bench::softmax(16, 300).unwrap()),
+        (
+            "saved block",
+            graphc::load_model(&repo_path("examples/models/transformer_block.gir"), &[]).unwrap(),
+        ),
+    ] {
+        let inputs = random_inputs(&g, 4);
+        v.push((name.to_string(), g, inputs));
+    }
+    for name in ["gpt2", "bert", "llama", "vit"] {
+        let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
+        let g = graphc::load_model(&dir.join("model.onnx"), &[]).unwrap();
+        let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &g).unwrap();
+        v.push((name.to_string(), g, inputs));
+    }
+    // Symbolic dims fixed; token ids in range.
+    let dir = repo_path("tests/fixtures/onnx/gpt2_dynamic");
+    let dims = [("batch".to_string(), 2), ("seq".to_string(), 16)];
+    let g = graphc::load_model(&dir.join("model.onnx"), &dims).unwrap();
+    let inputs = graphc::npz::read_inputs(&repo_path("tests/fixtures/onnx/gpt2/inputs.npz"), &g).unwrap();
+    v.push(("gpt2_dynamic".to_string(), g, inputs));
+    v
+}
+
+/// Outputs given in the low type where the f32 reference has f32, widened to f32
+/// exactly (a low-type value is an f32 value); every other output as it is.
+pub fn widened(
+    got: Vec<(String, graphc::ir::Tensor)>,
+    want: &[(String, graphc::ir::Tensor)],
+    precision: graphc_compiler::passes::precision::Precision,
+) -> Vec<(String, graphc::ir::Tensor)> {
+    got.into_iter()
+        .zip(want)
+        .map(|((n, t), (_, w))| {
+            if w.dtype() == DType::F32 && Some(t.dtype()) == precision.low_type() {
+                let f = graphc::ir::Tensor::from_f64(DType::F32, t.shape().clone(), &t.to_f64_vec()).unwrap();
+                (n, f)
+            } else {
+                (n, t)
+            }
+        })
+        .collect()
 }

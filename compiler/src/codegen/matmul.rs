@@ -215,6 +215,9 @@ pub(crate) struct EpilogueParts {
 }
 
 pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel) -> Result<CudaKernel, CodegenError> {
+    if let Some(q) = &mk.quant {
+        return super::quant_gemm::generate(cx, mk, q);
+    }
     let (gemm, parts) = split(cx, mk)?;
     let Some(p) = parts else {
         return Ok(CudaKernel {
@@ -258,6 +261,9 @@ struct MatMulFields<'a> {
 /// The GEMM of a matmul kernel and the generated epilogue's elementwise kernel (None
 /// when cuBLASLt computes the whole body).
 pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<EpilogueParts>), CodegenError> {
+    if mk.quant.is_some() {
+        return Err(cx.malformed("a quantized matmul has no cuBLASLt GEMM"));
+    }
     let mm = MatMulFields {
         batch: &mk.batch,
         m: mk.m,

@@ -38,6 +38,7 @@ mod matmul;
 mod op_kernels;
 mod prelude;
 mod ptx;
+mod quant_gemm;
 mod row;
 
 use serde::{Deserialize, Serialize};
@@ -251,6 +252,13 @@ pub fn epilogue_plan(program: &Program, kernel_index: usize) -> Result<Option<Ep
     let Some((cx, mm)) = matmul_kernel(program, kernel_index)? else {
         return Ok(None);
     };
+    if mm.quant.is_some() {
+        // One generated kernel with the epilogue inside, writing the outputs.
+        return Ok(Some(EpiloguePlan {
+            needs_kernel: false,
+            scratch_bytes: 0,
+        }));
+    }
     let (gemm, parts) = matmul::split(&cx, mm)?;
     Ok(Some(EpiloguePlan {
         needs_kernel: parts.is_some(),
@@ -277,11 +285,15 @@ fn matmul_kernel(program: &Program, kernel_index: usize) -> Result<Option<(Ctx<'
     Ok(Some((cx, mm)))
 }
 
-/// The [`MatMulSplit`] of kernel `kernel_index`, or None when it is not a matmul.
+/// The [`MatMulSplit`] of kernel `kernel_index`, or None when it is not a matmul or a
+/// quantized one (one generated kernel, no cuBLASLt GEMM).
 pub fn matmul_split(program: &Program, kernel_index: usize) -> Result<Option<MatMulSplit>, CodegenError> {
     let Some((cx, mm)) = matmul_kernel(program, kernel_index)? else {
         return Ok(None);
     };
+    if mm.quant.is_some() {
+        return Ok(None);
+    }
     let (gemm, parts) = matmul::split(&cx, mm)?;
     Ok(Some(MatMulSplit {
         gemm,

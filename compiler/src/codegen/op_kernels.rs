@@ -1,4 +1,4 @@
-//! Kernels for single unfused ops: concat, pad, gather, argmax/argmin, matmuls that
+//! Kernels for single unfused ops: concat, pad, gather, dequantize, argmax/argmin, matmuls that
 //! cuBLASLt does not take (integers), and attention (`attention.rs`). Each is a grid-stride loop over the contiguous
 //! output; operands are read through their accesses.
 //!
@@ -89,6 +89,10 @@ pub(crate) fn generate(
         Op::Gather { axis } => {
             arity(2)?;
             g.elementwise(|w, h, ix| g.gather(w, h, ix, *axis))?
+        }
+        Op::Dequantize { bits, group } => {
+            arity(2)?;
+            g.elementwise(|w, h, ix| g.dequantize(w, h, ix, *bits, *group))?
         }
         Op::ArgReduce { op, axis, keepdims } => {
             arity(1)?;
@@ -206,6 +210,60 @@ impl Gen<'_> {
             self.out_param
         ));
         v.join(", ")
+    }
+
+    /// `out[.., c] = q[.., c] * scales[.., c / group]` (see [`Op::Dequantize`]), the
+    /// product in f32 (f64 for f64) rounded once at the store.
+    fn dequantize(
+        &self,
+        w: &mut Writer,
+        h: &mut Helpers,
+        ix: Ix,
+        bits: usize,
+        group: usize,
+    ) -> Result<&'static str, CodegenError> {
+        let r = self.out_dims().len();
+        let ((qa, qt), (sa, st)) = (&self.inputs[0], &self.inputs[1]);
+        self.check_rank("dequantize data", qt.shape.rank(), r)?;
+        self.check_rank("dequantize scales", st.shape.rank(), r)?;
+        if r == 0 || group == 0 || !matches!(bits, 4 | 8) || st.dtype != self.out.dtype {
+            return Err(self.cx.malformed("dequantize of the wrong shape or types"));
+        }
+        let last = r - 1;
+        let address = |a: &Access, inner: &str| {
+            let mut terms = vec![ix.lit(a.offset)];
+            for (k, &s) in a.strides.iter().enumerate() {
+                let coord = if k == last { inner.to_string() } else { format!("o{k}") };
+                if s != 0 {
+                    terms.push(format!("{coord} * {}", ix.lit(s)));
+                }
+            }
+            terms.join(" + ")
+        };
+        let qi = if bits == 4 {
+            format!("(o{last} >> 1)")
+        } else {
+            format!("o{last}")
+        };
+        let qread = format!("p{}[{}]", self.in_param[0], address(qa, &qi));
+        let value = if bits == 4 {
+            format!("((((int)({qread} >> ((o{last} & 1) * 4)) & 15) ^ 8) - 8)")
+        } else {
+            format!("(int){qread}")
+        };
+        let sread = cuda::load_conv(
+            h,
+            st.dtype,
+            &format!(
+                "p{}[{}]",
+                self.in_param[1],
+                address(sa, &format!("(o{last} / {})", ix.lit(group as i64)))
+            ),
+        );
+        let f = cuda::reg_type(self.out.dtype);
+        let v = cuda::store_conv(h, self.out.dtype, &format!("(({f}){value} * {sread})"));
+        w.line(format!("p{}[i] = {v};", self.out_param));
+        Ok("dequantize")
     }
 
     fn check_rank(&self, what: &str, got: usize, want: usize) -> Result<(), CodegenError> {

@@ -11,7 +11,7 @@ use super::layout::Layout;
 use super::nodes::{matmul_operand_strides, FKind, FNode, Nodes, Operand};
 use crate::kernel::{
     contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, InputId, Kernel,
-    KernelKind, MatMulKernel, OpKernel, Program, RowKernel, Stage, StageId, Store,
+    KernelKind, MatMulKernel, OpKernel, Program, QuantB, RowKernel, Stage, StageId, Store,
 };
 
 pub fn emit(graph: &Graph, nodes: &Nodes, groups: &mut Groups) -> Program {
@@ -278,7 +278,7 @@ impl Emitter<'_> {
                     mm = Some(m);
                     body.push(Expr::Acc, dt)
                 }
-                FKind::Source | FKind::Scalar(_) | FKind::View | FKind::Single(_) => {
+                FKind::Source | FKind::Scalar(_) | FKind::View | FKind::QuantWeight { .. } | FKind::Single(_) => {
                     unreachable!("only compute nodes are grouped")
                 }
             };
@@ -401,7 +401,26 @@ impl Emitter<'_> {
                 let (mm_m, kk) = (a_dims[a_dims.len() - 2], a_dims[a_dims.len() - 1]);
                 let nn = out[out.len() - 1];
                 let a = self.access(a_op, matmul_operand_strides(&a_op.layout, &a_op.dims, &batch));
-                let b = self.access(b_op, matmul_operand_strides(&b_op.layout, &b_op.dims, &batch));
+                let b_strides = matmul_operand_strides(&b_op.layout, &b_op.dims, &batch);
+                let (b, quant) = match &self.nodes[b_op.root].kind {
+                    // The packed data read through the dequantized value's layout.
+                    FKind::QuantWeight { bits, group } => {
+                        let qnode = &self.nodes[b_op.root];
+                        let (data, scales) = (qnode.operands[0].root, qnode.operands[1].root);
+                        let quant = QuantB {
+                            bits: *bits,
+                            group: *group,
+                            scales: self.buffer(scales),
+                        };
+                        let b = Access {
+                            buffer: self.buffer(data),
+                            offset: b_op.layout.offset,
+                            strides: b_strides,
+                        };
+                        (b, Some(quant))
+                    }
+                    _ => (self.access(b_op, b_strides), None),
+                };
                 let (batch2, mm_m, a, inputs, stores) =
                     fold_batch_into_m(batch.clone(), mm_m, kk, nn, a, &b, inputs, stores);
                 let b = Access {
@@ -421,6 +440,7 @@ impl Emitter<'_> {
                         inputs,
                         body,
                         stores,
+                        quant,
                     }),
                 )
             }

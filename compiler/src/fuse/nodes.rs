@@ -32,6 +32,13 @@ pub enum FKind {
         axes: Vec<usize>,
     },
     MatMul,
+    /// A weight-only quantized weight `[n, k]` ([`Op::Dequantize`] of a packed weight
+    /// and its scales, operands 0 and 1), read only transposed as matmuls' right
+    /// operands, which dequantize it as they read it: memory, not computed.
+    QuantWeight {
+        bits: usize,
+        group: usize,
+    },
     /// Not fused: one kernel of its own.
     Single(Op),
 }
@@ -61,7 +68,10 @@ pub struct FNode {
 
 impl FNode {
     pub fn is_compute(&self) -> bool {
-        !matches!(self.kind, FKind::Source | FKind::Scalar(_) | FKind::View)
+        !matches!(
+            self.kind,
+            FKind::Source | FKind::Scalar(_) | FKind::View | FKind::QuantWeight { .. }
+        )
     }
 
     pub fn dims(&self) -> &[usize] {
@@ -75,6 +85,46 @@ pub struct Nodes {
     pub outputs: Vec<(String, Operand)>,
     /// For each IR node: its resolved operand form (root and layout of its value).
     pub value_of: Vec<Option<Operand>>,
+}
+
+/// The [`Op::Dequantize`] nodes a matmul reads as a quantized right operand: of rank 2
+/// over weights or constants, every use a transpose `[1, 0]` whose every use is a
+/// float matmul's right operand (and not its left).
+fn quant_weights(graph: &Graph) -> Vec<bool> {
+    let users = graph.users();
+    let is_memory = |id: NodeId| {
+        matches!(
+            graph.node(id).op,
+            Op::Parameter { .. } | Op::Constant { .. } | Op::Input { .. }
+        )
+    };
+    let rhs_only = |id: NodeId| {
+        users.get(id.index()).is_some_and(|us| {
+            !us.is_empty()
+                && us.iter().all(|&u| {
+                    let n = graph.node(u);
+                    matches!(n.op, Op::MatMul)
+                        && is_gemm_dtype(n.ty.dtype)
+                        && n.inputs.get(1) == Some(&id)
+                        && n.inputs.first() != Some(&id)
+                })
+        })
+    };
+    graph
+        .ids()
+        .map(|id| {
+            let n = graph.node(id);
+            matches!(n.op, Op::Dequantize { .. })
+                && n.ty.shape.rank() == 2
+                && n.inputs.iter().all(|&i| is_memory(i))
+                && users.get(id.index()).is_some_and(|us| {
+                    !us.is_empty()
+                        && us.iter().all(|&u| {
+                            matches!(&graph.node(u).op, Op::Transpose { perm } if perm == &[1, 0]) && rhs_only(u)
+                        })
+                })
+        })
+        .collect()
 }
 
 fn is_gemm_dtype(d: DType) -> bool {
@@ -154,6 +204,7 @@ impl Nodes {
                 stack.extend(graph.node(id).inputs.iter().copied());
             }
         }
+        let quant = quant_weights(graph);
         for &id in order.iter().filter(|id| live[id.index()]) {
             let node = graph.node(id);
             let operands: Vec<Operand> = node
@@ -180,6 +231,13 @@ impl Nodes {
                     b.push(mk(FKind::Scalar(scalar), vec![]))
                 }
                 Op::Constant { .. } => b.push(mk(FKind::Source, vec![])),
+                Op::Dequantize { bits, group } if quant.get(id.index()) == Some(&true) => b.push(mk(
+                    FKind::QuantWeight {
+                        bits: *bits,
+                        group: *group,
+                    },
+                    operands,
+                )),
                 Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } | Op::Broadcast { .. } => {
                     let src = &operands[0];
                     let layout = match &node.op {

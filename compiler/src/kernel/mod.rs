@@ -265,6 +265,22 @@ pub struct MatMulKernel {
     pub inputs: Vec<Access>,
     pub body: Body,
     pub stores: Vec<Store>,
+    /// `b` is a weight-only quantized matrix, dequantized as it is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quant: Option<QuantB>,
+}
+
+/// A matmul's right operand stored weight-only quantized ([`Op::Dequantize`] of a
+/// weight, read transposed): `b` reads the packed buffer, `i8 [n, k]` at 8 bits or
+/// `u8 [n, k/2]` at 4, as the logical `[k, n]` (offset 0, strides 0 over the batch,
+/// then `[1, k]` in unpacked elements), and `B[k][n] = q[n][k] * scales[n][k / group]`
+/// rounded to the scales' dtype, which is the product's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuantB {
+    pub bits: usize,
+    pub group: usize,
+    /// `[n, ceil(k / group)]`, float.
+    pub scales: BufferId,
 }
 
 impl MatMulKernel {
@@ -318,8 +334,11 @@ impl Kernel {
             KernelKind::Elementwise(ElementwiseKernel { inputs, .. }) | KernelKind::Row(RowKernel { inputs, .. }) => {
                 inputs.iter().map(|a| a.buffer).collect()
             }
-            KernelKind::MatMul(MatMulKernel { a, b, inputs, .. }) => [a.buffer, b.buffer]
+            KernelKind::MatMul(MatMulKernel {
+                a, b, inputs, quant, ..
+            }) => [a.buffer, b.buffer]
                 .into_iter()
+                .chain(quant.iter().map(|q| q.scales))
                 .chain(inputs.iter().map(|x| x.buffer))
                 .collect(),
             KernelKind::Op(OpKernel { inputs, .. }) => inputs.iter().map(|(a, _)| a.buffer).collect(),
@@ -386,6 +405,7 @@ impl Program {
         let size = |a: &Access| self.buffer(a.buffer).ty.dtype.size_bytes();
         let numel = |a: &Access| self.buffer(a.buffer).ty.numel();
         let mut reads: Vec<(&Access, Vec<usize>)> = Vec::new();
+        let mut scale_bytes = 0usize;
         match &kernel.kind {
             KernelKind::Elementwise(e) => reads.extend(e.inputs.iter().map(|a| (a, e.space.clone()))),
             KernelKind::Row(r) => {
@@ -400,10 +420,15 @@ impl Program {
             }
             KernelKind::Op(o) => reads.extend(o.inputs.iter().map(|(a, t)| (a, t.shape.dims().to_vec()))),
         }
+        if let KernelKind::MatMul(MatMulKernel { quant: Some(q), .. }) = &kernel.kind {
+            // The scales are read once each; `b` counts the packed bytes (the logical
+            // elements it touches, capped at the buffer's).
+            scale_bytes = self.buffer(q.scales).ty.size_bytes();
+        }
         let read = reads
             .iter()
             .map(|(a, d)| touched(a, d, numel(a)).saturating_mul(size(a)))
-            .fold(0, usize::saturating_add);
+            .fold(scale_bytes, usize::saturating_add);
         let written = kernel
             .writes()
             .iter()

@@ -75,10 +75,25 @@ pub fn print_program(p: &Program) -> String {
                 inputs,
                 body,
                 stores,
+                quant,
             }) => {
                 let _ = writeln!(s, " batch {batch:?} m {m} n {n} k {kk} nodes [{}]", nodes.join(" "));
                 let _ = writeln!(s, "    a = {}", access(a));
-                let _ = writeln!(s, "    b = {}", access(b));
+                match quant {
+                    Some(q) => {
+                        let _ = writeln!(
+                            s,
+                            "    b = {} int{} scales b{} group {}",
+                            access(b),
+                            q.bits,
+                            q.scales.0,
+                            q.group
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(s, "    b = {}", access(b));
+                    }
+                }
                 print_inputs(&mut s, inputs);
                 print_body(&mut s, body);
                 print_stores(&mut s, "store", stores);

@@ -16,6 +16,8 @@ pub enum Pass {
     Dce,
     Precision,
     Optimize,
+    /// Weight-only quantization (`passes::quantize`, `--weights int8|int4`).
+    Quantize,
     Fuse,
     Plan,
     /// CUDA C generation (`pipeline::generate_kernels`).
@@ -32,6 +34,7 @@ impl Pass {
             Pass::Dce => "dce",
             Pass::Precision => "precision",
             Pass::Optimize => "optimize",
+            Pass::Quantize => "quantize",
             Pass::Fuse => "fuse",
             Pass::Plan => "plan",
             Pass::Codegen => "codegen",
@@ -45,7 +48,7 @@ impl Pass {
             Pass::Fuse => ("nodes", "kernels"),
             Pass::Plan => ("kernels", "arena buffers"),
             Pass::Codegen | Pass::Build => ("kernels", "kernels"),
-            Pass::Dce | Pass::Precision | Pass::Optimize => ("nodes", "nodes"),
+            Pass::Dce | Pass::Precision | Pass::Optimize | Pass::Quantize => ("nodes", "nodes"),
         }
     }
 }
@@ -107,6 +110,13 @@ pub enum PassDetail {
         iterations: usize,
         stop_reason: String,
     },
+    /// quantize: how many weight matrices were quantized, to what, and their bytes.
+    Quantized {
+        weights: usize,
+        bits: usize,
+        bytes_before: u64,
+        bytes_after: u64,
+    },
     /// optimize: weights created by constant folding.
     WeightsFolded(Vec<String>),
     /// optimize: weights the optimized graph no longer reads.
@@ -164,6 +174,16 @@ impl fmt::Display for PassDetail {
             } => write!(
                 f,
                 "{constants_folded} constants folded, {rule_applications} rule applications, {iterations} iterations, stopped: {stop_reason}"
+            ),
+            PassDetail::Quantized {
+                weights,
+                bits,
+                bytes_before,
+                bytes_after,
+            } => write!(
+                f,
+                "{weights} weight matrices to int{bits}: {bytes_before} bytes -> {bytes_after} ({:.3}x)",
+                *bytes_after as f64 / (*bytes_before).max(1) as f64
             ),
             PassDetail::WeightsFolded(w) => write!(f, "weights folded: {}", w.join(", ")),
             PassDetail::WeightsNoLongerUsed(w) => write!(f, "weights no longer used: {}", w.join(", ")),

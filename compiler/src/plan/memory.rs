@@ -425,7 +425,11 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
 
     let (steps, aliases) = plan_steps(program, &output_name, &slot_of, &placement.offsets, &scratch_at);
 
-    let has_gemm = program.kernels.iter().any(|k| matches!(k.kind, KernelKind::MatMul(_)));
+    // Quantized GEMMs are generated kernels: only cuBLASLt's need its workspace.
+    let has_gemm = program
+        .kernels
+        .iter()
+        .any(|k| matches!(&k.kind, KernelKind::MatMul(m) if m.quant.is_none()));
     let workspace = if has_gemm { GEMM_WORKSPACE_BYTES } else { 0 };
     let total = weights
         .saturating_add(inputs)

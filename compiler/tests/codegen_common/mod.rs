@@ -554,6 +554,7 @@ pub fn matmul(
             inputs,
             body: body.b,
             stores: vec![store(v, out, &[m, n])],
+            quant: None,
         }),
     )
 }
@@ -623,6 +624,7 @@ pub fn matmul_batched_scaled() -> Program {
             inputs: vec![],
             body: body.b,
             stores: vec![store(v, out, &[bt, m, n])],
+            quant: None,
         }),
     )
 }

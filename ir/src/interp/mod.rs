@@ -213,6 +213,7 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
         (Op::Gather { axis }, [data, idx]) => layout::gather(data, idx, *axis)?,
         (Op::Pad { pads, mode, value }, [a]) => layout::pad(a, pads, *mode, *value)?,
         (Op::Attention { scale, causal }, _) => attention::attention(args, *scale, *causal, ty)?,
+        (Op::Dequantize { bits, group }, [q, s]) => crate::quant::dequantize(q, s, *bits, *group)?,
         _ => return Err(format!("{} cannot take {} operand(s)", op.name(), args.len())),
     };
     if data.dtype() != ty.dtype {

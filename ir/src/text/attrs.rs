@@ -121,6 +121,14 @@ impl Attrs<'_> {
                     causal: attrs.bool(&c, "causal")?,
                 }
             }
+            OpKind::Dequantize => {
+                let b = attrs.required("bits")?;
+                let g = attrs.required("group")?;
+                Op::Dequantize {
+                    bits: attrs.usize(&b, "bits")?,
+                    group: attrs.usize(&g, "group")?,
+                }
+            }
         })
     }
 

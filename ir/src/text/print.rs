@@ -137,6 +137,9 @@ fn attributes(op: &Op, node_name: Option<&str>) -> String {
             push_f64(&mut s, *scale);
             let _ = write!(s, ", causal={causal}");
         }
+        Op::Dequantize { bits, group } => {
+            let _ = write!(s, "bits={bits}, group={group}");
+        }
     }
     s
 }

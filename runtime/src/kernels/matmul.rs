@@ -44,7 +44,20 @@ impl MatMulLeaves<'_, '_, '_> {
         let shrink_a: Vec<bool> = (0..nb).map(|i| zero(&mm.a, i) && !zero(&mm.b, i)).collect();
         let shrink_b: Vec<bool> = (0..nb).map(|i| zero(&mm.b, i)).collect();
         let a = operand(self.ctx.value(mm.a.buffer)?, &mm.a, &a_dims, &shrink_a)?;
-        let b = operand(self.ctx.value(mm.b.buffer)?, &mm.b, &b_dims, &shrink_b)?;
+        let b = match &mm.quant {
+            None => operand(self.ctx.value(mm.b.buffer)?, &mm.b, &b_dims, &shrink_b)?,
+            // The interpreter's dequantize of the whole `[n, k]`, read transposed.
+            Some(q) => {
+                let (data, scales) = (self.ctx.value(mm.b.buffer)?, self.ctx.value(q.scales)?);
+                let ty = TensorType::new(scales.dtype(), vec![mm.n, mm.k]);
+                let op = Op::Dequantize {
+                    bits: q.bits,
+                    group: q.group,
+                };
+                let w = eval_op(&op, &[data, scales], &ty).map_err(|m| format!("dequantize: {m}"))?;
+                operand(&w, &mm.b, &b_dims, &shrink_b)?
+            }
+        };
         eval_op(&Op::MatMul, &[&a, &b], &TensorType::new(dtype, self.space.to_vec()))
             .map_err(|m| format!("matmul: {m}"))
     }
@@ -78,6 +91,9 @@ pub(super) fn run(ctx: &Ctx, mm: &MatMulKernel) -> Result<Vec<(BufferId, Tensor)
     let space = mm.space();
     ctx.value(mm.a.buffer)?;
     ctx.value(mm.b.buffer)?;
+    if let Some(q) = &mm.quant {
+        ctx.value(q.scales)?;
+    }
     body::check_bound(ctx, &mm.inputs)?;
 
     let roots: Vec<_> = mm.stores.iter().map(|s| s.value).collect();

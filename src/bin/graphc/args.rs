@@ -8,6 +8,7 @@ use anyhow::Result;
 use clap::ValueEnum;
 use graphc::ir::Graph;
 use graphc_compiler::passes::precision::Precision;
+use graphc_compiler::passes::quantize::WeightQuant;
 
 /// The model and its symbolic dimensions.
 #[derive(clap::Args)]
@@ -47,6 +48,11 @@ pub struct BudgetArgs {
     /// given in the low type, as PyTorch's model converted to bf16/fp16 returns them).
     #[arg(long)]
     pub f32_outputs: bool,
+    /// Weight-only quantization of matmul and embedding weights: none, int8 (one scale
+    /// per output channel) or int4 (one scale per 128 elements along k), round to
+    /// nearest; GEMMs dequantize as they read them.
+    #[arg(long, default_value = "none")]
+    pub weights: WeightQuant,
 }
 
 impl BudgetArgs {
@@ -63,6 +69,7 @@ impl BudgetArgs {
                 budget_bytes: self.budget,
                 ..Default::default()
             },
+            weights: self.weights,
             ..Default::default()
         }
     }

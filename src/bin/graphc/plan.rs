@@ -38,6 +38,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if args.budget.precision.low_type().is_some() {
             println!("\nprecision      {}", compiled.precision.summary());
         }
+        if !compiled.quantize.quantized.is_empty() {
+            println!("weights        {}", compiled.quantize.summary());
+        }
         if args.picture {
             println!();
             print!("{}", report::picture(plan, 64, 16));

@@ -65,6 +65,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     if budget.precision.low_type().is_some() {
         println!("precision {}", compiled.precision.summary());
     }
+    if !compiled.quantize.quantized.is_empty() {
+        println!("weights   {}", compiled.quantize.summary());
+    }
     let target = open_device(&compiled, device)?;
     // The totals of the device that runs it (the CPU has no cuBLASLt workspace).
     let planned = match target {

@@ -32,7 +32,7 @@ use graphc_ir::{infer_type, DType, Op, ReduceOp, TensorType};
 
 use super::{
     Access, Body, Buffer, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, KernelKind, MatMulKernel, OpKernel,
-    Program, RowKernel, Stage, Store,
+    Program, QuantB, RowKernel, Stage, Store,
 };
 
 pub use error::{describe_buffer, ExprAt, KernelAt, KernelVerifyError};
@@ -347,9 +347,12 @@ impl<'p> Verifier<'p> {
         let dims = |x: usize, y: usize| mm.batch.iter().copied().chain([x, y]).collect::<Vec<usize>>();
         let (a_dims, b_dims) = (dims(mm.m, mm.k), dims(mm.k, mm.n));
         let a = self.read(&mm.a, &a_dims, "operand a")?;
-        let b = self.read(&mm.b, &b_dims, "operand b")?;
+        let b_dtype = match &mm.quant {
+            None => self.read(&mm.b, &b_dims, "operand b")?.ty.dtype,
+            Some(q) => self.quant_b(mm, q)?,
+        };
         let a_ty = TensorType::new(a.ty.dtype, a_dims);
-        let b_ty = TensorType::new(b.ty.dtype, b_dims);
+        let b_ty = TensorType::new(b_dtype, b_dims);
         let acc = infer_type(&Op::MatMul, &[&a_ty, &b_ty]).map_err(|message| KernelVerifyError::MatMulShape {
             kernel: self.kernel(),
             message,
@@ -358,6 +361,44 @@ impl<'p> Verifier<'p> {
         let dtypes = self.inputs(&mm.inputs, &space)?;
         self.body(&mm.body, &space, &dtypes, &Extra::Acc(acc.dtype))?;
         self.stores(&mm.body, &mm.stores, &space, "store", &mut Vec::new())
+    }
+
+    /// A quantized `b` (see [`QuantB`]): the packed data and scales typed and shaped
+    /// for `[k, n]`, read exactly as the layout says. Gives the dequantized dtype.
+    fn quant_b(&self, mm: &MatMulKernel, q: &QuantB) -> Result<DType, KernelVerifyError> {
+        let err = |message: String| KernelVerifyError::MatMulShape {
+            kernel: self.kernel(),
+            message,
+        };
+        let data = self.buffer(mm.b.buffer, "operand b")?;
+        let scales = self.buffer(q.scales, "scales")?;
+        let (packed, dtype) = match q.bits {
+            8 => (mm.k, DType::I8),
+            4 if mm.k.is_multiple_of(2) => (mm.k / 2, DType::U8),
+            _ => return Err(err(format!("quantized b of {} bits over k {}", q.bits, mm.k))),
+        };
+        if data.ty.dtype != dtype || data.ty.shape.dims() != [mm.n, packed] {
+            return Err(err(format!(
+                "quantized b at {} bits needs {dtype} [{}, {packed}] data, got {}",
+                q.bits, mm.n, data.ty
+            )));
+        }
+        let groups = mm.k.div_ceil(q.group.max(1));
+        if q.group == 0 || !scales.ty.dtype.is_float() || scales.ty.shape.dims() != [mm.n, groups] {
+            return Err(err(format!(
+                "quantized b in groups of {} needs float scales [{}, {groups}], got {}",
+                q.group, mm.n, scales.ty
+            )));
+        }
+        let nb = mm.batch.len();
+        let want: Vec<i64> = std::iter::repeat_n(0, nb).chain([1, mm.k as i64]).collect();
+        if mm.b.offset != 0 || mm.b.strides != want {
+            return Err(err(format!(
+                "quantized b must be read as [k, n] with strides {want:?} from offset 0, got {:?} from {}",
+                mm.b.strides, mm.b.offset
+            )));
+        }
+        Ok(scales.ty.dtype)
     }
 
     fn op(&self, k: &OpKernel) -> R {

@@ -114,6 +114,18 @@ pub struct PrecisionEstimate {
     pub total_after_bytes: u64,
 }
 
+/// Weight-only quantization (`--weights int8|int4`) of the weight matrices the GEMMs
+/// read: their bytes and what the packed integers and scales would take.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QuantEstimate {
+    pub bits: u32,
+    /// Weight matrices read as a GEMM's right operand, and their bytes.
+    pub matrices: usize,
+    pub matrix_bytes: u64,
+    pub saves_bytes: u64,
+    pub total_after_bytes: u64,
+}
+
 /// Recomputing tensors idle across the peak just before their next read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RecomputeEstimate {
@@ -140,6 +152,8 @@ pub enum Remedy {
     LowerPrecision(PrecisionEstimate),
     /// Recomputation of tensors idle across the peak.
     Recompute(RecomputeEstimate),
+    /// int8 or int4 weights for the GEMMs (offered when none is quantized yet).
+    QuantizeWeights(QuantEstimate),
 }
 
 /// A plan over its budget: by how much, where the bytes go, the peak, what would help.
@@ -344,6 +358,7 @@ fn remedies(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> V
     }
     if plan.workspace_bytes <= budget {
         out.extend(lower_precision(program, plan));
+        out.extend(quantized_weights(program, plan));
     }
     if !weights_over && !fixed_over {
         let tensors = remat_candidates(plan);
@@ -368,8 +383,7 @@ fn low_precision(program: &Program) -> bool {
 }
 
 /// bf16/fp16 instead of f32, when there is f32 to halve and no tensor is in bf16 or
-/// fp16 already (then the precision was chosen; what stays f32 stays on purpose, and the
-/// planner cannot estimate int8/int4 weights).
+/// fp16 already (then the precision was chosen; what stays f32 stays on purpose).
 fn lower_precision(program: &Program, plan: &MemoryPlan) -> Option<Remedy> {
     if low_precision(program) {
         return None;
@@ -423,6 +437,54 @@ fn lower_precision(program: &Program, plan: &MemoryPlan) -> Option<Remedy> {
         saves_bytes: saves,
         total_after_bytes: plan.total_bytes.saturating_sub(saves),
     }))
+}
+
+/// int8 and int4 weights for the float weight matrices GEMMs read (each distinct
+/// weight once), when no GEMM reads a quantized weight yet: a byte per element plus a
+/// scale per row (int8), half a byte plus a scale per 128 (int4), scales in the
+/// weight's type.
+fn quantized_weights(program: &Program, plan: &MemoryPlan) -> Vec<Remedy> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut shapes: Vec<(u64, u64, u64)> = Vec::new(); // (n, k, element bytes)
+    for k in &program.kernels {
+        let crate::kernel::KernelKind::MatMul(mm) = &k.kind else {
+            continue;
+        };
+        if mm.quant.is_some() {
+            return Vec::new();
+        }
+        let Some(b) = program.buffers.get(mm.b.buffer.index()) else {
+            continue;
+        };
+        let is_weight = matches!(b.kind, BufferKind::Weight { .. } | BufferKind::Constant { .. });
+        if is_weight && b.ty.dtype.is_float() && b.ty.shape.rank() == 2 && mm.k >= 16 && seen.insert(mm.b.buffer) {
+            shapes.push((mm.n as u64, mm.k as u64, b.ty.dtype.size_bytes() as u64));
+        }
+    }
+    if shapes.is_empty() {
+        return Vec::new();
+    }
+    let matrix_bytes = shapes.iter().map(|&(n, k, e)| n * k * e).fold(0, u64::saturating_add);
+    [8u32, 4]
+        .into_iter()
+        .map(|bits| {
+            let after = shapes
+                .iter()
+                .map(|&(n, k, e)| {
+                    let group = if bits == 8 { k } else { 128.min(k) };
+                    n * k * u64::from(bits) / 8 + n * k.div_ceil(group) * e
+                })
+                .fold(0, u64::saturating_add);
+            let saves = matrix_bytes.saturating_sub(after);
+            Remedy::QuantizeWeights(QuantEstimate {
+                bits,
+                matrices: shapes.len(),
+                matrix_bytes,
+                saves_bytes: saves,
+                total_after_bytes: plan.total_bytes.saturating_sub(saves),
+            })
+        })
+        .collect()
 }
 
 /// Tensors live at the peak that a cheap kernel (elementwise, row) produced at least two
@@ -625,6 +687,7 @@ impl Remedy {
             Remedy::SmallerDim(e) => e.text(budget),
             Remedy::LowerPrecision(e) => e.text(budget),
             Remedy::Recompute(e) => e.text(budget),
+            Remedy::QuantizeWeights(e) => e.text(budget),
         }
     }
 }
@@ -669,6 +732,22 @@ impl PrecisionEstimate {
             human_bytes(self.saves_bytes),
             human_bytes(self.total_after_bytes),
             verdict(self.total_after_bytes, budget)
+        )
+    }
+}
+
+impl QuantEstimate {
+    fn text(&self, budget: u64) -> String {
+        format!(
+            "int{b} weights (`--weights int{b}`, weight-only, round to nearest): the {} the GEMMs read ({}) \
+             would take about {}, saving {} (total about {}: {})",
+            plural(self.matrices, "weight matrix", "weight matrices"),
+            human_bytes(self.matrix_bytes),
+            human_bytes(self.matrix_bytes.saturating_sub(self.saves_bytes)),
+            human_bytes(self.saves_bytes),
+            human_bytes(self.total_after_bytes),
+            verdict(self.total_after_bytes, budget),
+            b = self.bits,
         )
     }
 }
