@@ -706,3 +706,58 @@ fn help_describes_every_argument() {
         }
     }
 }
+
+/// `--weights int8|int4` on plan and run: the plan counts the packed weights and
+/// says what was quantized, a run works on the CPU, an over-budget plan offers int8 and
+/// int4 weights as remedies, and an unknown format is an error naming the choices.
+#[test]
+fn weights_int8_and_int4_on_plan_and_run() {
+    let model = "examples/models/transformer_block.gir";
+    let weights_bytes = |o: &Output| -> u64 {
+        stdout(o)
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.first() == Some(&"weights") && f.get(4) == Some(&"B")).then(|| f[3].parse().ok())?
+            })
+            .expect("a weights line")
+    };
+    let plain = graphc(&["plan", model]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let f32_bytes = weights_bytes(&plain);
+    for (w, ratio) in [("int8", 0.3), ("int4", 0.2)] {
+        let o = graphc(&["plan", model, "--weights", w]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let bytes = weights_bytes(&o);
+        assert!(
+            (bytes as f64) < ratio * f32_bytes as f64 + 8192.0,
+            "{w}: {bytes} of {f32_bytes}"
+        );
+        assert!(
+            stdout(&o).contains(&format!("weights        {w}: 4 weight matrices")),
+            "{}",
+            stdout(&o)
+        );
+        assert!(
+            !stdout(&o).contains("cuBLASLt (the program"),
+            "no cuBLASLt GEMM: {}",
+            stdout(&o)
+        );
+        let r = graphc(&["run", model, "--device", "cpu", "--weights", w]);
+        assert!(r.status.success(), "{}", stderr(&r));
+        assert!(stdout(&r).contains("quantize: "), "{}", stdout(&r));
+    }
+    // Over a budget the weights and the cuBLASLt workspace exceed, int4 is the remedy
+    // (generated GEMMs need no workspace), and it does fit.
+    let over = graphc(&["plan", model, "--budget", "600KiB"]);
+    fails_with(&over, "`--weights int4`");
+    let fixed = graphc(&["plan", model, "--budget", "600KiB", "--weights", "int4"]);
+    assert!(fixed.status.success(), "{}", stderr(&fixed));
+    let bad = graphc(&["plan", model, "--weights", "int3"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("`int3` (expected none, int8 or int4)"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -197,3 +197,19 @@ fn dynamic_gpt2_runs_at_any_batch_and_sequence() {
         assert!(err < 1e-5, "batch {batch} seq {seq}: {err:.2e}");
     }
 }
+
+/// `--weights int4` in a fit: the packed weights and no cuBLASLt workspace (every GEMM
+/// is a generated quantized one) leave room for a larger batch, and the answer is the
+/// plan of the quantized model at that batch.
+#[test]
+fn int4_weights_fit_a_larger_batch() {
+    let seq = [("seq".to_string(), 16)];
+    let mut opts = with_budget(40 << 20);
+    let plain = graphc::fit::fit_model(&repo_path(DYNAMIC), &seq, "batch", &opts, 1 << 20).unwrap();
+    opts.weights = graphc_compiler::passes::quantize::WeightQuant::Int4;
+    let q = graphc::fit::fit_model(&repo_path(DYNAMIC), &seq, "batch", &opts, 1 << 20).unwrap();
+    assert!(q.value > plain.value, "int4 {} vs f32 {}", q.value, plain.value);
+    assert!(q.compiled.plan.fits() && !q.compiled.quantize.quantized.is_empty());
+    assert_eq!(q.compiled.plan.workspace_bytes, 0);
+    assert!(q.compiled.plan.weights_bytes * 4 < plain.compiled.plan.weights_bytes);
+}

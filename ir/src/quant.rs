@@ -138,22 +138,131 @@ fn quantize_matrix(
         ));
     }
     let group = group.clamp(1, k.max(1));
-    let at = |r: usize, i: usize| if transposed { i * rows + r } else { r * k + i };
-    let d = w.detached();
-    let (q, scales) = match d.data() {
-        TensorData::F32(v) => rtn(rows, k, bits, group, scale_dtype, |r, i| {
-            v.get(at(r, i)).map_or(0.0, |&x| x as f64)
-        }),
-        TensorData::F16(v) => rtn(rows, k, bits, group, scale_dtype, |r, i| {
-            v.get(at(r, i)).map_or(0.0, |x| x.to_f64())
-        }),
-        TensorData::BF16(v) => rtn(rows, k, bits, group, scale_dtype, |r, i| {
-            v.get(at(r, i)).map_or(0.0, |x| x.to_f64())
-        }),
-        TensorData::F64(v) => rtn(rows, k, bits, group, scale_dtype, |r, i| {
-            v.get(at(r, i)).copied().unwrap_or(0.0)
-        }),
-        other => return Err(format!("quantize needs float data, got {}", other.dtype())),
+    if bits == 4 && group < k && !group.is_multiple_of(2) {
+        return Err(format!(
+            "4-bit groups pack pairs: a group of {group} of {k} elements is odd"
+        ));
+    }
+    // Row block `r0..r0 + n` into `buf` (`n * k`, row-major) from element `at(i)` of the
+    // matrix: a transposed one is read 64 columns at a time, each of its rows once per
+    // block (whole cache lines, a page visited once per 64 elements, not per element).
+    fn fill(
+        at: impl Fn(usize) -> f64 + Sync,
+        rows: usize,
+        k: usize,
+        transposed: bool,
+    ) -> impl Fn(usize, usize, &mut [f64]) + Sync {
+        move |r0: usize, n: usize, buf: &mut [f64]| {
+            if transposed {
+                for i in 0..k {
+                    for (r, row) in buf.chunks_exact_mut(k).take(n).enumerate() {
+                        if let Some(slot) = row.get_mut(i) {
+                            *slot = at(i * rows + r0 + r);
+                        }
+                    }
+                }
+            } else {
+                for (j, slot) in buf.iter_mut().take(n * k).enumerate() {
+                    *slot = at(r0 * k + j);
+                }
+            }
+        }
+    }
+    // A mapped weight is read from the mapping as it is quantized (no decoded copy),
+    // and its pages are given back after.
+    let mapped = w.is_mapped() && !w.is_decoded();
+    let (q, scales) = if mapped {
+        let bytes = w.le_bytes();
+        let b: &[u8] = &bytes;
+        let r = match w.dtype() {
+            DType::F32 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(
+                    |i| le::<4>(b, i).map_or(0.0, |a| f32::from_le_bytes(a) as f64),
+                    rows,
+                    k,
+                    transposed,
+                ),
+            ),
+            DType::F16 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(
+                    |i| le::<2>(b, i).map_or(0.0, |a| half::f16::from_le_bytes(a).to_f64()),
+                    rows,
+                    k,
+                    transposed,
+                ),
+            ),
+            DType::BF16 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(
+                    |i| le::<2>(b, i).map_or(0.0, |a| half::bf16::from_le_bytes(a).to_f64()),
+                    rows,
+                    k,
+                    transposed,
+                ),
+            ),
+            DType::F64 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| le::<8>(b, i).map_or(0.0, f64::from_le_bytes), rows, k, transposed),
+            ),
+            other => return Err(format!("quantize needs float data, got {other}")),
+        };
+        drop(bytes);
+        w.release_pages();
+        r
+    } else {
+        match w.data() {
+            TensorData::F32(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).map_or(0.0, |&x| x as f64), rows, k, transposed),
+            ),
+            TensorData::F16(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).map_or(0.0, |x| x.to_f64()), rows, k, transposed),
+            ),
+            TensorData::BF16(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).map_or(0.0, |x| x.to_f64()), rows, k, transposed),
+            ),
+            TensorData::F64(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).copied().unwrap_or(0.0), rows, k, transposed),
+            ),
+            other => return Err(format!("quantize needs float data, got {}", other.dtype())),
+        }
     };
     let mut qdims = outer.to_vec();
     qdims.push(if bits == 8 { k } else { k / 2 });
@@ -164,92 +273,197 @@ fn quantize_matrix(
     Ok((q, scales))
 }
 
-/// `x / s` rounded to nearest (ties to even) and clamped to `-qm-1..=qm`; 0 for a zero
-/// or non-finite scale.
-fn round_to(x: f64, s: f64, qm: f64) -> f64 {
+/// `x / s` (as `x * inv`, `inv = 1 / s`) rounded to nearest, ties to even, and clamped
+/// to `-qm-1..=qm`; 0 for a zero or non-finite scale (`inv` 0).
+#[inline]
+fn round_to(x: f64, inv: f64, qm: f64) -> f64 {
+    // Clamped first (the bounds are integers, so rounding stays inside them), then
+    // rounded by adding and subtracting 1.5 * 2^52: the default rounding mode's ties to
+    // even, without a libm call per element.
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    // Compare-and-select, not `f64::max`/`min`: one `maxsd`/`minsd` each (NaN-aware
+    // `max` costs several instructions per element on x86).
+    let v = x * inv;
+    let v = if v < -qm - 1.0 { -qm - 1.0 } else { v };
+    let v = if v > qm { qm } else { v };
+    (v + MAGIC) - MAGIC
+}
+
+/// `1 / s`, or 0 for a zero or non-finite scale (whose integers are all 0).
+#[inline]
+fn inverse(s: f64) -> f64 {
     if s != 0.0 && s.is_finite() {
-        (x / s).round_ties_even().clamp(-qm - 1.0, qm)
+        1.0 / s
     } else {
         0.0
     }
 }
 
+/// `s` rounded to `dtype` (the scales' storage).
+fn stored(s: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => s as f32 as f64,
+        DType::F16 => crate::interp::f16_from_f64(s).to_f64(),
+        DType::BF16 => crate::interp::bf16_from_f64(s).to_f64(),
+        _ => s,
+    }
+}
+
+// reason: `l` runs over 0..4, the length of the lane arrays and of `chunks_exact(4)`'s
+// chunks.
+#[allow(clippy::indexing_slicing)]
+/// The integers of `chunk` at scale `s`: `Σ x q`, `Σ q²` and the squared error
+/// `Σ (x - s q)²`, in one pass.
+fn moments(chunk: &[f64], s: f64, qm: f64) -> (f64, f64, f64) {
+    let inv = inverse(s);
+    // Four independent sums, so the loop pipelines (and vectorizes).
+    let (mut n, mut d, mut e) = ([0.0f64; 4], [0.0f64; 4], [0.0f64; 4]);
+    let mut lanes = chunk.chunks_exact(4);
+    for c in &mut lanes {
+        for l in 0..4 {
+            let x = c[l];
+            let q = round_to(x, inv, qm);
+            n[l] += x * q;
+            d[l] += q * q;
+            e[l] += (x - s * q) * (x - s * q);
+        }
+    }
+    for &x in lanes.remainder() {
+        let q = round_to(x, inv, qm);
+        n[0] += x * q;
+        d[0] += q * q;
+        e[0] += (x - s * q) * (x - s * q);
+    }
+    let sum = |v: [f64; 4]| (v[0] + v[1]) + (v[2] + v[3]);
+    (sum(n), sum(d), sum(e))
+}
+
+// reason: `l` runs over 0..4, the length of the lane arrays and of `chunks_exact(4)`'s
+// chunks.
+#[allow(clippy::indexing_slicing)]
 /// The scale of one group, as stored (rounded to `dtype`). First the range's: at 8 bits
 /// the largest magnitude over 127 (symmetric); at 4 bits the value of largest magnitude
 /// over -8, so it is exactly -8 steps and all 16 levels are used (as llama.cpp's Q4_0).
-/// Then up to two least-squares refinements (`s = Σ x q / Σ q²` for the integers `q`
-/// of the current scale), keeping whichever stored scale gives the smallest squared
-/// error: still round-to-nearest, with the step that fits the group best.
+/// Then one least-squares refinement (`s = Σ x q / Σ q²` for the integers `q` of the
+/// current scale), keeping whichever stored scale gives the smallest squared error:
+/// still round-to-nearest, with the step that fits the group best.
 fn group_scale(chunk: &[f64], bits: usize, dtype: DType) -> f64 {
     let qm = qmax(bits);
-    let stored = |s: f64| {
-        TensorData::from_f64(dtype, &[s])
-            .to_f64_vec()
-            .first()
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let err = |s: f64| chunk.iter().map(|&x| (x - s * round_to(x, s, qm)).powi(2)).sum::<f64>();
-    let ext = chunk.iter().fold(0.0f64, |m, &x| if x.abs() > m.abs() { x } else { m });
-    let first = stored(if bits == 8 { ext.abs() / qm } else { ext / -(qm + 1.0) });
-    if first == 0.0 || !first.is_finite() {
-        return first;
+    // The extremes lane by lane (vectorizes), then the one of larger magnitude.
+    let (mut hi, mut lo) = ([0.0f64; 4], [0.0f64; 4]);
+    let mut lanes = chunk.chunks_exact(4);
+    for c in &mut lanes {
+        for l in 0..4 {
+            hi[l] = if c[l] > hi[l] { c[l] } else { hi[l] };
+            lo[l] = if c[l] < lo[l] { c[l] } else { lo[l] };
+        }
     }
-    let (mut best, mut best_err) = (first, err(first));
-    let mut s = first;
-    for _ in 0..2 {
-        let (num, den) = chunk.iter().fold((0.0, 0.0), |(n, d), &x| {
-            let q = round_to(x, s, qm);
-            (n + x * q, d + q * q)
-        });
-        if den == 0.0 {
+    for &x in lanes.remainder() {
+        hi[0] = if x > hi[0] { x } else { hi[0] };
+        lo[0] = if x < lo[0] { x } else { lo[0] };
+    }
+    let (hi, lo) = (
+        hi.iter().fold(0.0f64, |a, &b| a.max(b)),
+        lo.iter().fold(0.0f64, |a, &b| a.min(b)),
+    );
+    let ext = if hi >= -lo { hi } else { lo };
+    let mut s = stored(if bits == 8 { ext.abs() / qm } else { ext / -(qm + 1.0) }, dtype);
+    if s == 0.0 || !s.is_finite() {
+        return s;
+    }
+    let (mut best, mut best_err) = (s, f64::INFINITY);
+    for step in 0..2 {
+        let (num, den, err) = moments(chunk, s, qm);
+        if err < best_err {
+            (best, best_err) = (s, err);
+        }
+        if step == 1 || den == 0.0 {
             break;
         }
-        s = stored(num / den);
+        s = stored(num / den, dtype);
         if s == 0.0 || !s.is_finite() {
             break;
-        }
-        let e = err(s);
-        if e < best_err {
-            (best, best_err) = (s, e);
         }
     }
     best
 }
 
-/// Round-to-nearest of `rows` rows of `k` elements `get(row, i)`.
+/// Element `i` of little-endian data of `N`-byte elements.
+#[inline]
+fn le<const N: usize>(bytes: &[u8], i: usize) -> Option<[u8; N]> {
+    bytes.get(i * N..i * N + N).and_then(|b| <[u8; N]>::try_from(b).ok())
+}
+
+/// One row `x` of `k` elements quantized into its packed bytes and its group scales.
+fn quantize_row(x: &[f64], bits: usize, group: usize, dtype: DType, packed: &mut [u8], scales: &mut [f64]) {
+    let qm = qmax(bits);
+    for (g, chunk) in x.chunks(group).enumerate() {
+        let s = group_scale(chunk, bits, dtype);
+        if let Some(slot) = scales.get_mut(g) {
+            *slot = s;
+        }
+        let inv = inverse(s);
+        let start = g * group;
+        if bits == 8 {
+            let out = packed.get_mut(start..start + chunk.len()).unwrap_or(&mut []);
+            for (b, &v) in out.iter_mut().zip(chunk) {
+                *b = round_to(v, inv, qm) as i32 as i8 as u8;
+            }
+        } else {
+            // Groups start on even elements (k and the group are even or the group is
+            // all of k), so pairs never straddle two groups but at the row's end.
+            for (j, pair) in chunk.chunks(2).enumerate() {
+                let lo = pair.first().map_or(0, |&v| round_to(v, inv, qm) as i32 as u8 & 0xF);
+                let hi = pair.get(1).map_or(0, |&v| round_to(v, inv, qm) as i32 as u8 & 0xF);
+                if let Some(b) = packed.get_mut(start / 2 + j) {
+                    *b = lo | (hi << 4);
+                }
+            }
+        }
+    }
+}
+
+/// Round-to-nearest of `rows` rows of `k` elements, `fill(r0, n, buf)` giving rows
+/// `r0..r0 + n`; rows in blocks of 64, the blocks split over the host's threads.
 fn rtn(
     rows: usize,
     k: usize,
     bits: usize,
     group: usize,
     scale_dtype: DType,
-    get: impl Fn(usize, usize) -> f64,
+    fill: &(dyn Fn(usize, usize, &mut [f64]) + Sync),
 ) -> (TensorData, TensorData) {
-    let qm = qmax(bits);
+    const BLOCK: usize = 64;
+    let row_bytes = if bits == 8 { k } else { k / 2 };
     let groups = k.div_ceil(group);
-    let mut scales = Vec::with_capacity(rows * groups);
-    let mut packed: Vec<u8> = Vec::with_capacity(rows * if bits == 8 { k } else { k / 2 });
-    let mut row = vec![0.0f64; k];
-    for r in 0..rows {
-        for (i, x) in row.iter_mut().enumerate() {
-            *x = get(r, i);
-        }
-        let mut pending: Option<u8> = None;
-        for chunk in row.chunks(group) {
-            let s = group_scale(chunk, bits, scale_dtype);
-            scales.push(s);
-            for &x in chunk {
-                let q = round_to(x, s, qm) as i32;
-                if bits == 8 {
-                    packed.push(q as i8 as u8);
-                } else if let Some(lo) = pending.take() {
-                    packed.push(lo | ((q as u8 & 0xF) << 4));
-                } else {
-                    pending = Some(q as u8 & 0xF);
-                }
+    let mut packed = vec![0u8; rows * row_bytes];
+    let mut scales = vec![0f64; rows * groups];
+    if rows > 0 && row_bytes > 0 {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = rows
+            .div_ceil(threads.clamp(1, rows.div_ceil(BLOCK)))
+            .next_multiple_of(BLOCK);
+        std::thread::scope(|sc| {
+            for (t, (pk, ss)) in packed
+                .chunks_mut(per * row_bytes)
+                .zip(scales.chunks_mut(per * groups))
+                .enumerate()
+            {
+                sc.spawn(move || {
+                    let mut buf = vec![0f64; BLOCK * k];
+                    let blocks = pk.chunks_mut(BLOCK * row_bytes).zip(ss.chunks_mut(BLOCK * groups));
+                    for (b, (pb, sb)) in blocks.enumerate() {
+                        let nb = pb.len() / row_bytes;
+                        let Some(view) = buf.get_mut(..nb * k) else { continue };
+                        fill(t * per + b * BLOCK, nb, view);
+                        let rows = view.chunks(k).zip(pb.chunks_mut(row_bytes)).zip(sb.chunks_mut(groups));
+                        for ((row, p), s) in rows {
+                            quantize_row(row, bits, group, scale_dtype, p, s);
+                        }
+                    }
+                });
             }
-        }
+        });
     }
     let q = if bits == 8 {
         TensorData::I8(packed.into_iter().map(|b| b as i8).collect())
@@ -327,6 +541,26 @@ mod tests {
                 quantize(&t, bits, 4, DType::BF16).unwrap()
             );
         }
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_ties_to_even_and_clamped() {
+        for (x, want) in [
+            (0.5, 0.0),
+            (1.5, 2.0),
+            (2.5, 2.0),
+            (-0.5, -0.0),
+            (-1.5, -2.0),
+            (6.7, 7.0),
+            (7.6, 7.0),
+            (-9.0, -8.0),
+            (-7.5, -8.0),
+            (3.49, 3.0),
+        ] {
+            assert_eq!(round_to(x, 1.0, 7.0), want, "{x}");
+        }
+        assert_eq!(round_to(1000.0, 1.0, 127.0), 127.0);
+        assert_eq!(round_to(-127.5, 1.0, 127.0), -128.0);
     }
 
     #[test]

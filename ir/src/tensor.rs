@@ -652,6 +652,21 @@ impl Tensor {
         }
     }
 
+    /// Gives the pages of a mapped tensor that is not decoded back to the system
+    /// (`MappedFile::release`): after a fold that read it once straight from the
+    /// mapping. Nothing for other tensors.
+    pub fn release_pages(&self) {
+        if let Storage::Mapped {
+            file, offset, decoded, ..
+        } = &*self.data
+        {
+            if decoded.get().is_none() {
+                let n = self.data.mapped_bytes().map_or(0, <[u8]>::len);
+                file.release(*offset, n);
+            }
+        }
+    }
+
     /// `f(self)` for a mapped tensor, remembered for the process while any result is
     /// alive: the same mapped bytes (file, size, range, dtype) under the same `op` key
     /// give the earlier result's data without computing it again (a cast of a weight

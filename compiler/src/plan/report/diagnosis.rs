@@ -122,6 +122,11 @@ pub struct QuantEstimate {
     /// Weight matrices read as a GEMM's right operand, and their bytes.
     pub matrices: usize,
     pub matrix_bytes: u64,
+    /// The packed integers and scales.
+    pub matrix_after_bytes: u64,
+    /// The cuBLASLt workspace no longer needed when every GEMM reads a quantized weight
+    /// (they are generated kernels), else 0.
+    pub workspace_bytes: u64,
     pub saves_bytes: u64,
     pub total_after_bytes: u64,
 }
@@ -358,8 +363,8 @@ fn remedies(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> V
     }
     if plan.workspace_bytes <= budget {
         out.extend(lower_precision(program, plan));
-        out.extend(quantized_weights(program, plan));
     }
+    out.extend(quantized_weights(program, plan));
     if !weights_over && !fixed_over {
         let tensors = remat_candidates(plan);
         if !tensors.is_empty() {
@@ -446,6 +451,8 @@ fn lower_precision(program: &Program, plan: &MemoryPlan) -> Option<Remedy> {
 fn quantized_weights(program: &Program, plan: &MemoryPlan) -> Vec<Remedy> {
     let mut seen = std::collections::BTreeSet::new();
     let mut shapes: Vec<(u64, u64, u64)> = Vec::new(); // (n, k, element bytes)
+                                                       // Whether every GEMM would be a quantized one (then no cuBLASLt workspace).
+    let mut all = true;
     for k in &program.kernels {
         let crate::kernel::KernelKind::MatMul(mm) = &k.kind else {
             continue;
@@ -457,7 +464,9 @@ fn quantized_weights(program: &Program, plan: &MemoryPlan) -> Vec<Remedy> {
             continue;
         };
         let is_weight = matches!(b.kind, BufferKind::Weight { .. } | BufferKind::Constant { .. });
-        if is_weight && b.ty.dtype.is_float() && b.ty.shape.rank() == 2 && mm.k >= 16 && seen.insert(mm.b.buffer) {
+        let takes = is_weight && b.ty.dtype.is_float() && b.ty.shape.rank() == 2 && mm.k >= 16;
+        all &= takes;
+        if takes && seen.insert(mm.b.buffer) {
             shapes.push((mm.n as u64, mm.k as u64, b.ty.dtype.size_bytes() as u64));
         }
     }
@@ -475,11 +484,14 @@ fn quantized_weights(program: &Program, plan: &MemoryPlan) -> Vec<Remedy> {
                     n * k * u64::from(bits) / 8 + n * k.div_ceil(group) * e
                 })
                 .fold(0, u64::saturating_add);
-            let saves = matrix_bytes.saturating_sub(after);
+            let workspace = if all { plan.workspace_bytes } else { 0 };
+            let saves = matrix_bytes.saturating_sub(after).saturating_add(workspace);
             Remedy::QuantizeWeights(QuantEstimate {
                 bits,
                 matrices: shapes.len(),
                 matrix_bytes,
+                matrix_after_bytes: after,
+                workspace_bytes: workspace,
                 saves_bytes: saves,
                 total_after_bytes: plan.total_bytes.saturating_sub(saves),
             })
@@ -740,10 +752,18 @@ impl QuantEstimate {
     fn text(&self, budget: u64) -> String {
         format!(
             "int{b} weights (`--weights int{b}`, weight-only, round to nearest): the {} the GEMMs read ({}) \
-             would take about {}, saving {} (total about {}: {})",
+             would take about {}{}, saving {} (total about {}: {})",
             plural(self.matrices, "weight matrix", "weight matrices"),
             human_bytes(self.matrix_bytes),
-            human_bytes(self.matrix_bytes.saturating_sub(self.saves_bytes)),
+            human_bytes(self.matrix_after_bytes),
+            if self.workspace_bytes > 0 {
+                format!(
+                    " and the GEMMs need no cuBLASLt workspace ({})",
+                    human_bytes(self.workspace_bytes)
+                )
+            } else {
+                String::new()
+            },
             human_bytes(self.saves_bytes),
             human_bytes(self.total_after_bytes),
             verdict(self.total_after_bytes, budget),
