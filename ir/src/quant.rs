@@ -143,127 +143,7 @@ fn quantize_matrix(
             "4-bit groups pack pairs: a group of {group} of {k} elements is odd"
         ));
     }
-    // Row block `r0..r0 + n` into `buf` (`n * k`, row-major) from element `at(i)` of the
-    // matrix: a transposed one is read 64 columns at a time, each of its rows once per
-    // block (whole cache lines, a page visited once per 64 elements, not per element).
-    fn fill(
-        at: impl Fn(usize) -> f64 + Sync,
-        rows: usize,
-        k: usize,
-        transposed: bool,
-    ) -> impl Fn(usize, usize, &mut [f64]) + Sync {
-        move |r0: usize, n: usize, buf: &mut [f64]| {
-            if transposed {
-                for i in 0..k {
-                    for (r, row) in buf.chunks_exact_mut(k).take(n).enumerate() {
-                        if let Some(slot) = row.get_mut(i) {
-                            *slot = at(i * rows + r0 + r);
-                        }
-                    }
-                }
-            } else {
-                for (j, slot) in buf.iter_mut().take(n * k).enumerate() {
-                    *slot = at(r0 * k + j);
-                }
-            }
-        }
-    }
-    // A mapped weight is read from the mapping as it is quantized (no decoded copy),
-    // and its pages are given back after.
-    let mapped = w.is_mapped() && !w.is_decoded();
-    let (q, scales) = if mapped {
-        let bytes = w.le_bytes();
-        let b: &[u8] = &bytes;
-        let r = match w.dtype() {
-            DType::F32 => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(
-                    |i| le::<4>(b, i).map_or(0.0, |a| f32::from_le_bytes(a) as f64),
-                    rows,
-                    k,
-                    transposed,
-                ),
-            ),
-            DType::F16 => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(
-                    |i| le::<2>(b, i).map_or(0.0, |a| half::f16::from_le_bytes(a).to_f64()),
-                    rows,
-                    k,
-                    transposed,
-                ),
-            ),
-            DType::BF16 => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(
-                    |i| le::<2>(b, i).map_or(0.0, |a| half::bf16::from_le_bytes(a).to_f64()),
-                    rows,
-                    k,
-                    transposed,
-                ),
-            ),
-            DType::F64 => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(|i| le::<8>(b, i).map_or(0.0, f64::from_le_bytes), rows, k, transposed),
-            ),
-            other => return Err(format!("quantize needs float data, got {other}")),
-        };
-        drop(bytes);
-        w.release_pages();
-        r
-    } else {
-        match w.data() {
-            TensorData::F32(v) => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(|i| v.get(i).map_or(0.0, |&x| x as f64), rows, k, transposed),
-            ),
-            TensorData::F16(v) => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(|i| v.get(i).map_or(0.0, |x| x.to_f64()), rows, k, transposed),
-            ),
-            TensorData::BF16(v) => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(|i| v.get(i).map_or(0.0, |x| x.to_f64()), rows, k, transposed),
-            ),
-            TensorData::F64(v) => rtn(
-                rows,
-                k,
-                bits,
-                group,
-                scale_dtype,
-                &fill(|i| v.get(i).copied().unwrap_or(0.0), rows, k, transposed),
-            ),
-            other => return Err(format!("quantize needs float data, got {}", other.dtype())),
-        }
-    };
+    let (q, scales) = quantize_data(w, (rows, k, transposed), bits, group, scale_dtype)?;
     let mut qdims = outer.to_vec();
     qdims.push(if bits == 8 { k } else { k / 2 });
     let mut sdims = outer.to_vec();
@@ -386,6 +266,139 @@ fn group_scale(chunk: &[f64], bits: usize, dtype: DType) -> f64 {
         }
     }
     best
+}
+
+/// Row block `r0..r0 + n` into `buf` (`n * k`, row-major) from element `at(i)` of the
+/// matrix: a transposed one is read 64 columns at a time, each of its rows once per
+/// block (whole cache lines, a page visited once per 64 elements, not per element).
+fn fill(
+    at: impl Fn(usize) -> f64 + Sync,
+    rows: usize,
+    k: usize,
+    transposed: bool,
+) -> impl Fn(usize, usize, &mut [f64]) + Sync {
+    move |r0: usize, n: usize, buf: &mut [f64]| {
+        if transposed {
+            for i in 0..k {
+                for (r, row) in buf.chunks_exact_mut(k).take(n).enumerate() {
+                    if let Some(slot) = row.get_mut(i) {
+                        *slot = at(i * rows + r0 + r);
+                    }
+                }
+            }
+        } else {
+            for (j, slot) in buf.iter_mut().take(n * k).enumerate() {
+                *slot = at(r0 * k + j);
+            }
+        }
+    }
+}
+
+/// The packed integers and scales of `w` (see [`quantize_matrix`]).
+fn quantize_data(
+    w: &Tensor,
+    (rows, k, transposed): (usize, usize, bool),
+    bits: usize,
+    group: usize,
+    scale_dtype: DType,
+) -> Result<(TensorData, TensorData), String> {
+    // A mapped weight is read from the mapping as it is quantized (no decoded copy),
+    // and its pages are given back after.
+    let mapped = w.is_mapped() && !w.is_decoded();
+    let out = if mapped {
+        let bytes = w.le_bytes();
+        let b: &[u8] = &bytes;
+        let r = match w.dtype() {
+            DType::F32 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(
+                    |i| le::<4>(b, i).map_or(0.0, |a| f32::from_le_bytes(a) as f64),
+                    rows,
+                    k,
+                    transposed,
+                ),
+            ),
+            DType::F16 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(
+                    |i| le::<2>(b, i).map_or(0.0, |a| half::f16::from_le_bytes(a).to_f64()),
+                    rows,
+                    k,
+                    transposed,
+                ),
+            ),
+            DType::BF16 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(
+                    |i| le::<2>(b, i).map_or(0.0, |a| half::bf16::from_le_bytes(a).to_f64()),
+                    rows,
+                    k,
+                    transposed,
+                ),
+            ),
+            DType::F64 => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| le::<8>(b, i).map_or(0.0, f64::from_le_bytes), rows, k, transposed),
+            ),
+            other => return Err(format!("quantize needs float data, got {other}")),
+        };
+        drop(bytes);
+        w.release_pages();
+        r
+    } else {
+        match w.data() {
+            TensorData::F32(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).map_or(0.0, |&x| x as f64), rows, k, transposed),
+            ),
+            TensorData::F16(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).map_or(0.0, |x| x.to_f64()), rows, k, transposed),
+            ),
+            TensorData::BF16(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).map_or(0.0, |x| x.to_f64()), rows, k, transposed),
+            ),
+            TensorData::F64(v) => rtn(
+                rows,
+                k,
+                bits,
+                group,
+                scale_dtype,
+                &fill(|i| v.get(i).copied().unwrap_or(0.0), rows, k, transposed),
+            ),
+            other => return Err(format!("quantize needs float data, got {}", other.dtype())),
+        }
+    };
+    Ok(out)
 }
 
 /// Element `i` of little-endian data of `N`-byte elements.

@@ -282,26 +282,7 @@ impl Nodes {
                         operands,
                     )),
                 Op::MatMul if is_gemm_dtype(node.ty.dtype) => {
-                    let out_batch = &dims[..dims.len() - 2];
-                    let mut ops = Vec::new();
-                    for o in operands {
-                        let s = matmul_operand_strides(&o.layout, &o.dims, out_batch);
-                        let mut full = out_batch.to_vec();
-                        full.extend_from_slice(&o.dims[o.dims.len() - 2..]);
-                        let o = if b.is_scalar(o.root) || !gemm_readable(&s, &full) {
-                            let dt = b.nodes[o.root].ty.dtype;
-                            let d = o.dims.clone();
-                            Operand {
-                                root: b.copy_of(o, dt),
-                                layout: Layout::contiguous(&d),
-                                dims: d,
-                                via: None,
-                            }
-                        } else {
-                            o
-                        };
-                        ops.push(o);
-                    }
+                    let ops = b.gemm_operands(operands, &dims[..dims.len() - 2]);
                     b.push(mk(FKind::MatMul, ops))
                 }
                 op => b.push(mk(FKind::Single(op.clone()), operands)),
@@ -361,6 +342,31 @@ impl Nodes {
             }
         }
         (kernels, bytes)
+    }
+
+    /// A matmul's operands as a GEMM reads them: copied densely where it cannot stride
+    /// through one (or it is a scalar).
+    fn gemm_operands(&mut self, operands: Vec<Operand>, out_batch: &[usize]) -> Vec<Operand> {
+        let mut ops = Vec::new();
+        for o in operands {
+            let s = matmul_operand_strides(&o.layout, &o.dims, out_batch);
+            let mut full = out_batch.to_vec();
+            full.extend_from_slice(&o.dims[o.dims.len() - 2..]);
+            let o = if self.is_scalar(o.root) || !gemm_readable(&s, &full) {
+                let dt = self.nodes[o.root].ty.dtype;
+                let d = o.dims.clone();
+                Operand {
+                    root: self.copy_of(o, dt),
+                    layout: Layout::contiguous(&d),
+                    dims: d,
+                    via: None,
+                }
+            } else {
+                o
+            };
+            ops.push(o);
+        }
+        ops
     }
 
     fn push(&mut self, n: FNode) -> usize {
