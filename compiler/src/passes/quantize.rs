@@ -30,7 +30,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use graphc_ir::quant::{quantize, quantize_transposed};
-use graphc_ir::{DType, Graph, GraphError, NodeId, Op, Tensor};
+use graphc_ir::{Graph, GraphError, NodeId, Op, Tensor};
 
 /// The int4 group size along `k`.
 pub const INT4_GROUP: usize = 128;
@@ -177,8 +177,8 @@ pub fn quantize_weights(graph: &Graph, mode: WeightQuant) -> Result<(Graph, Quan
     let order = graph.topo_order()?;
     let mut out = Graph::new();
     let mut map: Vec<Option<NodeId>> = vec![None; graph.len()];
-    // (weight node, transposed) -> the dequantize node, or None when it cannot be.
-    let mut done: HashMap<(NodeId, bool), Option<(NodeId, NodeId)>> = HashMap::new();
+    // (weight node, transposed) -> its packed data, scales and group, or None.
+    let mut done: HashMap<(NodeId, bool), Option<Packed>> = HashMap::new();
     let mapped =
         |map: &[Option<NodeId>], id: NodeId| map[id.index()].expect("operands come first in topological order");
     for &id in &order {
@@ -206,19 +206,17 @@ pub fn quantize_weights(graph: &Graph, mode: WeightQuant) -> Result<(Graph, Quan
                         e
                     }
                 };
-                entry.map(|(q, s)| (q, s, how))
+                entry.map(|(q, s, group)| (q, s, group, how))
             }
             None => None,
         };
         let new = match (quantized, &node.op) {
-            (Some((q, s, Use::MatMul | Use::MatMulT)), _) => {
-                let (group, _) = group_of(&out, q, s);
+            (Some((q, s, group, Use::MatMul | Use::MatMulT)), _) => {
                 let d = out.add(Op::Dequantize { bits, group }, vec![q, s], None)?;
                 let t = out.add(Op::Transpose { perm: vec![1, 0] }, vec![d], None)?;
                 out.add(Op::MatMul, vec![inputs[0], t], node.name.clone())?
             }
-            (Some((q, s, Use::Gather)), _) => {
-                let (group, _) = group_of(&out, q, s);
+            (Some((q, s, group, Use::Gather)), _) => {
                 let gq = out.add(Op::Gather { axis: 0 }, vec![q, inputs[1]], None)?;
                 let gs = out.add(Op::Gather { axis: 0 }, vec![s, inputs[1]], None)?;
                 out.add(Op::Dequantize { bits, group }, vec![gq, gs], node.name.clone())?
@@ -248,6 +246,9 @@ pub fn quantize_weights(graph: &Graph, mode: WeightQuant) -> Result<(Graph, Quan
     Ok((out, report))
 }
 
+/// A quantized weight in the new graph: its packed data, its scales, its group size.
+type Packed = (NodeId, NodeId, usize);
+
 #[derive(Clone, Copy)]
 enum Use {
     MatMul,
@@ -255,22 +256,8 @@ enum Use {
     Gather,
 }
 
-/// The group size of the quantized pair `(q, s)` in `out`, and `k`.
-fn group_of(out: &Graph, q: NodeId, s: NodeId) -> (usize, usize) {
-    let qd = out.node(q).ty.shape.dims();
-    let sd = out.node(s).ty.shape.dims();
-    let bytes = qd.last().copied().unwrap_or(1);
-    let k = if out.node(q).ty.dtype == DType::U8 {
-        bytes * 2
-    } else {
-        bytes
-    };
-    let groups = sd.last().copied().unwrap_or(1).max(1);
-    (k.div_ceil(groups), k)
-}
-
 /// Quantizes weight `w` (its transpose when `transposed`) into two new parameters in
-/// `out`, or `None` when it is not worth it or cannot be.
+/// `out` (with the group size), or `None` when it is not worth it or cannot be.
 fn quantize_one(
     graph: &Graph,
     w: NodeId,
@@ -279,7 +266,7 @@ fn quantize_one(
     bits: usize,
     out: &mut Graph,
     report: &mut QuantReport,
-) -> Option<(NodeId, NodeId)> {
+) -> Option<Packed> {
     let (name, tensor) = weight_matrix(graph, w)?;
     let &[rows, cols] = tensor.shape().dims() else {
         return None;
@@ -327,7 +314,7 @@ fn quantize_one(
     let qn = out.add_parameter(&qname, q);
     let sname = fresh_name(graph, out, &format!("{name}{suffix}.scales"));
     let sn = out.add_parameter(&sname, s);
-    Some((qn, sn))
+    Some((qn, sn, group))
 }
 
 /// `base`, or `base.N` for the first `N` naming no weight of either graph.
