@@ -6,7 +6,8 @@
 //! transposed operands, batched and broadcast batches; elementwise kernels on the
 //! vectorized and the general path, casts, integers, selects; row kernels with a warp
 //! and with a block per row, norms, reductions over an inner and a middle axis; op
-//! kernels (concat, pad, gather, argmax); a small attention and the example
+//! kernels (concat, pad, gather, argmax); the weight-only quantized GEMMs (int8 and int4,
+//! tensor cores and CUDA cores) and the dequantize of gathered rows; a small attention and the example
 //! transformer block. On a GPU this is the first thing the GPU check runs, so a failure
 //! names the feature, not just a model; without a GPU the same cases run through the
 //! launch emulator (a test does that in CI).
