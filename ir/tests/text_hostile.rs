@@ -222,3 +222,52 @@ fn parse_time_is_linear_in_the_input() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A hand-written `dequantize` that breaks its rules (bits, data type, scales' shape,
+/// group) is an error at its line naming the rule, never a panic; a valid one parses
+/// and runs.
+#[test]
+fn bad_dequantize_lines_are_errors_naming_the_rule() {
+    let src = |q: &str, s: &str, attrs: &str, out: &str| {
+        format!(
+            "graph {{\n  %0 = input \"q\" : {q}\n  %1 = input \"s\" : {s}\n  %2 = dequantize (%0, %1) {{{attrs}}} : {out}\n  output \"y\" = %2\n}}\n"
+        )
+    };
+    for (q, s, attrs, out, want) in [
+        ("u8[4,8]", "f32[4,2]", "bits=3, group=8", "f32[4,16]", "bits 4 or 8"),
+        (
+            "f32[4,16]",
+            "f32[4,1]",
+            "bits=8, group=16",
+            "f32[4,16]",
+            "needs i8 data",
+        ),
+        (
+            "u8[4,8]",
+            "f32[4,3]",
+            "bits=4, group=8",
+            "f32[4,16]",
+            "needs scales of shape [4,2], got f32[4,3]",
+        ),
+        ("u8[4,8]", "i32[4,2]", "bits=4, group=8", "f32[4,16]", "float scales"),
+        (
+            "u8[4,8]",
+            "f32[4,2]",
+            "bits=4, group=0",
+            "f32[4,16]",
+            "group of at least 1",
+        ),
+        ("u8[4,8]", "f32[4,2]", "bits=4, group=8", "f32[4,8]", "f32[4,16]"),
+        ("u8[]", "f32[1]", "bits=4, group=8", "f32[2]", "rank 1 or more"),
+    ] {
+        let (line, _, msg) = parse_err(&src(q, s, attrs, out));
+        assert_eq!(line, 4, "{msg}");
+        assert!(msg.contains(want), "expected `{want}` in: {msg}");
+    }
+    let g = graphc_ir::parse(&src("u8[4,8]", "f32[4,2]", "bits=4, group=8", "f32[4,16]")).unwrap();
+    let text = graphc_ir::print(&g);
+    assert!(
+        text.contains("dequantize") && text.contains("{bits=4, group=8}"),
+        "{text}"
+    );
+}
