@@ -8,17 +8,27 @@
 //! fit and the first that did not: at the point where the line through the two totals
 //! meets the budget (memory is close to linear in a batch dim, so this lands at or next
 //! to the answer), or at the midpoint when that did not halve the bracket, or when the
-//! upper end could not be planned at all. Every probe builds the graph at that value and
-//! compiles it through the whole pipeline (schedule and memory plan included), so the
-//! answer is exactly what `graphc plan` says at that value. A probe whose graph cannot
-//! be built or compiled at a value larger than 1 (a shape too large to index, sizes past
-//! 2^64 bytes) counts as not fitting, and its reason is kept.
+//! upper end could not be planned at all. A probe whose graph cannot be built or
+//! compiled at a value larger than 1 (a shape too large to index, sizes past 2^64
+//! bytes) counts as not fitting, and its reason is kept.
+//!
+//! How a probe compiles: [`fit`] (a graph built in Rust at each value) builds and
+//! compiles it through the whole pipeline. [`fit_model`] (an ONNX model) imports and
+//! optimizes the model once per shape family instead (`pipeline::family`): it compiles
+//! the model at 1 (the first probe), at `family::LOW` (2, the second) and, on the other
+//! core, at `family::MARKER`; from the last two it captures the family, and every later
+//! probe writes the family's graph out at its value, then fuses and plans it — the
+//! schedule and memory plan are computed at that value exactly as `graphc plan` computes
+//! them. When the two samples differ other than in polynomials of the dimension (the
+//! model's compile changes with the value), every probe compiles, and [`Fit::compiles`]
+//! says why.
 //!
 //! At most [`MAX_PROBES`] probes are made, whatever `max` is (up to `usize::MAX`): the
 //! values are integers, so overflow saturates at `max`. Should the budget run out before
 //! the bracket closes, the result says so ([`Fit::exhausted`]): the answer is then at
 //! least [`Fit::value`] and below [`Fit::first_over`].
 
+use graphc_compiler::pipeline::family::{self, ShapeFamily};
 use graphc_compiler::{CompileOptions, Compiled};
 use graphc_ir::Graph;
 
@@ -50,6 +60,20 @@ pub struct Fit {
     pub compiled: Compiled,
     /// Every value tried, in the order tried.
     pub probes: Vec<Probe>,
+    /// How the probes were compiled.
+    pub compiles: ProbeCompiles,
+}
+
+/// How [`fit`]'s probes got their compiled model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeCompiles {
+    /// Each probe built and compiled the graph ([`fit`]).
+    Each,
+    /// Probes past `family::LOW` wrote out the shape family of the dimension: `integers`
+    /// of its optimized graph depend on it.
+    Family { integers: usize },
+    /// The shape family could not be captured (why), so each probe compiled.
+    EachBecause(String),
 }
 
 impl Fit {
@@ -73,10 +97,23 @@ pub fn fit<F>(mut build: F, opts: &CompileOptions, max: usize) -> Result<Fit, Er
 where
     F: FnMut(usize) -> Result<Graph, Error>,
 {
+    search(
+        |value| build(value).and_then(|g| Ok(graphc_compiler::compile(&g, opts)?)),
+        opts,
+        max,
+        ProbeCompiles::Each,
+    )
+}
+
+/// The search of [`fit`], given the model compiled at each value.
+fn search<F>(mut compile_at: F, opts: &CompileOptions, max: usize, compiles: ProbeCompiles) -> Result<Fit, Error>
+where
+    F: FnMut(usize) -> Result<Compiled, Error>,
+{
     let max = max.max(1);
     let budget = opts.memory.budget_bytes;
     // Value 1 must fit; report its plan otherwise.
-    let one = build(1).and_then(|g| Ok(graphc_compiler::compile(&g, opts)?))?;
+    let one = compile_at(1)?;
     let mut probes = vec![Probe {
         value: 1,
         total_bytes: Some(one.plan.total_bytes),
@@ -95,7 +132,7 @@ where
         });
     }
     let mut probe = |value: usize, probes: &mut Vec<Probe>| -> Result<Option<Compiled>, Error> {
-        let compiled = build(value).and_then(|g| Ok(graphc_compiler::compile(&g, opts)?));
+        let compiled = compile_at(value);
         match compiled {
             Ok(c) => {
                 let fits = c.plan.fits();
@@ -161,6 +198,7 @@ where
         exhausted: open,
         compiled: best,
         probes,
+        compiles,
     })
 }
 
@@ -224,14 +262,53 @@ pub fn fit_model_with(
             message: format!("--dim {dim} is both searched and fixed"),
         });
     }
-    fit(
+    let compile = |value: usize| -> Result<Compiled, Error> {
+        let mut dims = fixed.to_vec();
+        dims.push((dim.to_string(), value));
+        let graph = crate::load_model(path, &dims)?;
+        Ok(graphc_compiler::compile(&graph, opts)?)
+    };
+    // The first two probes (1, then LOW), and the marker on the other core.
+    let (one, low, high) = std::thread::scope(|s| {
+        let high = s.spawn(|| compile(family::MARKER));
+        on_probe(1);
+        let one = compile(1);
+        let low = (one.is_ok() && max >= family::LOW).then(|| {
+            on_probe(family::LOW);
+            compile(family::LOW)
+        });
+        let high = high.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (one, low, high)
+    });
+    let (family, compiles) = match (&low, high) {
+        (Some(Ok(low)), Ok(high)) => match ShapeFamily::capture(dim, low.clone(), &high) {
+            Ok(f) => {
+                let integers = f.dependent();
+                (Some(f), ProbeCompiles::Family { integers })
+            }
+            Err(e) => (None, ProbeCompiles::EachBecause(e.to_string())),
+        },
+        (_, Err(e)) => (
+            None,
+            ProbeCompiles::EachBecause(format!("the compile at {dim}={} failed: {e}", family::MARKER)),
+        ),
+        _ => (None, ProbeCompiles::Each),
+    };
+    let mut ready = vec![(1, one)];
+    ready.extend(low.map(|low| (family::LOW, low)));
+    search(
         |value| {
+            if let Some(i) = ready.iter().position(|(v, _)| *v == value) {
+                return ready.swap_remove(i).1;
+            }
             on_probe(value);
-            let mut dims = fixed.to_vec();
-            dims.push((dim.to_string(), value));
-            crate::load_model(path, &dims)
+            match &family {
+                Some(f) => Ok(f.compile_at(value, opts)?),
+                None => compile(value),
+            }
         },
         opts,
         max,
+        compiles,
     )
 }

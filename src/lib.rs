@@ -45,6 +45,10 @@ pub enum Error {
     Graph(#[from] graphc_ir::GraphError),
     #[error(transparent)]
     Compile(#[from] graphc_compiler::CompileError),
+    /// A shape family could not be captured, or written out at a value
+    /// ([`graphc_compiler::pipeline::family`]).
+    #[error(transparent)]
+    Family(#[from] graphc_compiler::pipeline::family::FamilyError),
     #[error(transparent)]
     Run(#[from] graphc_runtime::RunError),
     /// The GPU path: no driver or GPU ([`cuda::CudaError::is_unavailable`]), too little

@@ -9,6 +9,7 @@
 //! `compile` because a model the CUDA backend cannot generate still compiles and runs
 //! on the CPU.
 
+pub mod family;
 pub mod report;
 
 use std::collections::HashSet;
@@ -341,7 +342,8 @@ fn run_plan(
 }
 
 /// What the precision saved: the weights' bytes before and after the optimizer folded
-/// the weight casts, and the planned intermediates against their f32 size.
+/// the weight casts, and the planned intermediates against their f32 size (counted
+/// anew from `plan`, so a report accounted for another plan can be accounted again).
 fn account_precision(
     mut precision: PrecisionReport,
     optimize: &OptimizeReport,
@@ -351,6 +353,8 @@ fn account_precision(
     let low = precision.precision.low_type();
     precision.weights_bytes_before = optimize.weight_bytes_before as u64;
     precision.weights_bytes_after = optimize.weight_bytes_after as u64;
+    precision.intermediates_bytes = 0;
+    precision.intermediates_f32_bytes = 0;
     for b in &plan.buffers {
         let ty = &program.buffers[b.buffer.index()].ty;
         let bytes = ty.size_bytes() as u64;

@@ -209,6 +209,18 @@ impl Graph {
         self.weights.insert(name.into(), value);
     }
 
+    /// The graph with its weights' data taken out (the parameters stay: a graph
+    /// printed or serialized without its weights), and those weights.
+    pub fn split_weights(&self) -> (Graph, BTreeMap<String, Tensor>) {
+        let structure = Graph {
+            nodes: self.nodes.clone(),
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
+            weights: BTreeMap::new(),
+        };
+        (structure, self.weights.clone())
+    }
+
     /// The name an input node is bound by.
     pub fn input_name(&self, id: NodeId) -> Option<&str> {
         match &self.node(id).op {

@@ -740,6 +740,32 @@ impl Tensor {
         Arc::ptr_eq(&self.data, &other.data)
     }
 
+    /// Whether two tensors are equal without reading a mapped one: shared data, or
+    /// views of the same range of the same file (two imports of one model), or else
+    /// equal elements. Mapped views of different ranges are compared byte for byte.
+    pub fn same_as(&self, other: &Tensor) -> bool {
+        if self.shape != other.shape || self.dtype() != other.dtype() {
+            return false;
+        }
+        match (&*self.data, &*other.data) {
+            (
+                Storage::Mapped {
+                    file: f,
+                    offset: o,
+                    len: n,
+                    ..
+                },
+                Storage::Mapped {
+                    file: g,
+                    offset: p,
+                    len: m,
+                    ..
+                },
+            ) if f.path() == g.path() && f.len() == g.len() && o == p && n == m => true,
+            _ => self == other,
+        }
+    }
+
     pub fn to_f64_vec(&self) -> Vec<f64> {
         self.data().to_f64_vec()
     }

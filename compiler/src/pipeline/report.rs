@@ -18,6 +18,10 @@ pub enum Pass {
     Optimize,
     /// Weight-only quantization (`passes::quantize`, `--weights int8|int4`).
     Quantize,
+    /// A shape family's optimized graph written out at one value of its dimension
+    /// (`pipeline::family`): the front half of a compile without importing or
+    /// optimizing again.
+    Specialize,
     Fuse,
     Plan,
     /// CUDA C generation (`pipeline::generate_kernels`).
@@ -35,6 +39,7 @@ impl Pass {
             Pass::Precision => "precision",
             Pass::Optimize => "optimize",
             Pass::Quantize => "quantize",
+            Pass::Specialize => "specialize",
             Pass::Fuse => "fuse",
             Pass::Plan => "plan",
             Pass::Codegen => "codegen",
@@ -48,7 +53,7 @@ impl Pass {
             Pass::Fuse => ("nodes", "kernels"),
             Pass::Plan => ("kernels", "arena buffers"),
             Pass::Codegen | Pass::Build => ("kernels", "kernels"),
-            Pass::Dce | Pass::Precision | Pass::Optimize | Pass::Quantize => ("nodes", "nodes"),
+            Pass::Dce | Pass::Precision | Pass::Optimize | Pass::Quantize | Pass::Specialize => ("nodes", "nodes"),
         }
     }
 }
@@ -121,6 +126,9 @@ pub enum PassDetail {
     WeightsFolded(Vec<String>),
     /// optimize: weights the optimized graph no longer reads.
     WeightsNoLongerUsed(Vec<String>),
+    /// specialize: the value the shape family's dimension took, and how many of the
+    /// graph's integers (dims, shape attributes, bounds) depend on it.
+    Specialized { dim: String, value: usize, integers: usize },
     /// fuse: launches and global memory traffic, fused and unfused.
     Fusion {
         launches: usize,
@@ -185,6 +193,9 @@ impl fmt::Display for PassDetail {
                 "{weights} weight matrices to int{bits}: {bytes_before} bytes -> {bytes_after} ({:.3}x)",
                 *bytes_after as f64 / (*bytes_before).max(1) as f64
             ),
+            PassDetail::Specialized { dim, value, integers } => {
+                write!(f, "{dim} = {value} in {integers} integers of the shape family")
+            }
             PassDetail::WeightsFolded(w) => write!(f, "weights folded: {}", w.join(", ")),
             PassDetail::WeightsNoLongerUsed(w) => write!(f, "weights no longer used: {}", w.join(", ")),
             PassDetail::Fusion {

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
+use graphc::fit::ProbeCompiles;
+use graphc_compiler::pipeline::family;
 use graphc_compiler::plan::report;
 
 use crate::args::{parse_dim_spec, BudgetArgs};
@@ -75,9 +77,24 @@ pub fn run(args: FitArgs) -> Result<()> {
         start.elapsed().as_secs_f64() * 1e3,
         tried.join(", ")
     );
+    println!("compiles     {}", compiles(&fit.compiles, dim));
     println!();
     print!("{}", report::summary(&fit.compiled.program, &fit.compiled.plan));
     Ok(())
+}
+
+/// How the probes were compiled: once per shape family, or each (and why).
+fn compiles(how: &ProbeCompiles, dim: &str) -> String {
+    match how {
+        ProbeCompiles::Family { integers } => format!(
+            "one shape family: imported and optimized at {dim}=1, {dim}={} and {dim}={}; \
+             the other probes set {integers} integers of the optimized graph, then fused and planned",
+            family::LOW,
+            family::MARKER
+        ),
+        ProbeCompiles::Each => "each probe imported and optimized".to_string(),
+        ProbeCompiles::EachBecause(why) => format!("each probe imported and optimized: no shape family ({why})"),
+    }
 }
 
 /// What lies past the value found: the first value over, the cap, or where the
