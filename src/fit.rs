@@ -15,8 +15,8 @@
 //! How a probe compiles: [`fit`] (a graph built in Rust at each value) builds and
 //! compiles it through the whole pipeline. [`fit_model`] (an ONNX model) imports and
 //! optimizes the model once per shape family instead (`pipeline::family`): it compiles
-//! the model at 1 (the first probe), at `family::LOW` (2, the second) and, on the other
-//! core, at `family::MARKER`; from the last two it captures the family, and every later
+//! the model at 1 (the first probe), then at `family::LOW` (2, the second) and, on the
+//! other core, at `family::MARKER`; from the last two it captures the family, and every later
 //! probe writes the family's graph out at its value, then fuses and plans it — the
 //! schedule and memory plan are computed at that value exactly as `graphc plan` computes
 //! them. When the two samples differ other than in polynomials of the dimension (the
@@ -268,27 +268,30 @@ pub fn fit_model_with(
         let graph = crate::load_model(path, &dims)?;
         Ok(graphc_compiler::compile(&graph, opts)?)
     };
-    // The first two probes (1, then LOW), and the marker on the other core.
-    let (one, low, high) = std::thread::scope(|s| {
-        let high = s.spawn(|| compile(family::MARKER));
-        on_probe(1);
-        let one = compile(1);
-        let low = (one.is_ok() && max >= family::LOW).then(|| {
+    // The first probe (1) alone: the folds it makes of mapped weights (casts,
+    // quantizations) are remembered while it lives, so the next two compiles reuse
+    // them. Then the second probe (LOW) and the marker, one on each core.
+    on_probe(1);
+    let one = compile(1);
+    let (low, high) = match &one {
+        Ok(_) if max >= family::LOW => std::thread::scope(|s| {
+            let high = s.spawn(|| compile(family::MARKER));
             on_probe(family::LOW);
-            compile(family::LOW)
-        });
-        let high = high.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (one, low, high)
-    });
+            let low = compile(family::LOW);
+            let high = high.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (Some(low), Some(high))
+        }),
+        _ => (None, None),
+    };
     let (family, compiles) = match (&low, high) {
-        (Some(Ok(low)), Ok(high)) => match ShapeFamily::capture(dim, low.clone(), &high) {
+        (Some(Ok(low)), Some(Ok(high))) => match ShapeFamily::capture(dim, low.clone(), &high) {
             Ok(f) => {
                 let integers = f.dependent();
                 (Some(f), ProbeCompiles::Family { integers })
             }
             Err(e) => (None, ProbeCompiles::EachBecause(e.to_string())),
         },
-        (_, Err(e)) => (
+        (_, Some(Err(e))) => (
             None,
             ProbeCompiles::EachBecause(format!("the compile at {dim}={} failed: {e}", family::MARKER)),
         ),

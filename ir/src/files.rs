@@ -285,3 +285,17 @@ pub fn create_output_dir(dir: &Path) -> Result<(), FileError> {
     }
     Ok(())
 }
+
+/// graphc's cache folder (compiled kernels, cuda-sim builds, folded weights):
+/// `$GRAPHC_CACHE_DIR`, else `$XDG_CACHE_HOME/graphc/nvrtc`, else
+/// `~/.cache/graphc/nvrtc`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(d) = nonempty("GRAPHC_CACHE_DIR") {
+        return Some(d);
+    }
+    if let Some(d) = nonempty("XDG_CACHE_HOME") {
+        return Some(d.join("graphc").join("nvrtc"));
+    }
+    nonempty("HOME").map(|h| h.join(".cache").join("graphc").join("nvrtc"))
+}

@@ -51,6 +51,7 @@ pub mod compare;
 pub mod dce;
 pub mod dtype;
 pub mod files;
+pub mod fold_cache;
 pub mod graph;
 pub mod infer;
 pub mod interp;

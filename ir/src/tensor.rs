@@ -287,11 +287,23 @@ impl PartialEq for TensorData {
 pub struct MappedFile {
     map: memmap2::Mmap,
     path: std::path::PathBuf,
+    /// What names this file's contents as mapped (`crate::fold_cache`): its canonical
+    /// path, size, modification time, device and inode, from the mapped descriptor.
+    identity: Option<String>,
 }
 
 impl MappedFile {
     /// Map `file` (opened from `path`, a regular file) read-only; None for an empty file.
     pub fn map(file: &std::fs::File, path: &std::path::Path) -> std::io::Result<Option<Arc<MappedFile>>> {
+        MappedFile::map_named(file, path, None)
+    }
+
+    /// [`MappedFile::map`] with the identity given (`None`: the file's own).
+    pub(crate) fn map_named(
+        file: &std::fs::File,
+        path: &std::path::Path,
+        identity: Option<String>,
+    ) -> std::io::Result<Option<Arc<MappedFile>>> {
         if file.metadata()?.len() == 0 {
             return Ok(None);
         }
@@ -303,7 +315,14 @@ impl MappedFile {
         Ok(Some(Arc::new(MappedFile {
             map,
             path: path.to_path_buf(),
+            identity: identity.or_else(|| file_identity(file, path)),
         })))
+    }
+
+    /// The identity of the mapped contents (`None` where the system does not say):
+    /// a file rewritten in place gets a new modification time, so a new identity.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
     }
 
     pub fn len(&self) -> usize {
@@ -338,6 +357,27 @@ impl MappedFile {
                 .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
         };
     }
+}
+
+#[cfg(unix)]
+fn file_identity(file: &std::fs::File, path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let path = std::fs::canonicalize(path).ok()?;
+    Some(format!(
+        "{}\0{}\0{}.{}\0{}:{}",
+        path.display(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.dev(),
+        meta.ino()
+    ))
+}
+
+#[cfg(not(unix))]
+fn file_identity(_: &std::fs::File, _: &std::path::Path) -> Option<String> {
+    None
 }
 
 impl fmt::Debug for MappedFile {
@@ -670,7 +710,9 @@ impl Tensor {
     /// `f(self)` for a mapped tensor, remembered for the process while any result is
     /// alive: the same mapped bytes (file, size, range, dtype) under the same `op` key
     /// give the earlier result's data without computing it again (a cast of a weight
-    /// that each probe of a fit re-imports). Other tensors just compute `f(self)`.
+    /// that each probe of a fit re-imports); and, for a large result, across processes
+    /// by the on-disk fold cache (`crate::fold_cache`: the next compile of the model
+    /// maps it). Other tensors just compute `f(self)`.
     pub fn memoized_fold(&self, op: &str, f: impl FnOnce(&Tensor) -> Option<Tensor>) -> Option<Tensor> {
         use std::collections::HashMap;
         use std::sync::{Mutex, OnceLock, Weak};
@@ -705,7 +747,15 @@ impl Tensor {
                 });
             }
         }
-        let out = f(self)?;
+        // The next tier: a fold an earlier process stored on disk.
+        let entry = crate::fold_cache::Entry::new(file, *offset, *len, *dtype, op);
+        let out = match entry.as_ref().and_then(crate::fold_cache::Entry::load) {
+            Some(t) => t,
+            None => {
+                let out = f(self)?;
+                entry.and_then(|e| e.store(&out)).unwrap_or(out)
+            }
+        };
         if let Ok(mut m) = memo.lock() {
             m.retain(|_, (_, w)| w.strong_count() > 0);
             m.insert(key, (out.shape.clone(), Arc::downgrade(&out.data)));

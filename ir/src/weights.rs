@@ -124,16 +124,28 @@ pub fn save_safetensors(weights: &BTreeMap<String, Tensor>, path: impl AsRef<Pat
 
 /// Read every tensor of a safetensors file (a regular file; see [`crate::files`]).
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>, WeightsError> {
-    let path = path.as_ref();
+    load_safetensors_named(path.as_ref(), None)
+}
+
+/// [`load_safetensors`], the mapping's identity given (`Some`: a fold cache entry is
+/// named by its key, not by where its file happens to be) or the file's own (`None`).
+pub(crate) fn load_safetensors_named(
+    path: &Path,
+    identity: Option<String>,
+) -> Result<BTreeMap<String, Tensor>, WeightsError> {
     let (mut file, size) = crate::files::open_regular(path).map_err(|e| file_error(path, e))?;
     check_header(&mut file, path, size, None)?;
-    map_safetensors(&file, path)
+    map_safetensors(&file, path, identity)
 }
 
 /// Every tensor of an opened (and header-checked) safetensors file, as views into the
 /// file mapped read-only: nothing is read until a tensor's elements are used.
-fn map_safetensors(file: &std::fs::File, path: &Path) -> Result<BTreeMap<String, Tensor>, WeightsError> {
-    let map = crate::MappedFile::map(file, path)
+fn map_safetensors(
+    file: &std::fs::File,
+    path: &Path,
+    identity: Option<String>,
+) -> Result<BTreeMap<String, Tensor>, WeightsError> {
+    let map = crate::MappedFile::map_named(file, path, identity)
         .map_err(|error| WeightsError::Io {
             path: path.to_path_buf(),
             error,
@@ -338,7 +350,7 @@ pub fn load_gir(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let (mut f, size) = crate::files::open_regular(&wpath).map_err(|e| file_error(&wpath, e))?;
     // Sizes and the parameters' types from the header, before the data is read.
     check_header(&mut f, &wpath, size, Some(&params))?;
-    let mut weights = map_safetensors(&f, &wpath)?;
+    let mut weights = map_safetensors(&f, &wpath, None)?;
     for (name, ty) in params {
         let t = weights.remove(&name).ok_or_else(|| LoadError::Parameter {
             path: wpath.clone(),

@@ -6,7 +6,7 @@
 //! is best effort: a folder that cannot be read or written only costs a compile.
 
 use graphc_ir::files;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// FNV-1a, 128-bit: a hash that is the same on every run and platform (unlike std's
 /// `DefaultHasher`).
@@ -68,18 +68,7 @@ pub fn cache_key(source: &str, arch: &str, options: &[String], output: &str, ver
     format!("{:032x}", h.finish())
 }
 
-/// The default cache folder: `$GRAPHC_CACHE_DIR`, else `$XDG_CACHE_HOME/graphc/nvrtc`,
-/// else `~/.cache/graphc/nvrtc`.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(d) = nonempty("GRAPHC_CACHE_DIR") {
-        return Some(d);
-    }
-    if let Some(d) = nonempty("XDG_CACHE_HOME") {
-        return Some(d.join("graphc").join("nvrtc"));
-    }
-    nonempty("HOME").map(|h| h.join(".cache").join("graphc").join("nvrtc"))
-}
+pub use graphc_ir::files::default_cache_dir;
 
 /// A cached image and log, if complete (regular files only: a FIFO or device planted
 /// in the cache folder is a miss, never a hang).

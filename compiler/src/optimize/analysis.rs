@@ -345,8 +345,12 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
     if let [w] = &dense[..] {
         if w.is_mapped() {
             let key = serde_json::to_string(op).ok()?;
+            // A result of another type (a fold cache entry that is not what its key
+            // says) is not taken: the fold is computed instead.
             return w
                 .memoized_fold(&key, |w| eval_op(op, &[&w.detached()], ty).ok())
+                .filter(|t| t.ty() == *ty)
+                .or_else(|| eval_op(op, &[&w.detached()], ty).ok())
                 .map(|t| Known::Full(Arc::new(t)));
         }
     }

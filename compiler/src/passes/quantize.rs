@@ -30,7 +30,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use graphc_ir::quant::{quantize, quantize_transposed};
-use graphc_ir::{Graph, GraphError, NodeId, Op, Tensor};
+use graphc_ir::{DType, Graph, GraphError, NodeId, Op, Tensor};
 
 /// The int4 group size along `k`.
 pub const INT4_GROUP: usize = 128;
@@ -278,27 +278,39 @@ fn quantize_one(
     let group = mode.group(k);
     let dtype = tensor.dtype();
     let key = format!("quantize:{bits}:{group}:{transposed}:{dtype}");
-    let mut scales = None;
-    let q = tensor.memoized_fold(&format!("{key}:q"), |t| {
-        let (q, s) = if transposed {
+    let run = |t: &Tensor| {
+        if transposed {
             quantize_transposed(t, bits, group, dtype)
         } else {
             quantize(t, bits, group, dtype)
         }
-        .ok()?;
+        .ok()
+    };
+    let mut scales = None;
+    let q = tensor.memoized_fold(&format!("{key}:q"), |t| {
+        let (q, s) = run(t)?;
         scales = Some(s);
         Some(q)
     })?;
     let s = tensor.memoized_fold(&format!("{key}:s"), |t| {
-        scales.take().or_else(|| {
-            let r = if transposed {
-                quantize_transposed(t, bits, group, dtype)
-            } else {
-                quantize(t, bits, group, dtype)
-            };
-            r.ok().map(|(_, s)| s)
-        })
+        scales.take().or_else(|| run(t).map(|(_, s)| s))
     })?;
+    // What the quantizer makes: `[n, k]` i8 or `[n, k/2]` u8, scales `[n, ceil(k/g)]` in
+    // the weight's dtype. A remembered pair that is not (a fold cache entry that is not
+    // what its key says) is computed again.
+    let n = if transposed { cols } else { rows };
+    let (q_dtype, q_cols) = if bits == 4 { (DType::U8, k / 2) } else { (DType::I8, k) };
+    let expected = |q: &Tensor, s: &Tensor| {
+        q.dtype() == q_dtype
+            && q.shape().dims() == [n, q_cols]
+            && s.dtype() == dtype
+            && s.shape().dims() == [n, k.div_ceil(group)]
+    };
+    let (q, s) = if expected(&q, &s) {
+        (q, s)
+    } else {
+        run(tensor).filter(|(q, s)| expected(q, s))?
+    };
     let suffix = if transposed { ".T" } else { "" };
     let (q_bytes, s_bytes) = (q.ty().size_bytes() as u64, s.ty().size_bytes() as u64);
     report.quantized.push(QuantizedWeight {
