@@ -3,23 +3,12 @@
 
 mod common;
 
-use common::{random_inputs, repo_path};
+use common::{random_inputs, repo_path, with_budget};
 use graphc::ir::compare::{relative_l2, zip_outputs};
 use graphc::models::{mlp, MlpConfig};
-use graphc::{CompileOptions, Error};
-use graphc_compiler::plan::MemoryOptions;
+use graphc::Error;
 
 const DYNAMIC: &str = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
-
-fn with_budget(budget_bytes: u64) -> CompileOptions {
-    CompileOptions {
-        memory: MemoryOptions {
-            budget_bytes,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
 
 fn total_at(batch: usize, seq: usize) -> u64 {
     let g = graphc::load_model(&repo_path(DYNAMIC), &[("batch".into(), batch), ("seq".into(), seq)]).unwrap();

@@ -5,13 +5,13 @@
 
 mod common;
 
-use common::repo_path;
+use common::{repo_path, with_budget};
 use graphc::fit::ProbeCompiles;
 use graphc::{CompileOptions, Compiled};
 use graphc_compiler::passes::precision::Precision;
 use graphc_compiler::passes::quantize::WeightQuant;
 use graphc_compiler::pipeline::family::{FamilyError, ShapeFamily, LOW, MARKER};
-use graphc_compiler::plan::{MemoryOptions, MemoryPlan};
+use graphc_compiler::plan::MemoryPlan;
 use graphc_compiler::Pass;
 
 const DYNAMIC: &str = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
@@ -144,16 +144,6 @@ fn a_value_too_large_for_the_model_is_an_error() {
     for batch in [1usize << 50, usize::MAX] {
         let e = family.compile_at(batch, &opts).unwrap_err();
         assert!(e.to_string().contains(&format!("batch={batch}")), "{e}");
-    }
-}
-
-fn with_budget(budget_bytes: u64) -> CompileOptions {
-    CompileOptions {
-        memory: MemoryOptions {
-            budget_bytes,
-            ..Default::default()
-        },
-        ..Default::default()
     }
 }
 

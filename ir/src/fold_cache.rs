@@ -105,17 +105,7 @@ impl Entry {
 /// serialized copy of a tensor of hundreds of MB).
 fn write_safetensors(out: &mut impl Write, t: &Tensor) -> std::io::Result<()> {
     let bytes = t.le_bytes();
-    let dtype = match t.dtype() {
-        DType::F32 => "F32",
-        DType::F16 => "F16",
-        DType::BF16 => "BF16",
-        DType::F64 => "F64",
-        DType::I64 => "I64",
-        DType::I32 => "I32",
-        DType::I8 => "I8",
-        DType::U8 => "U8",
-        DType::Bool => "BOOL",
-    };
+    let dtype = crate::weights::st_dtype(t.dtype()).to_string();
     let header = serde_json::json!({
         TENSOR: { "dtype": dtype, "shape": t.shape().dims(), "data_offsets": [0, bytes.len()] }
     })

@@ -59,7 +59,7 @@ pub enum LoadError {
     },
 }
 
-fn st_dtype(d: DType) -> Dtype {
+pub(crate) fn st_dtype(d: DType) -> Dtype {
     match d {
         DType::F32 => Dtype::F32,
         DType::F16 => Dtype::F16,

@@ -175,3 +175,14 @@ pub fn widened(
         })
         .collect()
 }
+
+/// Compile options with this memory budget.
+pub fn with_budget(budget_bytes: u64) -> graphc::CompileOptions {
+    graphc::CompileOptions {
+        memory: graphc_compiler::plan::MemoryOptions {
+            budget_bytes,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
