@@ -181,3 +181,45 @@ fn fit_with_a_family_agrees_with_fit_compiling_each_probe() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Long sequences compile like short ones: GPT-2's causal mask (built from position
+/// vectors and a cumulative sum) is proved causal from its structure at every length,
+/// so at 8192 and 32768 positions as at 64 every attention is causal with no mask
+/// operand, the kernels are the same (at most one small kernel more: past a size the
+/// position ids are an `iota` computed by a kernel, not a constant), and no `[seq, seq]` tensor
+/// is planned: the arena grows linearly with the length.
+#[test]
+fn long_sequences_compile_like_short_ones() {
+    let opts = CompileOptions::default();
+    let at = |seq: usize| compile(&[("batch", 1), ("seq", seq)], &opts);
+    let short = at(64);
+    let kinds = |c: &Compiled| c.program.kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>();
+    for seq in [8192, 32768] {
+        let long = at(seq);
+        let attentions: Vec<bool> = long
+            .graph
+            .nodes()
+            .iter()
+            .filter_map(|n| match n.op {
+                graphc_ir::Op::Attention { causal, .. } => Some(causal && n.inputs.len() == 3),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(attentions, vec![true, true], "seq {seq}");
+        let (long_kernels, short_kernels) = (kinds(&long), kinds(&short));
+        let extra = long_kernels.len().checked_sub(short_kernels.len());
+        assert!(matches!(extra, Some(0 | 1)), "seq {seq}: {long_kernels:?}");
+        let quadratic = (seq * seq) as u64;
+        assert!(
+            long.plan.buffers.iter().all(|b| b.bytes < quadratic),
+            "seq {seq}: a [seq, seq] buffer is planned"
+        );
+        // Linear: 64x the length of 64 (or 512x), the same multiple of the arena.
+        let ratio = long.plan.arena_bytes as f64 / short.plan.arena_bytes as f64;
+        let expected = (seq / 64) as f64;
+        assert!(
+            (ratio / expected - 1.0).abs() < 0.05,
+            "seq {seq}: arena x{ratio} for x{expected}"
+        );
+    }
+}

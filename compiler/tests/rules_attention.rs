@@ -289,3 +289,98 @@ fn a_large_known_mask_is_never_folded_into_the_score_matrix() {
         .unwrap();
     assert_eq!(opt.node(att.inputs[3]).ty.shape.dims(), [1, 1, S, S]);
 }
+
+/// Attention over `[1, 2, n, 16]` q, k, v masked by `select(mask(b, n), s, lowest)`.
+fn position_masked(n: usize, mask: for<'b> fn(&'b GraphBuilder, usize) -> Value<'b>) -> Graph {
+    let b = GraphBuilder::new();
+    let x = |name: &str| b.input(name, DType::F32, [1, 2, n, 16]);
+    let (q, k, v) = (x("q"), x("k"), x("v"));
+    let s = q.matmul(k.t()) * 0.25;
+    let m = mask(&b, n);
+    b.output(
+        "y",
+        softmax(b.select(m, s, b.scalar(DType::F32, f32::MIN as f64)), -1).matmul(v),
+    );
+    b.finish().unwrap()
+}
+
+/// Position indices along the queries (`[1, 1, n, 1]`) and the keys (`[1, 1, 1, n]`),
+/// as exports build them from a `Range`.
+fn positions(b: &GraphBuilder, n: usize) -> (Value<'_>, Value<'_>) {
+    let p = b.iota(DType::I64, [n], 0);
+    (p.reshape([1, 1, n, 1]), p.reshape([1, 1, 1, n]))
+}
+
+/// Masks built from position vectors are proved causal (or not) from their structure
+/// (`rules/causal.rs`), the same way at 12 positions (checked against the spelled-out
+/// graph) as at 8192 (whose `[n, n]` mask is too large to evaluate): the forms exports
+/// use are causal; strict, upper, banded and reversed ones are not.
+#[test]
+fn position_masks_are_proved_causal_at_any_length() {
+    type Mask = for<'b> fn(&'b GraphBuilder, usize) -> Value<'b>;
+    let cases: [(&str, bool, Mask); 11] = [
+        ("the builder's iotas over [n, n]", true, |b, n| {
+            let row = b.iota(DType::I64, [n, n], 0);
+            let col = b.iota(DType::I64, [n, n], 1);
+            col.le(row)
+        }),
+        ("the builder's iotas, transposed", false, |b, n| {
+            let row = b.iota(DType::I64, [n, n], 0);
+            let col = b.iota(DType::I64, [n, n], 1);
+            row.le(col)
+        }),
+        ("k[j] <= q[i]", true, |b, n| {
+            let (i, j) = positions(b, n);
+            j.le(i)
+        }),
+        ("q[i] >= k[j]", true, |b, n| {
+            let (i, j) = positions(b, n);
+            i.ge(j)
+        }),
+        ("k[j] < q[i] + 1", true, |b, n| {
+            let (i, j) = positions(b, n);
+            j.lt(i + 1.0)
+        }),
+        ("and a padding of ones and equal document ids", true, |b, n| {
+            let (i, j) = positions(b, n);
+            let ones = b.iota(DType::I64, [1, 1, 1, n], 3).ge(b.scalar(DType::I64, 0.0));
+            let (di, dj) = (i * 0.0, j * 0.0);
+            ones.and(j.le(i)).and(di.eq(dj))
+        }),
+        ("k[j] < q[i]: the diagonal masked", false, |b, n| {
+            let (i, j) = positions(b, n);
+            j.lt(i)
+        }),
+        ("q[i] <= k[j]: upper", false, |b, n| {
+            let (i, j) = positions(b, n);
+            i.le(j)
+        }),
+        ("a window of 4", false, |b, n| {
+            let (i, j) = positions(b, n);
+            j.le(i).and(j.gt(i - 4.0))
+        }),
+        ("reversed keys", false, |b, n| {
+            let (i, j) = positions(b, n);
+            (b.scalar(DType::I64, (n - 1) as f64) - j).le(i)
+        }),
+        ("a key position past the queries", false, |b, n| {
+            let (i, j) = positions(b, n);
+            j.le(i + 1.0)
+        }),
+    ];
+    for n in [12, 8192] {
+        for (name, causal, mask) in &cases {
+            let g = position_masked(n, *mask);
+            let opt = if n <= 64 {
+                check(&g, 1e-5).0
+            } else {
+                optimize(&g, &Default::default()).unwrap().0
+            };
+            let found = attentions(&opt);
+            assert_eq!(found.len(), 1, "{name} at {n}: {found:?}");
+            assert_eq!(found[0].1, *causal, "{name} at {n}");
+            // A causal mask leaves no mask operand; any other keeps one.
+            assert_eq!(found[0].2, if *causal { 3 } else { 4 }, "{name} at {n}");
+        }
+    }
+}

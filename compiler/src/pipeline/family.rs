@@ -155,7 +155,12 @@ pub enum FamilyError {
 
 impl FamilyError {
     fn differs(dim: &str, low: &Graph, path: &[Seg], a: &Value, b: &Value) -> FamilyError {
+        let both_lists = matches!((a, b), (Value::Array(_), Value::Array(_)));
         let show = |v: &Value| {
+            // Lists of different lengths (the graphs' nodes): their lengths say it.
+            if let (Value::Array(items), true) = (v, both_lists) {
+                return format!("{} entries", items.len());
+            }
             let s = v.to_string();
             if s.len() > 80 {
                 format!("{}...", &s[..s.char_indices().nth(77).map_or(s.len(), |(i, _)| i)])

@@ -12,8 +12,9 @@
 //!   weight) that is exactly the causal pattern (0 / true on and below the diagonal,
 //!   at most -1e30 / false above it, for every batch and head) becomes `causal=true`
 //!   with no mask operand; so does a mask computed only from constants and iota (the
-//!   position indices of a dynamic export) whose value, evaluated once at its small
-//!   shape (at most 2^24 elements), is that pattern;
+//!   position indices of a dynamic export) that `causal.rs` proves causal from its
+//!   structure (comparisons of position vectors, at any length), or whose value,
+//!   evaluated once at its small shape (at most 2^24 elements), is that pattern;
 //! - the scale is a multiplication by a known scalar (either order), a division by one,
 //!   or none (a scale folded into q stays in q's computation);
 //! - `kᵀ` is un-transposed (a transpose of the last two axes of k, or a transpose into
@@ -39,6 +40,7 @@ use crate::optimize::analysis::{Known, TEGraph, TensorAnalysis};
 use crate::optimize::lang::TNode;
 use crate::optimize::rule::{nodes_where, rule, Term};
 
+use super::causal::causal_by_structure;
 use super::composite::{same, scalar};
 
 pub fn rules() -> Vec<Rewrite<TNode, TensorAnalysis>> {
@@ -90,7 +92,7 @@ fn softmax_input(eg: &TEGraph, p: Id) -> Option<Id> {
 }
 
 /// The smallest class `id` is a broadcast of (or `id` itself).
-fn unbroadcast(eg: &TEGraph, id: Id) -> Id {
+pub(super) fn unbroadcast(eg: &TEGraph, id: Id) -> Id {
     super::broadcast::smallest_broadcast_source(eg, id).unwrap_or(id)
 }
 
@@ -132,7 +134,12 @@ const MAX_MASK_EVAL: usize = 1 << 24;
 /// The value of a class computed only from known classes (constants, iota, weights),
 /// evaluated with the interpreter at the class's own shape, or `None` (an input
 /// reaches it, it is larger than [`MAX_MASK_EVAL`], or deeper than `depth`).
-fn evaluate(eg: &TEGraph, id: Id, depth: usize, memo: &mut HashMap<Id, Option<Arc<Tensor>>>) -> Option<Arc<Tensor>> {
+pub(super) fn evaluate(
+    eg: &TEGraph,
+    id: Id,
+    depth: usize,
+    memo: &mut HashMap<Id, Option<Arc<Tensor>>>,
+) -> Option<Arc<Tensor>> {
     let id = eg.find(id);
     if let Some(v) = memo.get(&id) {
         return v.clone();
@@ -182,7 +189,13 @@ fn is_causal(eg: &TEGraph, id: Id, bool_cond: bool) -> bool {
             return c;
         }
     }
-    let causal = evaluate(eg, id, 24, &mut HashMap::new()).is_some_and(|t| {
+    // From the structure first (linear in the length, so the same at every length),
+    // then, for a mask small enough, by evaluating it whole.
+    let causal = if bool_cond {
+        causal_by_structure(eg, id)
+    } else {
+        additive_select(eg, id).is_some_and(|cond| causal_by_structure(eg, unbroadcast(eg, cond)))
+    } || evaluate(eg, id, 24, &mut HashMap::new()).is_some_and(|t| {
         if bool_cond {
             is_causal_pattern(&t, |v| v != 0.0, |v| v == 0.0)
         } else {
@@ -193,6 +206,14 @@ fn is_causal(eg: &TEGraph, id: Id, bool_cond: bool) -> bool {
         cache.insert(key, causal);
     }
     causal
+}
+
+/// The condition `c` of an additive mask spelled `select(c, 0, fill)` (0 where kept,
+/// a fill that masks out elsewhere).
+fn additive_select(eg: &TEGraph, id: Id) -> Option<Id> {
+    nodes_where(eg, id, |o| *o == Op::Select)
+        .find(|n| scalar(eg, n.children[1]) == Some(0.0) && is_fill(eg, n.children[2]).is_some())
+        .map(|n| n.children[0])
 }
 
 fn is_fill(eg: &TEGraph, id: Id) -> Option<f64> {

@@ -2,6 +2,7 @@
 
 mod attention;
 mod broadcast;
+mod causal;
 mod composite;
 mod identities;
 mod layout;
