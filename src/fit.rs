@@ -15,7 +15,7 @@
 //! How a probe compiles: [`fit`] (a graph built in Rust at each value) builds and
 //! compiles it through the whole pipeline. [`fit_model`] (an ONNX model) imports and
 //! optimizes the model once per shape family instead (`pipeline::family`): it compiles
-//! the model at 1 (the first probe), then at `family::LOW` (2, the second) and, on the
+//! the model at 1 (the first probe) and at `family::LOW` (2, the second) and, on the
 //! other core, at `family::MARKER`; from the last two it captures the family, and every later
 //! probe writes the family's graph out at its value, then fuses and plans it — the
 //! schedule and memory plan are computed at that value exactly as `graphc plan` computes
@@ -268,21 +268,21 @@ pub fn fit_model_with(
         let graph = crate::load_model(path, &dims)?;
         Ok(graphc_compiler::compile(&graph, opts)?)
     };
-    // The first probe (1) alone: the folds it makes of mapped weights (casts,
-    // quantizations) are remembered while it lives, so the next two compiles reuse
-    // them. Then the second probe (LOW) and the marker, one on each core.
-    on_probe(1);
-    let one = compile(1);
-    let (low, high) = match &one {
-        Ok(_) if max >= family::LOW => std::thread::scope(|s| {
-            let high = s.spawn(|| compile(family::MARKER));
+    // The marker on one core; the first two probes (1, then LOW) on the other. Folds of
+    // mapped weights (casts, quantizations) made by the first compile to reach them
+    // are remembered while they live (and stored in the fold cache), so the others
+    // map them.
+    let (one, low, high) = std::thread::scope(|s| {
+        let high = (max >= family::LOW).then(|| s.spawn(|| compile(family::MARKER)));
+        on_probe(1);
+        let one = compile(1);
+        let low = (one.is_ok() && max >= family::LOW).then(|| {
             on_probe(family::LOW);
-            let low = compile(family::LOW);
-            let high = high.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (Some(low), Some(high))
-        }),
-        _ => (None, None),
-    };
+            compile(family::LOW)
+        });
+        let high = high.map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        (one, low, high)
+    });
     let (family, compiles) = match (&low, high) {
         (Some(Ok(low)), Some(Ok(high))) => match ShapeFamily::capture(dim, low.clone(), &high) {
             Ok(f) => {
