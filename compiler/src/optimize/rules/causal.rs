@@ -1,5 +1,6 @@
 //! A causal mask proved from its structure, in time and memory linear in the sequence
-//! length (and a logarithm), so that recognizing it costs the same at every length.
+//! length (and a logarithm), up to 2^18 positions, so that recognizing it does not
+//! cost `n²`.
 //!
 //! Exported models build the causal mask from position indices: `k[j] <= q[i]` over
 //! broadcasts of a key vector `k` (along the last axis) and a query vector `q` (along
@@ -106,6 +107,11 @@ impl MaskShape {
     }
 }
 
+/// The longest mask proved: the vectors and every intermediate of their computation
+/// are held while it runs (a cumulative sum lowered to `2 log2(n)` steps keeps as many
+/// vectors), about 100 MiB at this length; longer masks are left to the caller.
+const MAX_LENGTH: usize = 1 << 18;
+
 /// Leading indices and rows checked at most (`batch * heads * n`): beyond, the
 /// structure is not checked (the caller then does not evaluate the mask either).
 const MAX_ROWS: usize = 1 << 26;
@@ -115,7 +121,7 @@ const MAX_ROWS: usize = 1 << 26;
 pub(super) fn causal_by_structure(eg: &TEGraph, id: Id) -> bool {
     let dims = eg[id].data.ty.shape.dims().to_vec();
     let r = dims.len();
-    if r < 2 || dims[r - 1] != dims[r - 2] || dims[r - 1] < 2 {
+    if r < 2 || dims[r - 1] != dims[r - 2] || dims[r - 1] < 2 || dims[r - 1] > MAX_LENGTH {
         return false;
     }
     let shape = MaskShape {
