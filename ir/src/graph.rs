@@ -99,6 +99,7 @@ impl Graph {
     /// the input list. Fails when an operand does not exist or the types do not fit.
     pub fn add(&mut self, op: Op, inputs: Vec<NodeId>, name: Option<String>) -> Result<NodeId, GraphError> {
         let id = NodeId(self.nodes.len() as u32);
+        crate::work::add_len(crate::work::Stage::Graph, 1 + inputs.len());
         let mut tys = Vec::with_capacity(inputs.len());
         for &i in &inputs {
             match self.nodes.get(i.index()) {

@@ -65,6 +65,7 @@ pub mod tensor;
 pub mod text;
 pub mod verify;
 pub mod weights;
+pub mod work;
 
 pub use builder::{GraphBuilder, IntoValue, Value};
 pub use dtype::DType;

@@ -20,6 +20,8 @@ impl Graph {
         let order = self.topo_order()?;
         for id in order {
             let node = self.node(id);
+            // The operands checked above, then typed here: twice each, and the node.
+            crate::work::add_len(crate::work::Stage::Graph, 1 + 2 * node.inputs.len());
             let tys: Vec<_> = node.inputs.iter().map(|&i| &self.node(i).ty).collect();
             let inferred = infer_type(&node.op, &tys).map_err(|m| GraphError::at(self, id, m))?;
             if inferred != node.ty {
@@ -53,6 +55,7 @@ impl Graph {
             }
         }
         let mut param_names = BTreeSet::new();
+        crate::work::add_len(crate::work::Stage::Graph, self.len() + self.outputs().len());
         for id in self.ids() {
             match &self.node(id).op {
                 Op::Input { .. } if !listed.contains(&id) => {

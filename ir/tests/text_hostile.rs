@@ -1,12 +1,16 @@
 //! The `.gir` parser on hostile input: forward references and cycles are errors at
 //! the reference, any reordering of a real model is an error or a valid graph (never a
-//! panic later), and the parser's time grows linearly with its input.
+//! panic later), and the parser's work grows linearly with its input.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use graphc_ir::dce::eliminate_dead_code;
+use graphc_ir::work::{self, Work};
 use graphc_ir::{parse, DType, Graph, Node, NodeId, Op, TensorType, UnaryOp};
+use graphc_testkit::alloc::{self, Allocs};
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
 
 fn example(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -132,24 +136,19 @@ fn dce_accepts_operands_anywhere_in_the_table() {
 /// A source of size `n`.
 type Source<'a> = Box<dyn Fn(usize) -> String + 'a>;
 
-/// Fastest of three runs of `f`.
-fn time(f: impl Fn()) -> Duration {
-    (0..3)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .min()
-        .unwrap()
+/// The steps and allocations of parsing `src` (parse errors included).
+fn cost(src: &str) -> (Work, Allocs) {
+    let ((_, w), a) = alloc::measure(|| work::measure(|| drop(parse(src))));
+    (w, a)
 }
 
-/// Sources of hostile shapes, `n` big: parsing 10x the size takes at most 30x the
-/// time (linear is 10-20x here, caches and the allocator included; a quadratic path
-/// takes 100x, the one this test was written for 1000x). Some parse, some fail; none
-/// panics.
+/// Sources of hostile shapes, `n` big: parsing 10x the size takes at most 15x the
+/// steps (`graphc_ir::work`: tokens, definitions, operands, attribute keys, graph
+/// checks) and allocates at most 25x the bytes (vectors that double as they grow can
+/// take 16x for 10x the elements); a quadratic path costs 100x, the one this test was
+/// written for 1000x. Some parse, some fail; none panics.
 #[test]
-fn parse_time_is_linear_in_the_input() {
+fn parse_work_is_linear_in_the_input() {
     let attrs = |n: usize| {
         let a: Vec<String> = (0..n).map(|i| format!("a{i}=1")).collect();
         format!(
@@ -212,12 +211,16 @@ fn parse_time_is_linear_in_the_input() {
     let mut failures = Vec::new();
     for (what, make, n) in &cases {
         let (small, big) = (make(n / 10), make(*n));
-        let t_small = time(|| drop(parse(&small)));
-        let t_big = time(|| drop(parse(&big)));
-        // A floor for inputs that parse in well under a millisecond (timer noise).
-        let ratio = t_big.as_secs_f64() / t_small.as_secs_f64().max(1e-3);
-        if ratio > 30.0 {
-            failures.push(format!("{what}: {t_small:?} for n/10, {t_big:?} for n ({ratio:.1}x)"));
+        let ((w_small, a_small), (w_big, a_big)) = (cost(&small), cost(&big));
+        let (steps, bytes) = (w_big.growth_over(&w_small), a_big.growth_over(&a_small));
+        eprintln!("{what}: {steps:.1}x the steps, {bytes:.1}x the bytes");
+        if steps > 15.0 || bytes > 25.0 {
+            failures.push(format!(
+                "{what}: {steps:.1}x the steps ({}), {bytes:.1}x the bytes ({} -> {})",
+                w_big.compare(&w_small),
+                a_small.bytes,
+                a_big.bytes
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

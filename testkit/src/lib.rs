@@ -13,6 +13,8 @@
 //! instead. The older `GRAPHC_REQUIRE_NVRTC=1` and `GRAPHC_REQUIRE_ONNX_TESTS=1`
 //! are honoured too.
 
+pub mod alloc;
+
 use std::fmt;
 use std::io::Write;
 

@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
+use graphc_ir::work;
 use graphc_ir::{Graph, Op, TensorType};
 
 use super::group::{row_shapes, Groups, Level, Space};
@@ -33,6 +34,7 @@ pub fn emit(graph: &Graph, nodes: &Nodes, groups: &mut Groups) -> Program {
     let group_of: Vec<usize> = (0..n).map(|i| groups.find(i)).collect();
     let mut stored = vec![false; n];
     for (i, node) in fnodes.iter().enumerate() {
+        work::add_len(work::Stage::Fuse, 1 + groups.consumers[i].len());
         if node.is_compute() {
             stored[i] = groups.consumers[i].iter().any(|&(c, _)| group_of[c] != group_of[i]);
         }
@@ -63,6 +65,7 @@ fn group_order(nodes: &[FNode], group_of: &[usize]) -> Vec<usize> {
         let g = group_of[i];
         first.entry(g).or_insert(i);
         indeg.entry(g).or_insert(0);
+        work::add_len(work::Stage::Fuse, 1 + node.operands.len());
         for o in &node.operands {
             if nodes[o.root].is_compute() {
                 let h = group_of[o.root];
@@ -479,6 +482,7 @@ struct Loads {
 impl Loads {
     /// The position of `acc` in the list, added if new.
     fn intern(&mut self, acc: Access) -> u32 {
+        work::add(work::Stage::Fuse, 1);
         if let Some(&k) = self.index.get(&acc) {
             return k;
         }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use super::nodes::{FKind, FNode, Operand};
 use crate::kernel::contiguous_strides;
+use graphc_ir::work::{self, Stage};
 
 /// Where a member of a row group lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +77,7 @@ impl Groups {
         let n = nodes.len();
         let mut consumers = vec![Vec::new(); n];
         for (c, node) in nodes.iter().enumerate() {
+            work::add_len(Stage::Fuse, 1 + node.operands.len());
             if node.is_compute() {
                 for (k, o) in node.operands.iter().enumerate() {
                     consumers[o.root].push((c, k));
@@ -142,6 +144,7 @@ impl Groups {
             if !node.is_compute() {
                 continue;
             }
+            work::add_len(Stage::Fuse, node.operands.len());
             for o in &node.operands {
                 if nodes[o.root].is_compute() {
                     edges.push((nodes[o.root].ty.size_bytes(), o.root, c));
@@ -159,6 +162,7 @@ impl Groups {
             let mut chain = Chain::default();
             let mut tip = m;
             loop {
+                work::add_len(Stage::Fuse, 1 + self.consumers[tip].len());
                 let users: Vec<usize> = self.consumers[tip].iter().map(|&(c, _)| c).collect();
                 let [c] = users.as_slice() else { break };
                 if stored[tip] || !chain.accepts(nodes, tip, &nodes[*c]) {
@@ -174,6 +178,7 @@ impl Groups {
         for into_matmul in [false, true] {
             for _round in 0..4 {
                 let mut merged = false;
+                work::add_len(Stage::Fuse, edges.len());
                 for &(_, p, c) in &edges {
                     if !into_matmul && self.touches_matmul(p, c) {
                         continue;
@@ -212,6 +217,7 @@ impl Groups {
             (gc, gp)
         };
         for &n in &self.members[small] {
+            work::add_len(Stage::Fuse, 1 + nodes[n].operands.len() + self.consumers[n].len());
             for o in &nodes[n].operands {
                 if self.find_const(o.root) == big
                     && !edge_ok(&space, nodes, o, &nodes[n], level_of(o.root), level_of(n))
@@ -241,6 +247,7 @@ impl Groups {
         let moved = std::mem::take(&mut self.external[gone]);
         let mut ext = std::mem::take(&mut self.external[keep]);
         ext.extend(moved);
+        work::add_len(Stage::Fuse, ext.len());
         ext.retain(|&u| self.find_const(u) != keep);
         ext.sort_unstable();
         ext.dedup();
@@ -313,6 +320,7 @@ impl Groups {
         let mut stack = vec![from];
         while let Some(g) = stack.pop() {
             {
+                work::add_len(Stage::Fuse, 1 + self.external[g].len());
                 for &c in &self.external[g] {
                     let h = self.find_const(c);
                     if h == g || h == from {

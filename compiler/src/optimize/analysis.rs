@@ -141,6 +141,7 @@ impl Analysis<TNode> for TensorAnalysis {
     type Data = Data;
 
     fn make(egraph: &mut TEGraph, enode: &TNode, _id: Id) -> Data {
+        graphc_ir::work::add_len(graphc_ir::work::Stage::Optimize, 1 + enode.children.len());
         let child = |i: Id| &egraph[i].data;
         let tys: Vec<&TensorType> = enode.children.iter().map(|&c| &child(c).ty).collect();
         let ty = infer_type(enode.op(), &tys)
@@ -338,6 +339,16 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
             return None;
         }
     }
+    // The elements a fold reads and writes (a matmul's products: `m * n * k`).
+    let elements: usize = arg_tys
+        .iter()
+        .map(|t| t.numel())
+        .fold(ty.numel(), usize::saturating_add);
+    let products = match (op, arg_tys.first()) {
+        (Op::MatMul, Some(a)) => ty.numel().saturating_mul(a.shape.dims().last().copied().unwrap_or(1)),
+        _ => 0,
+    };
+    graphc_ir::work::add_len(graphc_ir::work::Stage::Optimize, elements.saturating_add(products));
     let dense: Vec<Tensor> = args.iter().zip(arg_tys).map(|(k, t)| k.materialize(t)).collect();
     // A fold of one mapped weight (a cast, a transpose) reads it through a transient
     // decoded copy, and is remembered for that weight's bytes: the weight stays a view

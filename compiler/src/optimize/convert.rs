@@ -26,6 +26,7 @@ pub fn to_egraph(graph: &Graph, eg: &mut TEGraph) -> Result<Vec<Id>, OptimizeErr
     let mut class = vec![Id::from(0usize); graph.len()];
     for id in graph.topo_order()? {
         let node = graph.node(id);
+        graphc_ir::work::add_len(graphc_ir::work::Stage::Optimize, 1 + node.inputs.len());
         let children = node.inputs.iter().map(|i| class[i.index()]).collect();
         class[id.index()] = eg.add(TNode::new(node.op.clone(), children));
     }
@@ -55,6 +56,7 @@ pub fn from_egraph(
         // Iterative post-order: (class, children pushed?).
         let mut stack = vec![(root, false)];
         while let Some((c, expanded)) = stack.pop() {
+            graphc_ir::work::add(graphc_ir::work::Stage::Optimize, 1);
             if built.contains_key(&c) {
                 continue;
             }

@@ -18,6 +18,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
 use egg::Id;
+use graphc_ir::work::{self, Stage};
 use graphc_ir::Op;
 
 use super::analysis::TEGraph;
@@ -74,6 +75,7 @@ pub fn extract(eg: &TEGraph) -> HashMap<Id, TNode> {
             *fan_out.entry(k).or_default() += 1;
         }
         for (i, n) in eg[c].nodes.iter().enumerate() {
+            work::add_len(Stage::Extract, 1 + n.children.len());
             let mut kids: Vec<Id> = n.children.iter().map(|&k| eg.find(k)).collect();
             kids.sort();
             kids.dedup();
@@ -106,12 +108,14 @@ pub fn extract(eg: &TEGraph) -> HashMap<Id, TNode> {
         .map(|(c, i)| Reverse(Eligible(total(&cost, c, i), c, i)))
         .collect();
     while let Some(Reverse(Eligible(t, c, i))) = queue.pop() {
+        work::add(Stage::Extract, 1);
         if chosen.contains_key(&c) {
             continue;
         }
         cost.insert(c, t);
         chosen.insert(c, eg[c].nodes[i].clone());
         for &(p, j) in parents.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
+            work::add(Stage::Extract, 1);
             if let Some(left) = pending.get_mut(&(p, j)) {
                 *left -= 1;
                 if *left == 0 && !chosen.contains_key(&p) {

@@ -84,6 +84,8 @@ pub fn optimize(graph: &Graph, opts: &OptimizeOptions) -> Result<(Graph, Optimiz
     };
     let mut rules_fired = BTreeMap::new();
     for it in &runner.iterations {
+        // Each iteration searches every e-node with every rule, then rebuilds.
+        graphc_ir::work::add_len(graphc_ir::work::Stage::Optimize, it.egraph_nodes);
         for (name, count) in &it.applied {
             *rules_fired.entry(name.to_string()).or_insert(0) += count;
         }

@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use super::offsets::{Problem, Strategy};
+use graphc_ir::work::{self, Stage};
 
 /// The orders greedy best-fit is run in. Ties go by index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +55,8 @@ pub(crate) fn best_fit(p: &Problem, order: &[usize]) -> Vec<u64> {
     let mut placed: Vec<usize> = Vec::with_capacity(p.len());
     let mut occupied: Vec<(u64, u64)> = Vec::new();
     for &b in order {
+        // Every placed buffer is tested for overlap.
+        work::add_len(Stage::Plan, 1 + placed.len());
         occupied.clear();
         occupied.extend(
             placed
@@ -93,10 +96,12 @@ pub(crate) fn best_fit_by_start(p: &Problem) -> Vec<u64> {
     let mut gaps: BTreeSet<(u64, u64)> = BTreeSet::new();
     let mut expiry: BinaryHeap<Reverse<(u32, u64)>> = BinaryHeap::new();
     for b in order {
+        work::add(Stage::Plan, 1);
         while let Some(&Reverse((end, o))) = expiry.peek() {
             if end > p.first[b] {
                 break;
             }
+            work::add(Stage::Plan, 1);
             expiry.pop();
             free(&mut live, &mut gaps, o);
         }

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{assign_offsets, Arch, Interval, PlanError, PlanOptions, Scheduler, Strategy};
 use crate::kernel::{strides_equal, Access, BufferId, BufferKind, KernelKind, Program, Store};
+use graphc_ir::work::{self, Stage};
 
 /// 24 GiB, an RTX 4090D.
 pub const DEFAULT_BUDGET: u64 = 24 << 30;
@@ -331,6 +332,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     let mut last = vec![None::<u32>; n];
     for (k, kernel) in program.kernels.iter().enumerate() {
         let k = k as u32;
+        work::add(Stage::Plan, 1);
         for b in kernel.writes().into_iter().filter(|b| b.index() < n) {
             first[b.index()].get_or_insert(k);
             last[b.index()] = Some(last[b.index()].map_or(k, |l| l.max(k)));
@@ -361,6 +363,8 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     let mut slot_of = vec![usize::MAX; n];
     let mut root_slot = vec![usize::MAX; n];
     let mut slots: Vec<Interval> = Vec::new();
+    // This loop and the buffers' below.
+    work::add_len(Stage::Plan, 2 * n);
     for i in 0..n {
         if !in_arena(i) {
             continue;
@@ -546,6 +550,8 @@ fn peak(
     // The peak step: where the slots' live bytes (aligned) are highest.
     let align = align.max(1);
     let mut delta = vec![0i128; nk + 1];
+    // The slots, the steps, the buffers.
+    work::add_len(Stage::Plan, slots.len() + nk + buffers.len());
     for iv in slots {
         let a = iv.size.div_ceil(align).saturating_mul(align);
         delta[iv.start as usize] += i128::from(a);
@@ -618,6 +624,7 @@ fn plan_steps(
         .iter()
         .enumerate()
         .map(|(k, kernel)| {
+            work::add(Stage::Plan, 1);
             aliases += view_reads(program, kernel);
             let reads = kernel.reads().into_iter().map(|b| (b, ArgAccess::Read));
             let writes = kernel.writes().into_iter().map(|b| (b, ArgAccess::Write));

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::greedy::{best_fit, best_fit_by_start, local_search, Order};
 use super::search::{Outcome, Solver};
+use graphc_ir::work::{self, Stage};
 
 /// A buffer live over `[start, end)` of a schedule (`end > start`), taking `size` bytes.
 ///
@@ -262,6 +263,7 @@ impl Problem {
         // Live units per section, as differences (the lower bound without the cover).
         let mut delta = vec![0i128; sections + 1];
         let mut spans = 0u64;
+        work::add_len(Stage::Plan, 2 * bufs.len());
         for (i, b) in bufs.iter().enumerate() {
             let u = units(b.size, align);
             if u == 0 {
@@ -285,6 +287,7 @@ impl Problem {
         p.exact = p.len() <= EXACT_MAX_BUFFERS && spans <= EXACT_MAX_COVER;
         if p.exact {
             p.cover = vec![Vec::new(); sections];
+            work::add(Stage::Plan, spans);
             for id in 0..p.len() {
                 for c in &mut p.cover[p.first[id] as usize..p.last[id] as usize] {
                     c.push(id as u32);
@@ -395,6 +398,8 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
     let mut nodes = 0u64;
     if arena > goal && opts.node_limit > 0 {
         let (better, used) = improve(&p, goal, arena, opts.node_limit, deadline);
+        // The search's states, visited on a thread of its own.
+        work::add(Stage::Plan, used);
         nodes += used;
         if let Some(o) = better {
             let a = p.arena(&o);
@@ -406,6 +411,7 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
     }
     if arena > goal && arena == greedy_arena && opts.node_limit > nodes {
         let (better, used) = local_search(&p, greedy_order, arena, goal, opts.node_limit - nodes, deadline);
+        work::add(Stage::Plan, used);
         nodes += used;
         if let Some((o, a)) = better {
             if a < arena {
@@ -483,6 +489,7 @@ fn valid(p: &Problem, off: &[u64]) -> bool {
     order.sort_unstable_by_key(|&b| (p.first[b], b));
     let mut live: Vec<usize> = Vec::new();
     for &b in &order {
+        work::add_len(Stage::Plan, 1 + 2 * live.len());
         live.retain(|&q| p.last[q] > p.first[b]);
         let (lo, hi) = (off[b], off[b].saturating_add(p.size[b]));
         if live

@@ -24,6 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::{BufferKind, Program};
+use graphc_ir::work::{self, Stage};
 
 /// A candidate kernel order (see the module doc); serialized as its name (`program`,
 /// `dfs`, `dfs:largest-first`, `dfs:heaviest-first`, `list:free-largest`, `bfs`).
@@ -165,12 +166,14 @@ impl Deps {
         let mut reads = Vec::with_capacity(k);
         let mut writes = Vec::with_capacity(k);
         for (i, kernel) in program.kernels.iter().enumerate() {
+            work::add(Stage::Schedule, 1);
             let w: Vec<usize> = kernel.writes().iter().map(|b| b.index()).filter(|&b| b < n).collect();
             for &b in &w {
                 if writer[b] == usize::MAX {
                     writer[b] = i;
                 }
             }
+            work::add_len(Stage::Schedule, w.len());
             writes.push(w);
             reads.push(
                 kernel
@@ -184,6 +187,7 @@ impl Deps {
         let mut preds = vec![Vec::new(); k];
         let mut succs = vec![Vec::new(); k];
         for (i, r) in reads.iter().enumerate() {
+            work::add_len(Stage::Schedule, r.len());
             for &b in r {
                 let w = writer[b];
                 if w != usize::MAX && w != i {
@@ -218,7 +222,10 @@ impl Deps {
             }
             pos[i] = t;
         }
-        (0..k).all(|i| self.preds[i].iter().all(|&p| pos[p] < pos[i]))
+        (0..k).all(|i| {
+            work::add_len(Stage::Schedule, 1 + self.preds[i].len());
+            self.preds[i].iter().all(|&p| pos[p] < pos[i])
+        })
     }
 
     /// The peak of live arena bytes when kernels run in `order`: a temp is live from the
@@ -227,6 +234,7 @@ impl Deps {
         let n = self.bytes.len();
         let (mut first, mut last) = (vec![usize::MAX; n], vec![0usize; n]);
         for (t, &i) in order.iter().enumerate() {
+            work::add_len(Stage::Schedule, 1 + self.writes[i].len() + self.reads[i].len());
             for &b in self.writes[i].iter().chain(&self.reads[i]) {
                 if self.bytes[b] == 0 {
                     continue;
@@ -266,6 +274,7 @@ impl Deps {
             Vec::new()
         };
         let children = |i: usize| -> Vec<usize> {
+            work::add_len(Stage::Schedule, 1 + self.preds[i].len());
             let mut c = self.preds[i].clone();
             match visit {
                 Visit::InOrder => {}
@@ -288,6 +297,7 @@ impl Deps {
             let mut stack: Vec<(usize, Vec<usize>, usize)> = vec![(root, children(root), 0)];
             on_stack[root] = true;
             while let Some((node, kids, next)) = stack.last_mut() {
+                work::add(Stage::Schedule, 1);
                 if *next < kids.len() {
                     let c = kids[*next];
                     *next += 1;
@@ -316,6 +326,7 @@ impl Deps {
         let k = self.preds.len();
         let mut need = vec![0u64; k];
         for i in 0..k {
+            work::add_len(Stage::Schedule, 1 + self.preds[i].len());
             let mut kids: Vec<(u64, u64)> = self.preds[i]
                 .iter()
                 .filter(|&&p| p < i)
@@ -341,6 +352,7 @@ impl Deps {
         while !level.is_empty() {
             let mut next = Vec::new();
             for &i in &level {
+                work::add_len(Stage::Schedule, 1 + self.succs[i].len());
                 order.push(i);
                 for &s in &self.succs[i] {
                     indeg[s] -= 1;
@@ -392,15 +404,18 @@ impl Deps {
             .collect();
         let mut order = Vec::with_capacity(k);
         while let Some((s, std::cmp::Reverse(best))) = heap.pop() {
+            work::add(Stage::Schedule, 1);
             if done[best] || s != score[best] {
                 continue; // stale
             }
             done[best] = true;
             order.push(best);
+            work::add_len(Stage::Schedule, self.reads[best].len() + self.succs[best].len());
             for &b in &self.reads[best] {
                 readers_left[b] -= 1;
                 if readers_left[b] == 1 && self.bytes[b] > 0 {
                     // Its one reader left now frees it.
+                    work::add_len(Stage::Schedule, readers[b].len());
                     if let Some(&r) = readers[b].iter().find(|&&r| !done[r]) {
                         score[r] += i128::from(self.bytes[b]);
                         if indeg[r] == 0 {

@@ -3,6 +3,7 @@
 use super::memory::{MemoryPlan, Place, PlannedBuffer};
 use super::offsets::{lower_bound, units, Interval, Placement};
 use crate::kernel::{BufferId, BufferKind, Program};
+use graphc_ir::work::{self, Stage};
 
 /// Checks a placement of `bufs` at alignment `align`:
 /// - one offset per buffer, each a multiple of `align`;
@@ -212,6 +213,7 @@ fn check_steps(
                 step.kernel, kernel.name
             ));
         }
+        work::add_len(Stage::Verify, 1 + 2 * step.args.len());
         for b in kernel.writes() {
             let i = b.index();
             if i >= n {
@@ -331,8 +333,10 @@ fn check_overlaps(plan: &MemoryPlan, scratch_spans: &[PlannedBuffer]) -> Result<
     let mut delta = vec![0i128; nk + 1];
     for (k, b) in spans.iter().enumerate() {
         live.expire(b.start);
+        work::add(Stage::Verify, 1);
         let (lo, hi) = (b.offset, b.offset.saturating_add(rounded(b)));
         for j in live.overlapping(lo, hi) {
+            work::add(Stage::Verify, 1);
             let o = spans[j];
             let in_place = (b.reuses == Some(o.buffer) && b.offset == o.offset && o.end == b.start + 1)
                 || (o.reuses == Some(b.buffer) && b.offset == o.offset && b.end == o.start + 1);

@@ -183,6 +183,7 @@ impl Functions {
     /// The expansion of a list of nodes whose callees are expanded already.
     fn expand_nodes(&self, nodes: &[NodeProto], visit: &[Visit]) -> Expansion {
         let mut total = Expansion::ZERO;
+        crate::work::add_len(crate::work::Stage::Import, nodes.len());
         for n in nodes {
             total.nodes = total.nodes.saturating_add(1);
             total.bytes = total.bytes.saturating_add(n.encoded_len() as u64);
@@ -215,6 +216,7 @@ impl Functions {
         // The calls with the most nodes and the most bytes: (node index, function, its expansion).
         let mut most_nodes: Option<(usize, &LocalFunction, Expansion)> = None;
         let mut most_bytes = most_nodes;
+        crate::work::add_len(crate::work::Stage::Import, nodes.len());
         for (i, n) in nodes.iter().enumerate() {
             total.nodes = total.nodes.saturating_add(1);
             let Some(f) = self.get(n) else { continue };

@@ -350,6 +350,7 @@ impl<'b> Importer<'b> {
     /// Lower one node (of the graph, or of the function body being inlined).
     fn lower_node(&mut self, node: &NodeProto, index: usize) -> Result<(), OnnxError> {
         let opset = self.opset(&node.domain);
+        crate::work::add_len(crate::work::Stage::Import, 1 + node.input.len() + node.output.len());
         let err = |message: String| node_error(node, index, opset.unwrap_or(0), message);
         attrs::validate(node).map_err(&err)?;
         let mut inputs = Vec::with_capacity(node.input.len());

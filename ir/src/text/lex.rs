@@ -104,6 +104,7 @@ pub(crate) fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
                 start,
                 end: start,
             });
+            crate::work::add_len(crate::work::Stage::Parse, out.len());
             return Ok(out);
         };
         let tok = match ch {

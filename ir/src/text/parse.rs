@@ -6,6 +6,7 @@ use super::attrs::Attrs;
 use super::lex::{err, lex, snippet, Tok, Token};
 use super::ParseError;
 use crate::op::OpKind;
+use crate::work::{self, Stage};
 use crate::{DType, Graph, GraphError, Node, NodeId, Op, Shape, TensorType};
 
 /// Deepest nesting of brackets in attribute values.
@@ -87,6 +88,7 @@ impl Parser<'_> {
     }
 
     fn bump(&mut self) -> Token {
+        work::add(Stage::Parse, 1);
         let t = self.peek().clone();
         if self.i + 1 < self.toks.len() {
             self.i += 1;
@@ -304,6 +306,7 @@ impl Parser<'_> {
                         _ => return Err(self.error("an attribute name")),
                     };
                     self.bump();
+                    work::add(Stage::Parse, 1);
                     if !keys.insert(key.clone()) {
                         return Err(apos.err(format!("attribute `{}` is given twice", snippet(&key))));
                     }
@@ -492,6 +495,9 @@ pub(super) fn check_dims(dims: &[usize]) -> Result<(), String> {
 /// is in definition order and topological, and no cycle can be written.
 fn build(defs: Vec<NodeDef>, outputs: Vec<OutputDef>, graph_pos: Pos) -> Result<Graph, ParseError> {
     let mut index: HashMap<u64, usize> = HashMap::with_capacity(defs.len());
+    // Each loop below visits every definition (and its operands) once.
+    work::add_len(Stage::Parse, 4 * defs.len() + outputs.len());
+    work::add_len(Stage::Parse, defs.iter().map(|d| d.inputs.len()).sum::<usize>());
     for (i, d) in defs.iter().enumerate() {
         if let Some(first) = index.get(&d.id).and_then(|&f| defs.get(f)) {
             return Err(d.id_pos.err(format!(

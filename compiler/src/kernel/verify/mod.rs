@@ -48,6 +48,7 @@ pub fn verify_kernel(program: &Program, index: usize) -> Result<(), KernelVerify
         index,
         count: program.kernels.len(),
     })?;
+    graphc_ir::work::add(graphc_ir::work::Stage::Verify, 1);
     let v = Verifier {
         program,
         at: KernelAt {

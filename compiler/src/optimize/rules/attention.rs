@@ -129,31 +129,54 @@ fn is_causal_pattern(t: &Tensor, on: impl Fn(f64) -> bool, off: impl Fn(f64) -> 
 
 /// Masks are evaluated (when not already known) up to this many elements: a
 /// `[1, 1, 4096, 4096]` causal mask.
-const MAX_MASK_EVAL: usize = 1 << 24;
+pub(super) const MAX_MASK_EVAL: usize = 1 << 24;
+
+/// A whole mask is evaluated with its intermediates up to this many elements in all
+/// (a 4096 x 4096 mask and three intermediates of its size).
+const WHOLE_MASK_BUDGET: usize = 4 * MAX_MASK_EVAL;
+
+/// The values one question about a mask has evaluated, and the elements they hold:
+/// evaluation stops (`None`) before the values held would pass the budget, so the work
+/// and memory of a proof stay bounded whatever the leading (batch) dimensions are.
+pub(super) struct Evaluated {
+    values: HashMap<Id, Option<Arc<Tensor>>>,
+    elements: usize,
+    budget: usize,
+}
+
+impl Evaluated {
+    /// Up to `budget` elements evaluated in all (each class at most [`MAX_MASK_EVAL`]).
+    pub(super) fn with_budget(budget: usize) -> Evaluated {
+        Evaluated {
+            values: HashMap::new(),
+            elements: 0,
+            budget,
+        }
+    }
+}
 
 /// The value of a class computed only from known classes (constants, iota, weights),
 /// evaluated with the interpreter at the class's own shape, or `None` (an input
-/// reaches it, it is larger than [`MAX_MASK_EVAL`], or deeper than `depth`).
-pub(super) fn evaluate(
-    eg: &TEGraph,
-    id: Id,
-    depth: usize,
-    memo: &mut HashMap<Id, Option<Arc<Tensor>>>,
-) -> Option<Arc<Tensor>> {
+/// reaches it, it is larger than [`MAX_MASK_EVAL`] or than what is left of the budget
+/// of `memo`, or deeper than `depth`).
+pub(super) fn evaluate(eg: &TEGraph, id: Id, depth: usize, memo: &mut Evaluated) -> Option<Arc<Tensor>> {
     let id = eg.find(id);
-    if let Some(v) = memo.get(&id) {
+    if let Some(v) = memo.values.get(&id) {
         return v.clone();
     }
     let ty = &eg[id].data.ty;
+    let numel = ty.numel();
     let mut value = None;
-    if ty.numel() <= MAX_MASK_EVAL {
+    if numel <= MAX_MASK_EVAL && numel <= memo.budget.saturating_sub(memo.elements) {
+        memo.elements += numel;
+        graphc_ir::work::add_len(graphc_ir::work::Stage::Optimize, numel);
         if let Some(k) = &eg[id].data.known {
             value = Some(match k {
                 Known::Full(t) => t.clone(),
                 Known::Splat(_) => Arc::new(k.materialize(ty)),
             });
         } else if depth > 0 {
-            memo.insert(id, None); // no cycles
+            memo.values.insert(id, None); // no cycles
             for n in &eg[id].nodes {
                 if matches!(n.op(), Op::Input { .. } | Op::Parameter { .. }) {
                     continue;
@@ -174,7 +197,7 @@ pub(super) fn evaluate(
             }
         }
     }
-    memo.insert(id, value.clone());
+    memo.values.insert(id, value.clone());
     value
 }
 
@@ -195,7 +218,7 @@ fn is_causal(eg: &TEGraph, id: Id, bool_cond: bool) -> bool {
         causal_by_structure(eg, id)
     } else {
         additive_select(eg, id).is_some_and(|cond| causal_by_structure(eg, unbroadcast(eg, cond)))
-    } || evaluate(eg, id, 24, &mut HashMap::new()).is_some_and(|t| {
+    } || evaluate(eg, id, 24, &mut Evaluated::with_budget(WHOLE_MASK_BUDGET)).is_some_and(|t| {
         if bool_cond {
             is_causal_pattern(&t, |v| v != 0.0, |v| v == 0.0)
         } else {

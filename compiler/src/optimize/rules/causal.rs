@@ -26,16 +26,13 @@
 //! Sound for what it accepts: every element of the mask is the conjunction of its
 //! atoms' elements, and each atom's elements are what the exact vectors say.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use egg::Id;
-use graphc_ir::{BinaryOp, Op, Tensor};
+use graphc_ir::{BinaryOp, Op};
 
 use crate::optimize::analysis::TEGraph;
 use crate::optimize::rule::nodes_where;
 
-use super::attention::{evaluate, unbroadcast};
+use super::attention::{evaluate, unbroadcast, Evaluated, MAX_MASK_EVAL};
 
 /// How deep a vector's computation is followed (a cumulative sum lowered to
 /// `log2(n)` shifted additions of a 2^24-long vector is 48 levels).
@@ -44,7 +41,12 @@ const VECTOR_DEPTH: usize = 96;
 /// How many `and`s deep the conjunction is followed.
 const MAX_ATOMS_DEPTH: usize = 16;
 
-type Memo = HashMap<Id, Option<Arc<Tensor>>>;
+/// What one proof evaluates: its vectors and every intermediate of their computation,
+/// at most [`MAX_MASK_EVAL`] elements in all (a cumulative sum over 2^18 positions keeps
+/// 36 vectors of that length; per-batch vectors of a large batch are not evaluated,
+/// and the proof is left to a later, simplified form of the mask, whose vectors do not
+/// repeat over the batch).
+type Memo = Evaluated;
 
 /// Along which of the mask's last two axes a broadcast vector varies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +142,7 @@ pub(super) fn causal_by_structure(eg: &TEGraph, id: Id) -> bool {
         return false;
     }
     let leading = shape.leading_indices();
-    let mut memo = Memo::new();
+    let mut memo = Memo::with_budget(MAX_MASK_EVAL);
     // Per leading index, the keys each row keeps: `0..keep[l][i]`.
     let mut keep: Option<Vec<Vec<usize>>> = None;
     for atom in atoms {
