@@ -120,15 +120,11 @@ where
         fits: one.plan.fits(),
         error: None,
     }];
-    if !one.plan.fits() {
-        let diagnosis = graphc_compiler::plan::over_budget_diagnosis(&one.program, &one.plan, &[])
-            .unwrap_or_default()
-            .trim_end()
-            .to_string();
+    if let Some(diagnosis) = graphc_compiler::plan::diagnose(&one.program, &one.plan, &crate::Rerun::default()) {
         return Err(Error::DoesNotFit {
             value: 1,
             plan: Box::new(one.plan),
-            diagnosis,
+            diagnosis: Box::new(diagnosis),
         });
     }
     let mut probe = |value: usize, probes: &mut Vec<Probe>| -> Result<Option<Compiled>, Error> {

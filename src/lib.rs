@@ -24,6 +24,7 @@ pub mod selftest;
 use std::collections::HashMap;
 use std::path::Path;
 
+pub use graphc_compiler::plan::report::{CommandLine, Rerun};
 pub use graphc_compiler::plan::MemoryOptions;
 pub use graphc_compiler::{Binary, CompileOptions, Compiled, Kernels};
 pub use graphc_ir as ir;
@@ -56,12 +57,14 @@ pub enum Error {
     #[error(transparent)]
     Cuda(#[from] cuda::CudaError),
     /// Even the smallest value of the dimension searched by [`fit::fit`] does not fit
-    /// (`diagnosis`: the over-budget diagnosis of the plan at that value).
-    #[error("even {value} does not fit: {diagnosis}")]
+    /// (`diagnosis`: why the plan at that value does not, and what would help; its
+    /// `Display` writes commands for a library caller, `MODEL` for the model: a command
+    /// line renders it with [`Diagnosis::text`](graphc_compiler::plan::Diagnosis::text)).
+    #[error("even {value} does not fit: {}", diagnosis.to_string().trim_end())]
     DoesNotFit {
         value: usize,
         plan: Box<graphc_compiler::plan::MemoryPlan>,
-        diagnosis: String,
+        diagnosis: Box<graphc_compiler::plan::Diagnosis>,
     },
     /// The host has too little memory for what was asked (named).
     #[error("host memory: {0}")]
@@ -140,28 +143,21 @@ pub fn compile_with(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Er
 }
 
 /// [`Error::OverBudget`] (with the full diagnosis) when the compiled model's memory plan
-/// exceeds its budget. `symbolic_dims` names the model's symbolic dimensions (the ONNX
-/// `--dim` names), which the diagnosis offers as remedies.
-pub fn check_budget(model: &Compiled, symbolic_dims: &[String]) -> Result<(), Error> {
-    Ok(graphc_compiler::plan::check_budget(
-        &model.program,
-        &model.plan,
-        symbolic_dims,
-    )?)
+/// exceeds its budget. `rerun` names the model's symbolic dimensions (the ONNX `--dim`
+/// names), which the diagnosis offers as remedies, and the command line its remedies
+/// are written against ([`Rerun::default`] for none).
+pub fn check_budget(model: &Compiled, rerun: &Rerun) -> Result<(), Error> {
+    Ok(graphc_compiler::plan::check_budget(&model.program, &model.plan, rerun)?)
 }
 
 /// [`check_budget`] for a run on `device`: on the CPU the cuBLASLt workspace does not
 /// count ([`MemoryPlan::total_bytes_for`](graphc_compiler::plan::MemoryPlan::total_bytes_for)),
 /// in the check or in the diagnosis.
-pub fn check_budget_on(
-    model: &Compiled,
-    symbolic_dims: &[String],
-    device: graphc_compiler::plan::Device,
-) -> Result<(), Error> {
+pub fn check_budget_on(model: &Compiled, rerun: &Rerun, device: graphc_compiler::plan::Device) -> Result<(), Error> {
     Ok(graphc_compiler::plan::check_budget_for(
         &model.program,
         &model.plan,
-        symbolic_dims,
+        rerun,
         device,
     )?)
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use graphc::models::{gpt, GptConfig};
-use graphc::{CompileOptions, Compiled, MemoryOptions};
+use graphc::{CompileOptions, Compiled, MemoryOptions, Rerun};
 use graphc_compiler::kernel::{BufferId, Program};
 use graphc_compiler::plan::report::{self, human_bytes};
 use graphc_compiler::plan::{
@@ -260,9 +260,9 @@ fn human_bytes_and_budget_args() {
 fn a_plan_that_fits_has_no_diagnosis() {
     let c = block();
     assert!(c.plan.fits());
-    assert_eq!(over_budget_diagnosis(&c.program, &c.plan, &[]), None);
-    assert!(check_budget(&c.program, &c.plan, &[]).is_ok());
-    assert!(graphc::check_budget(&c, &[]).is_ok());
+    assert_eq!(over_budget_diagnosis(&c.program, &c.plan, &Rerun::default()), None);
+    assert!(check_budget(&c.program, &c.plan, &Rerun::default()).is_ok());
+    assert!(graphc::check_budget(&c, &Rerun::default()).is_ok());
 }
 
 #[test]
@@ -273,7 +273,7 @@ fn over_budget_says_by_how_much_what_is_live_and_what_would_help() {
     let budget = fixed + (fits.plan.total_bytes - fixed) / 2;
     let c = with_budget(budget);
     assert!(!c.plan.fits());
-    let dims = vec!["batch".to_string()];
+    let dims = Rerun::dims(&["batch".to_string()]);
     let text = over_budget_diagnosis(&c.program, &c.plan, &dims).expect("over budget");
     let over = c.plan.total_bytes - budget;
     assert!(
@@ -320,7 +320,7 @@ fn over_budget_says_by_how_much_what_is_live_and_what_would_help() {
 fn weights_over_the_budget_rule_out_activation_remedies() {
     let c = with_budget(64 << 10);
     assert!(c.plan.weights_bytes > 64 << 10);
-    let text = over_budget_diagnosis(&c.program, &c.plan, &["batch".to_string()]).unwrap();
+    let text = over_budget_diagnosis(&c.program, &c.plan, &Rerun::dims(&["batch".to_string()])).unwrap();
     assert!(text.contains("the weights alone"), "{text}");
     assert!(text.contains("no activation remedy"), "{text}");
     assert!(!text.contains("graphc fit"), "{text}");
@@ -348,7 +348,7 @@ fn recomputation_names_tensors_idle_across_the_peak() {
             ..Default::default()
         };
         let c = graphc::compile_with(&graph, &opts).unwrap();
-        let text = over_budget_diagnosis(&c.program, &c.plan, &[]).unwrap();
+        let text = over_budget_diagnosis(&c.program, &c.plan, &Rerun::default()).unwrap();
         assert!(text.contains("a smaller batch or sequence length"), "{text}");
         let Some(line) = text.lines().find(|l| l.contains("recomputation (rematerialization)")) else {
             continue;
@@ -422,7 +422,7 @@ fn fixture(name: &str) -> graphc_ir::Graph {
 #[test]
 fn a_bf16_model_is_not_told_to_use_bf16() {
     let c = half_over(&gpt(&GptConfig::default()).unwrap(), &bf16());
-    let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+    let d = report::diagnose(&c.program, &c.plan, &Rerun::default()).unwrap();
     assert!(
         !d.remedies.iter().any(|r| matches!(r, Remedy::LowerPrecision(_))),
         "{:?}",
@@ -435,13 +435,13 @@ fn a_bf16_model_is_not_told_to_use_bf16() {
     let mut opts = bf16();
     opts.memory.budget_bytes = 64 << 10;
     let tiny = graphc::compile_with(&gpt(&GptConfig::default()).unwrap(), &opts).unwrap();
-    let text = over_budget_diagnosis(&tiny.program, &tiny.plan, &[]).unwrap();
+    let text = over_budget_diagnosis(&tiny.program, &tiny.plan, &Rerun::default()).unwrap();
     assert!(text.contains("the weights alone"), "{text}");
     assert!(text.contains("must shrink (quantization)"), "{text}");
     assert!(!text.contains("bf16/fp16"), "{text}");
     // The f32 model is offered it.
     let f32 = half_over(&gpt(&GptConfig::default()).unwrap(), &Default::default());
-    let d = report::diagnose(&f32.program, &f32.plan, &[]).unwrap();
+    let d = report::diagnose(&f32.program, &f32.plan, &Rerun::default()).unwrap();
     assert!(d.remedies.iter().any(|r| matches!(r, Remedy::LowerPrecision(_))));
 }
 
@@ -450,7 +450,7 @@ fn weights_are_labelled_by_their_real_dtypes() {
     // After a bf16 compile most weights are bf16: the breakdown says so, by dtype, and
     // the dtypes add up to the weights row.
     let c = half_over(&gpt(&GptConfig::default()).unwrap(), &bf16());
-    let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+    let d = report::diagnose(&c.program, &c.plan, &Rerun::default()).unwrap();
     let by = &d.breakdown.weights_by_dtype;
     assert_eq!(by.iter().map(|x| x.bytes).sum::<u64>(), c.plan.weights_bytes);
     assert_eq!(by[0].dtype, graphc_ir::DType::BF16, "{by:?}");
@@ -461,7 +461,7 @@ fn weights_are_labelled_by_their_real_dtypes() {
 
     // An f32 model: the precision remedy gives the f32 weights out of all of them.
     let c = half_over(&gpt(&GptConfig::default()).unwrap(), &Default::default());
-    let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+    let d = report::diagnose(&c.program, &c.plan, &Rerun::default()).unwrap();
     let Some(Remedy::LowerPrecision(p)) = d.remedies.iter().find(|r| matches!(r, Remedy::LowerPrecision(_))) else {
         panic!("{:?}", d.remedies)
     };
@@ -501,7 +501,7 @@ fn the_recomputation_line_uses_the_peak_tables_bytes() {
             fixture(name)
         };
         let c = half_over(&graph, &Default::default());
-        let d = report::diagnose(&c.program, &c.plan, &[]).unwrap();
+        let d = report::diagnose(&c.program, &c.plan, &Rerun::default()).unwrap();
         let Some(Remedy::Recompute(r)) = d.remedies.iter().find(|r| matches!(r, Remedy::Recompute(_))) else {
             continue;
         };
@@ -543,7 +543,7 @@ fn the_live_count_agrees_with_the_peak_table() {
             "{n} tensors and {} of GEMM scratch live",
             human_bytes(plan.peak_scratch_bytes)
         );
-        let text = over_budget_diagnosis(&c.program, plan, &[]).unwrap();
+        let text = over_budget_diagnosis(&c.program, plan, &Rerun::default()).unwrap();
         assert!(text.contains(&words), "{text}");
         // One row per tensor (up to 8) and one for the scratch.
         assert_eq!(peak_rows(&text).len(), n.min(8) + 1, "{text}");
@@ -606,20 +606,20 @@ fn a_cpu_run_needs_no_cublaslt_workspace() {
     // A budget between the two totals fits on the CPU only.
     let c = with_budget(total + 1024);
     assert!(!c.plan.fits() && c.plan.fits_on(Device::Cpu));
-    let json = serde_json::to_value(PlanJson::new(&c.program, &c.plan, Device::Cpu, &[])).unwrap();
+    let json = serde_json::to_value(PlanJson::new(&c.program, &c.plan, Device::Cpu, &Rerun::default())).unwrap();
     assert_eq!(json["summary"]["fits"], true);
     assert_eq!(json["summary"]["total_bytes"], total);
     assert!(json.get("diagnosis").is_none());
-    assert!(check_budget_for(&c.program, &c.plan, &[], Device::Cpu).is_ok());
-    assert!(check_budget(&c.program, &c.plan, &[]).is_err());
+    assert!(check_budget_for(&c.program, &c.plan, &Rerun::default(), Device::Cpu).is_ok());
+    assert!(check_budget(&c.program, &c.plan, &Rerun::default()).is_err());
     // Below the CPU's total: its diagnosis counts no workspace.
     let small = with_budget(total / 2);
-    let d = report::diagnose_for(&small.program, &small.plan, &[], Device::Cpu).unwrap();
+    let d = report::diagnose_for(&small.program, &small.plan, &Rerun::default(), Device::Cpu).unwrap();
     assert_eq!(d.total_bytes, total);
     assert_eq!(d.over_by, total - total / 2);
     assert_eq!(d.breakdown.workspace_bytes, 0);
     assert!(!d.to_string().contains("cuBLASLt"), "{d}");
-    let err = check_budget_for(&small.program, &small.plan, &[], Device::Cpu).unwrap_err();
+    let err = check_budget_for(&small.program, &small.plan, &Rerun::default(), Device::Cpu).unwrap_err();
     assert_eq!((err.total_bytes, err.diagnosis), (total, d.to_string()));
 }
 
@@ -654,7 +654,7 @@ fn the_plan_json_keeps_the_plans_fields_and_adds_a_summary_and_the_diagnosis() {
     let round: MemoryPlan = serde_json::from_value(plan.clone()).unwrap();
     assert_eq!(serde_json::to_value(&round).unwrap(), plan);
 
-    let json = serde_json::to_value(PlanJson::new(&c.program, &c.plan, Device::Cuda, &[])).unwrap();
+    let json = serde_json::to_value(PlanJson::new(&c.program, &c.plan, Device::Cuda, &Rerun::default())).unwrap();
     for (k, v) in plan.as_object().unwrap() {
         assert_eq!(&json[k], v, "{k}");
     }
@@ -663,7 +663,7 @@ fn the_plan_json_keeps_the_plans_fields_and_adds_a_summary_and_the_diagnosis() {
     assert!(json.get("diagnosis").is_none());
 
     let over = half_over(&gpt(&GptConfig::default()).unwrap(), &Default::default());
-    let dims = vec!["batch".to_string()];
+    let dims = Rerun::dims(&["batch".to_string()]);
     let json = serde_json::to_value(PlanJson::new(&over.program, &over.plan, Device::Cuda, &dims)).unwrap();
     let d = &json["diagnosis"];
     assert_eq!(d["over_by"], over.plan.total_bytes - over.plan.budget_bytes);
@@ -681,7 +681,7 @@ fn the_plan_json_keeps_the_plans_fields_and_adds_a_summary_and_the_diagnosis() {
     assert_eq!(d["remedies"][0]["dim"], "batch");
     // The text is rendered from the same value.
     let err = check_budget(&over.program, &over.plan, &dims).unwrap_err();
-    assert_eq!(err.details.to_string(), err.diagnosis);
+    assert_eq!(err.details.text(&dims), err.diagnosis);
     assert_eq!(serde_json::to_value(&*err.details).unwrap(), *d);
 }
 
@@ -690,10 +690,10 @@ fn the_library_checks_a_cpu_budget_without_the_workspace() {
     let c = block();
     let cpu = c.plan.total_bytes_for(Device::Cpu);
     let c = with_budget(cpu);
-    assert!(graphc::check_budget(&c, &[]).is_err());
-    assert!(graphc::check_budget_on(&c, &[], Device::Cpu).is_ok());
+    assert!(graphc::check_budget(&c, &Rerun::default()).is_err());
+    assert!(graphc::check_budget_on(&c, &Rerun::default(), Device::Cpu).is_ok());
     assert!(matches!(
-        graphc::check_budget_on(&c, &[], Device::Cuda),
+        graphc::check_budget_on(&c, &Rerun::default(), Device::Cuda),
         Err(graphc::Error::OverBudget(_))
     ));
 }
@@ -705,7 +705,10 @@ fn the_summary_counts_attention_kernels_and_the_scores_they_never_store() {
     let c = block();
     let text = report::summary(&c.program, &c.plan);
     assert!(
-        text.contains("attention      1 kernel, fused: score matrices never stored, 8.00 KiB in all"),
+        text.contains(
+            "attention      1 kernel, fused: the score matrices are never stored (stored, they would take \
+             8.00 KiB, summed over the kernels)"
+        ),
         "{text}"
     );
     let g = fixture("gpt2");

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codegen::{self, CodegenError, CudaKernel};
 use crate::fuse::{fuse_with_report, FuseReport};
-use crate::kernel::Program;
+use crate::kernel::{BufferKind, Program};
 use crate::nvrtc::{self, NvrtcError, NvrtcOptions, OutputKind};
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
@@ -121,7 +121,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     passes.push(report);
     let (program, schedule, plan, report) = run_plan(program, opts)?;
     passes.push(report);
-    let precision = account_precision(precision, &optimize, &program, &plan);
+    let precision = account_precision(precision, &program, &plan);
     Ok(Compiled {
         graph,
         program,
@@ -344,28 +344,36 @@ fn run_plan(
 /// What the precision saved: the weights' bytes before and after the optimizer folded
 /// the weight casts, and the planned intermediates against their f32 size (counted
 /// anew from `plan`, so a report accounted for another plan can be accounted again).
-fn account_precision(
-    mut precision: PrecisionReport,
-    optimize: &OptimizeReport,
-    program: &Program,
-    plan: &MemoryPlan,
-) -> PrecisionReport {
-    let low = precision.precision.low_type();
-    precision.weights_bytes_before = optimize.weight_bytes_before as u64;
-    precision.weights_bytes_after = optimize.weight_bytes_after as u64;
-    precision.intermediates_bytes = 0;
-    precision.intermediates_f32_bytes = 0;
-    for b in &plan.buffers {
-        let ty = &program.buffers[b.buffer.index()].ty;
-        let bytes = ty.size_bytes() as u64;
-        precision.intermediates_bytes = precision.intermediates_bytes.saturating_add(bytes);
-        let f32_bytes = if Some(ty.dtype) == low {
+fn account_precision(mut precision: PrecisionReport, program: &Program, plan: &MemoryPlan) -> PrecisionReport {
+    let Some(low) = precision.precision.low_type() else {
+        return precision;
+    };
+    // Each tensor's bytes with the low type's in f32.
+    let f32_bytes = |ty: &graphc_ir::TensorType| {
+        if ty.dtype == low {
             (ty.numel() as u64).saturating_mul(4)
         } else {
-            bytes
-        };
-        precision.intermediates_f32_bytes = precision.intermediates_f32_bytes.saturating_add(f32_bytes);
-    }
+            ty.size_bytes() as u64
+        }
+    };
+    precision.weights_bytes = plan.weights_bytes;
+    precision.weights_f32_bytes = program
+        .buffers
+        .iter()
+        .filter(|b| matches!(b.kind, BufferKind::Weight { .. } | BufferKind::Constant { .. }))
+        .map(|b| f32_bytes(&b.ty))
+        .fold(0, u64::saturating_add);
+    precision.peak_bytes = plan.lower_bound_bytes;
+    // GEMM scratch holds a product of the low type: twice its bytes in f32.
+    precision.peak_f32_bytes = plan.peak_with(
+        |b| {
+            program
+                .buffers
+                .get(b.buffer.index())
+                .map_or(b.bytes, |pb| f32_bytes(&pb.ty))
+        },
+        |sc| sc.bytes.saturating_mul(2),
+    );
     precision
 }
 

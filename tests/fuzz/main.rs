@@ -396,7 +396,7 @@ fn load_and_run(seeds: &Seeds, case: &Case, dir: &Path, model_dir: &Path) -> Res
 fn compile_and_run(graph: &Graph) -> Result<(), String> {
     graph.verify().map_err(|e| format!("a loaded graph must verify: {e}"))?;
     let compiled = graphc::compile(graph).map_err(|e| e.to_string())?;
-    graphc::check_budget(&compiled, &[]).map_err(|e| e.to_string())?;
+    graphc::check_budget(&compiled, &graphc::Rerun::default()).map_err(|e| e.to_string())?;
     if graphc::cpu_run_bytes(&compiled) + compiled.plan.weights_bytes > RUN_LIMIT_BYTES {
         return Ok(());
     }

@@ -205,6 +205,11 @@ impl Nodes {
             }
         }
         let quant = quant_weights(graph);
+        // The name of the view node (by canonical number) a dense copy materializes.
+        let view_name = |via: Option<u32>| {
+            via.and_then(|c| order.get(c as usize))
+                .and_then(|&id| graph.node(id).name.clone())
+        };
         for &id in order.iter().filter(|id| live[id.index()]) {
             let node = graph.node(id);
             let operands: Vec<Operand> = node
@@ -250,7 +255,7 @@ impl Nodes {
                         Some(l) => (src.root, l),
                         None => {
                             // Not affine: materialize the operand, then reshape the copy.
-                            let copy = b.copy_of(src.clone(), node.ty.dtype);
+                            let copy = b.copy_of(src.clone(), node.ty.dtype, node.name.clone());
                             (copy, Layout::contiguous(&dims))
                         }
                     };
@@ -282,7 +287,7 @@ impl Nodes {
                         operands,
                     )),
                 Op::MatMul if is_gemm_dtype(node.ty.dtype) => {
-                    let ops = b.gemm_operands(operands, &dims[..dims.len() - 2]);
+                    let ops = b.gemm_operands(operands, &dims[..dims.len() - 2], &view_name);
                     b.push(mk(FKind::MatMul, ops))
                 }
                 op => b.push(mk(FKind::Single(op.clone()), operands)),
@@ -305,8 +310,9 @@ impl Nodes {
             } else {
                 let dt = graph.node(out.node).ty.dtype;
                 let d = v.dims.clone();
+                let name = view_name(v.via).or_else(|| graph.node(out.node).name.clone());
                 Operand {
-                    root: b.copy_of(v, dt),
+                    root: b.copy_of(v, dt, name),
                     layout: Layout::contiguous(&d),
                     dims: d,
                     via: None,
@@ -346,7 +352,13 @@ impl Nodes {
 
     /// A matmul's operands as a GEMM reads them: copied densely where it cannot stride
     /// through one (or it is a scalar).
-    fn gemm_operands(&mut self, operands: Vec<Operand>, out_batch: &[usize]) -> Vec<Operand> {
+    /// `view_name`: the name of a view node by canonical number (the copy's name).
+    fn gemm_operands(
+        &mut self,
+        operands: Vec<Operand>,
+        out_batch: &[usize],
+        view_name: &dyn Fn(Option<u32>) -> Option<String>,
+    ) -> Vec<Operand> {
         let mut ops = Vec::new();
         for o in operands {
             let s = matmul_operand_strides(&o.layout, &o.dims, out_batch);
@@ -355,8 +367,9 @@ impl Nodes {
             let o = if self.is_scalar(o.root) || !gemm_readable(&s, &full) {
                 let dt = self.nodes[o.root].ty.dtype;
                 let d = o.dims.clone();
+                let name = view_name(o.via).or_else(|| self.nodes[o.root].name.clone());
                 Operand {
-                    root: self.copy_of(o, dt),
+                    root: self.copy_of(o, dt, name),
                     layout: Layout::contiguous(&d),
                     dims: d,
                     via: None,
@@ -378,8 +391,8 @@ impl Nodes {
         matches!(self.nodes[i].kind, FKind::Scalar(_))
     }
 
-    /// A node copying `src` densely; reports name the view it materializes.
-    fn copy_of(&mut self, src: Operand, dtype: DType) -> usize {
+    /// A node copying `src` densely, named after the view it materializes (`name`).
+    fn copy_of(&mut self, src: Operand, dtype: DType, name: Option<String>) -> usize {
         let canon = src.via;
         let ty = TensorType::new(dtype, src.dims.clone());
         self.push(FNode {
@@ -388,7 +401,7 @@ impl Nodes {
             operands: vec![src],
             ir: None,
             canon,
-            name: None,
+            name,
         })
     }
 }

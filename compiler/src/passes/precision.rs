@@ -104,15 +104,16 @@ pub struct PrecisionReport {
     pub f32_nodes: usize,
     /// Casts inserted (before the optimizer folds the weight casts).
     pub casts: usize,
-    /// Bytes of the weights before and after compilation (the optimizer folds the
-    /// weight casts into low-type weights). Set by the pipeline.
-    pub weights_bytes_before: u64,
-    pub weights_bytes_after: u64,
-    /// Bytes of the planned intermediates (the arena's buffers, GEMM scratch not
-    /// counted), and what they would take with every low-type one in f32. Set by the
-    /// pipeline.
-    pub intermediates_bytes: u64,
-    pub intermediates_f32_bytes: u64,
+    /// The plan's weights (and constants), as the memory plan counts them
+    /// ([`MemoryPlan::weights_bytes`](crate::plan::MemoryPlan::weights_bytes)), and
+    /// the same tensors with the low-type ones in f32. Set by the pipeline.
+    pub weights_bytes: u64,
+    pub weights_f32_bytes: u64,
+    /// The most arena bytes live at once (the plan's lower bound), and the same with
+    /// every low-type intermediate in f32 ([`MemoryPlan::peak_with`](crate::plan::MemoryPlan::peak_with)).
+    /// Set by the pipeline.
+    pub peak_bytes: u64,
+    pub peak_f32_bytes: u64,
 }
 
 impl PrecisionReport {
@@ -130,14 +131,15 @@ impl PrecisionReport {
             }
         };
         format!(
-            "{}: weights {} instead of {} (-{:.0}%), intermediates {} instead of {} in f32 (-{:.0}%); {} ops in {low}, {} kept in f32",
+            "{}: weights {} ({} in f32, -{:.0}%), the arena's peak {} ({} with its tensors in f32, -{:.0}%); \
+             {} ops in {low}, {} kept in f32",
             self.precision,
-            h(self.weights_bytes_after),
-            h(self.weights_bytes_before),
-            pct(self.weights_bytes_after, self.weights_bytes_before),
-            h(self.intermediates_bytes),
-            h(self.intermediates_f32_bytes),
-            pct(self.intermediates_bytes, self.intermediates_f32_bytes),
+            h(self.weights_bytes),
+            h(self.weights_f32_bytes),
+            pct(self.weights_bytes, self.weights_f32_bytes),
+            h(self.peak_bytes),
+            h(self.peak_f32_bytes),
+            pct(self.peak_bytes, self.peak_f32_bytes),
             self.low_nodes,
             self.f32_nodes
         )
@@ -346,7 +348,15 @@ fn rebuild(
                     match casts.get(&key) {
                         Some(&x) => x,
                         None => {
-                            let x = out.add(Op::Cast { to: t }, vec![new], None)?;
+                            // The cast of a computed value stands for it in the other
+                            // type: its name goes with it (reports name buffers by it).
+                            // A cast of a weight folds into a new weight, nameless.
+                            let from = out.node(new);
+                            let name = match from.op {
+                                Op::Parameter { .. } | Op::Constant { .. } | Op::Input { .. } => None,
+                                _ => from.name.clone(),
+                            };
+                            let x = out.add(Op::Cast { to: t }, vec![new], name)?;
                             report.casts += 1;
                             casts.insert(key, x);
                             x
@@ -386,7 +396,8 @@ fn rebuild(
             _ => declared,
         };
         if out.node(id).ty.dtype != want {
-            id = out.add(Op::Cast { to: want }, vec![id], None)?;
+            let name = out.node(id).name.clone();
+            id = out.add(Op::Cast { to: want }, vec![id], name)?;
             report.casts += 1;
         }
         out.add_output(o.name.clone(), id);

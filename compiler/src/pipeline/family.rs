@@ -329,7 +329,7 @@ impl ShapeFamily {
             .cloned()
             .collect();
         passes.extend([specialize, fused, planned]);
-        let precision = account_precision(self.low.precision.clone(), &self.low.optimize, &program, &plan);
+        let precision = account_precision(self.low.precision.clone(), &program, &plan);
         Ok(Compiled {
             graph,
             program,

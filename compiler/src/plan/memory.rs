@@ -294,6 +294,37 @@ impl MemoryPlan {
         }
     }
 
+    /// The most arena bytes live at once (each size rounded up to the alignment) with
+    /// each buffer and GEMM scratch area taking the bytes `buffer` and `scratch` give:
+    /// [`MemoryPlan::lower_bound_bytes`] when they give their own sizes. A buffer
+    /// written in place holds its predecessor's slot at the step that writes it (as
+    /// the plan verifier counts).
+    pub fn peak_with(&self, buffer: impl Fn(&PlannedBuffer) -> u64, scratch: impl Fn(&PlannedScratch) -> u64) -> u64 {
+        let nk = self.steps.len();
+        let align = self.align.max(1);
+        let mut delta = vec![0i128; nk + 1];
+        let mut add = |from: usize, to: usize, bytes: u64| {
+            if from < to && bytes > 0 {
+                let a = i128::from(bytes.div_ceil(align).saturating_mul(align));
+                delta[from] += a;
+                delta[to] -= a;
+            }
+        };
+        for b in &self.buffers {
+            let from = b.start as usize + usize::from(b.reuses.is_some());
+            add(from, (b.end as usize).min(nk), buffer(b));
+        }
+        for sc in &self.scratch {
+            add(sc.step as usize, (sc.step as usize + 1).min(nk), scratch(sc));
+        }
+        let (mut live, mut peak) = (0i128, 0i128);
+        for d in delta {
+            live += d;
+            peak = peak.max(live);
+        }
+        u64::try_from(peak).unwrap_or(u64::MAX)
+    }
+
     /// The planned arena buffer of program buffer `id`, if it is in the arena.
     pub fn buffer(&self, id: BufferId) -> Option<&PlannedBuffer> {
         self.buffers.iter().find(|b| b.buffer == id)

@@ -50,6 +50,8 @@ pub use memory::{
 pub use offsets::{
     assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions, Strategy, EXACT_MAX_BUFFERS,
 };
-pub use report::{check_budget, check_budget_for, over_budget_diagnosis, Diagnosis, OverBudget, PlanJson, Remedy};
+pub use report::{
+    check_budget, check_budget_for, diagnose, over_budget_diagnosis, Diagnosis, OverBudget, PlanJson, Remedy, Rerun,
+};
 pub use schedule::{apply_schedule, candidate_orders, schedule, Schedule, Scheduler};
 pub use verify::{verify, verify_plan};

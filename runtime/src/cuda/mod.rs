@@ -52,10 +52,10 @@ pub enum CudaError {
     #[error(transparent)]
     Sim(#[from] sim::SimError),
     /// libcuda cannot be loaded: no NVIDIA driver on this machine.
-    #[error("no CUDA driver: {0} (the CPU executor still works: --device cpu)")]
+    #[error("no CUDA driver: {0}")]
     NoDriver(String),
     /// The driver is there but has no (such) GPU.
-    #[error("no CUDA device: {0} (the CPU executor still works: --device cpu)")]
+    #[error("no CUDA device: {0}")]
     NoDevice(String),
     /// cuBLASLt cannot be loaded (needed for matmuls).
     #[error("cuBLASLt is not available: {0} (put libcublasLt's folder on LD_LIBRARY_PATH)")]

@@ -27,10 +27,25 @@ impl ModelArgs {
         Ok(graphc::load_model(&self.model, &self.dims)?)
     }
 
-    /// The names of the dimensions fixed with `--dim` (the remedies an over-budget
-    /// diagnosis may offer).
-    pub fn symbolic(&self) -> Vec<String> {
-        self.dims.iter().map(|(name, _)| name.clone()).collect()
+    /// The model and its `--dim`s as words of a command line.
+    pub fn words(&self) -> Vec<String> {
+        let mut w = vec![self.model.to_string_lossy().into_owned()];
+        for (name, value) in &self.dims {
+            w.extend(["--dim".to_string(), format!("{name}={value}")]);
+        }
+        w
+    }
+
+    /// What an over-budget diagnosis writes its commands from: this command line, the
+    /// model, the dimensions fixed with `--dim` (each a remedy) and the options
+    /// `graphc fit` takes too.
+    pub fn rerun(&self, budget: &BudgetArgs) -> graphc::Rerun {
+        graphc::Rerun {
+            command: Some(crate::hint::command_line()),
+            model: self.model.to_string_lossy().into_owned(),
+            dims: self.dims.iter().map(|(n, v)| (n.clone(), Some(*v))).collect(),
+            fit_options: budget.words(),
+        }
     }
 }
 
@@ -56,6 +71,25 @@ pub struct BudgetArgs {
 }
 
 impl BudgetArgs {
+    /// These options as words of a command line (`--budget` always, the others when
+    /// not their default).
+    pub fn words(&self) -> Vec<String> {
+        let mut w = vec![
+            "--budget".to_string(),
+            graphc_compiler::plan::report::budget_arg(self.budget),
+        ];
+        if self.precision != Precision::default() {
+            w.extend(["--precision".to_string(), self.precision.to_string()]);
+        }
+        if self.f32_outputs {
+            w.push("--f32-outputs".to_string());
+        }
+        if self.weights != WeightQuant::default() {
+            w.extend(["--weights".to_string(), self.weights.to_string()]);
+        }
+        w
+    }
+
     /// Default compile options with this budget and precision.
     pub fn options(&self) -> graphc::CompileOptions {
         graphc::CompileOptions {
@@ -92,7 +126,7 @@ impl DeviceArgs {
     /// `--sanitize` and `--sim-gpu` only mean something to cuda-sim.
     pub fn check(&self) -> anyhow::Result<()> {
         if self.device != Device::CudaSim && (self.sim.sanitize.is_some() || self.sim.sim_gpu.is_some()) {
-            anyhow::bail!("--sanitize and --sim-gpu are options of --device cuda-sim");
+            anyhow::bail!("{}", crate::hint::sim_options_only());
         }
         Ok(())
     }

@@ -111,7 +111,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let progress = crate::common::Progress::new("compiling");
     let compiled = graphc::compile_with(&graph, &args.budget.options())?;
     drop(progress);
-    graphc::check_budget_on(&compiled, &args.model.symbolic(), args.device.device.planned_for())?;
+    graphc::check_budget_on(
+        &compiled,
+        &args.model.rerun(&args.budget),
+        args.device.device.planned_for(),
+    )?;
     if args.device.device == Device::Cpu {
         graphc::check_host_memory(&compiled)?;
     }
@@ -133,7 +137,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 graphc::check_host_memory(&compiled)?;
             }
             if args.per_kernel {
-                bail!("--per-kernel times GPU launches: use it with --device cuda");
+                bail!("{}", crate::hint::per_kernel_needs_a_gpu());
             }
             let times = time_cpu(&compiled, &inputs, args.warmup, args.iters)?;
             report_host(&args, &compiled, HostRun::Cpu, &times)
@@ -141,7 +145,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Target::Sim(mut sim) => {
             graphc::check_host_memory(&compiled)?;
             if args.per_kernel {
-                bail!("--per-kernel times GPU launches: use it with --device cuda");
+                bail!("{}", crate::hint::per_kernel_needs_a_gpu());
             }
             if !args.json {
                 crate::common::print_sim(&sim, args.device.sim.describe());

@@ -29,15 +29,17 @@ pub fn print_session(session: &graphc::cuda::Session, counts: &Counts) {
     );
 }
 
-/// `103 nodes, 1 input(s), 1 output(s), 12 weights (793088 bytes)`.
+/// `103 nodes, 1 input(s), 1 output(s), 12 weight tensors as imported (774.5 KiB)`: the
+/// model as read, before the optimizer folds or drops weights (the plan's `weights`
+/// row counts what it keeps).
 pub fn describe(g: &Graph) -> String {
     format!(
-        "{} nodes, {} input(s), {} output(s), {} weights ({} bytes)",
+        "{} nodes, {} input(s), {} output(s), {} weight tensors as imported ({})",
         g.len(),
         g.inputs().len(),
         g.outputs().len(),
         g.weights().len(),
-        g.weights_bytes()
+        human_bytes(g.weights_bytes() as u64)
     )
 }
 

@@ -55,7 +55,20 @@ pub fn run(args: FitArgs) -> Result<()> {
     let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &budget.options(), max, &mut |value| {
         probes += 1;
         progress.set(format!("fitting {dim}: probe {probes}, {dim}={value}"));
-    })?;
+    });
+    let fit = match fit {
+        // The remedies as changes of this command.
+        Err(graphc::Error::DoesNotFit { value, diagnosis, .. }) => {
+            let rerun = graphc::Rerun {
+                command: Some(crate::hint::command_line()),
+                model: model.to_string_lossy().into_owned(),
+                dims: Vec::new(),
+                fit_options: budget.words(),
+            };
+            bail!("even {dim}={value} does not fit: {}", diagnosis.text(&rerun).trim_end())
+        }
+        other => other?,
+    };
     drop(progress);
     println!(
         "fit          {dim} = {} is the largest that fits {}{}",

@@ -13,6 +13,7 @@ mod common;
 mod counts;
 mod cuda;
 mod fit;
+mod hint;
 mod ir;
 mod launches;
 mod opt;
@@ -87,25 +88,31 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            if no_gpu(&e) {
-                ExitCode::from(EXIT_NO_GPU)
-            } else {
-                ExitCode::FAILURE
+            match unavailable(&e) {
+                Some(sim) => {
+                    if let Some(h) = hint::for_unavailable(&hint::command_line(), sim) {
+                        eprintln!("hint: {h}");
+                    }
+                    ExitCode::from(EXIT_NO_GPU)
+                }
+                None => ExitCode::FAILURE,
             }
         }
     }
 }
 
-/// Whether `e` says there is no usable GPU here (exit code 3).
-fn no_gpu(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
+/// Whether `e` says there is no usable GPU here (exit code 3): `Some(true)` when what
+/// is missing is cuda-sim's C++ compiler, `Some(false)` the driver, GPU or cuBLASLt.
+fn unavailable(e: &anyhow::Error) -> Option<bool> {
+    e.chain().find_map(|c| {
         let cuda = c
             .downcast_ref::<graphc::cuda::CudaError>()
             .or_else(|| match c.downcast_ref::<graphc::Error>() {
                 Some(graphc::Error::Cuda(cuda)) => Some(cuda),
                 _ => None,
-            });
-        cuda.is_some_and(|c| c.is_unavailable())
+            })?;
+        cuda.is_unavailable()
+            .then_some(matches!(cuda, graphc::cuda::CudaError::Sim(_)))
     })
 }
 

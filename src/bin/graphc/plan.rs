@@ -46,12 +46,12 @@ pub fn run(args: PlanArgs) -> Result<()> {
             print!("{}", report::picture(plan, 64, 16));
         }
     };
-    let symbolic = args.model.symbolic();
+    let rerun = args.model.rerun(&args.budget);
     let json = || {
         let planned = graphc_compiler::plan::Device::Cuda;
-        serde_json::to_string_pretty(&report::PlanJson::new(program, plan, planned, &symbolic))
+        serde_json::to_string_pretty(&report::PlanJson::new(program, plan, planned, &rerun))
     };
-    if let Err(over) = graphc::check_budget(&compiled, &symbolic) {
+    if let Err(over) = graphc::check_budget(&compiled, &rerun) {
         // The summary (or the JSON, with the diagnosis as data), then the diagnosis
         // as the error; no SVG is written.
         if args.json {

@@ -27,7 +27,11 @@ pub struct RandomInputsArgs {
 pub fn run(args: RandomInputsArgs) -> Result<()> {
     let graph = args.model.load()?;
     let compiled = graphc::compile_with(&graph, &args.budget.options())?;
-    graphc::check_budget_on(&compiled, &args.model.symbolic(), graphc_compiler::plan::Device::Cpu)?;
+    graphc::check_budget_on(
+        &compiled,
+        &args.model.rerun(&args.budget),
+        graphc_compiler::plan::Device::Cpu,
+    )?;
     let arrays = graphc::try_random_input_list(&graph, args.seed)?;
     graphc::npz::write_npz(&args.output, &arrays).with_context(|| "writing random inputs")?;
     println!("wrote    {} ({} arrays)", args.output.display(), arrays.len());

@@ -29,7 +29,8 @@ pub struct RunArgs {
     pub device: DeviceArgs,
     #[command(flatten)]
     pub budget: BudgetArgs,
-    /// With --device cuda: also run the CPU executor on the same inputs and compare
+    /// With --device cuda or cuda-sim (or auto on a GPU machine): also run the CPU
+    /// executor on the same inputs and compare
     /// (relative L2 per output: 1e-5 for f32/f64, 1e-2 for f16 and for f32 with
     /// --tf32, 3e-2 for bf16; integers and bool exactly); exit 1 if any output is off.
     #[arg(long)]
@@ -46,7 +47,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         check,
     } = args;
     if check && device.device == Device::Cpu {
-        bail!("--check compares the GPU with the CPU executor: use it with --device cuda or cuda-sim");
+        let cmd = crate::hint::command_line().with("--device", Some("cuda-sim"));
+        bail!(
+            "--check compares a run on the GPU (--device cuda) or on cuda-sim with the CPU executor, which \
+             --device cpu already is: `{cmd}` compares the generated CUDA C, run on this CPU, with it"
+        );
     }
     device.check()?;
     let graph = model.load()?;
@@ -60,7 +65,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let progress = crate::common::Progress::new("compiling");
     let compiled = graphc::compile_with(&graph, &budget.options())?;
     drop(progress);
-    graphc::check_budget_on(&compiled, &model.symbolic(), device.device.planned_for())?;
+    graphc::check_budget_on(&compiled, &model.rerun(&budget), device.device.planned_for())?;
     print_passes(&compiled);
     if budget.precision.low_type().is_some() {
         println!("precision {}", compiled.precision.summary());
@@ -74,7 +79,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         Target::Cpu(_) => graphc_compiler::plan::Device::Cpu,
         Target::Gpu(_) | Target::Sim(_) => graphc_compiler::plan::Device::Cuda,
     };
-    println!("plan     the static memory plan (`graphc plan MODEL --picture` draws it):");
+    let picture = graphc::CommandLine::new(
+        std::iter::once("plan".to_string())
+            .chain(model.words())
+            .chain(budget.words())
+            .chain(["--picture".to_string()]),
+    );
+    println!("plan     the static memory plan (`{picture}` draws it):");
     for line in report::summary_for(&compiled.program, &compiled.plan, planned).lines() {
         if line.is_empty() {
             println!();

@@ -49,7 +49,7 @@ pub fn run(args: SelftestArgs) -> Result<()> {
         sim,
     } = args;
     if device != SelftestDevice::CudaSim && (sim.sanitize.is_some() || sim.sim_gpu.is_some()) {
-        bail!("--sanitize and --sim-gpu are options of --device cuda-sim");
+        bail!("{}", crate::hint::sim_options_only());
     }
     let sim_opts = sim.options();
     let cases: Vec<_> = graphc::selftest::cases()?

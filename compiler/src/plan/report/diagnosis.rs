@@ -1,7 +1,8 @@
 //! Why a plan does not fit its budget and what would help: [`diagnose`] computes a
 //! serializable [`Diagnosis`] (by how much, the breakdown, the peak step and its
-//! tensors, the [`Remedy`]s with their estimates); its `Display` renders the text that
-//! [`over_budget_diagnosis`] and [`check_budget`] / [`OverBudget`] give.
+//! tensors, the [`Remedy`]s with their estimates); `diagnosis_text.rs` renders the
+//! text that [`over_budget_diagnosis`] and [`check_budget`] / [`OverBudget`] give, each
+//! remedy with the command that applies it ([`Rerun`]).
 //!
 //! The remedies, each offered only where it applies:
 //! - a smaller symbolic dimension (or, for static shapes, a smaller batch or sequence),
@@ -16,12 +17,12 @@
 //!   budget, that no activation remedy can help.
 
 use std::collections::HashMap;
-use std::fmt::{self, Write};
+use std::fmt;
 
 use graphc_ir::DType;
 use serde::Serialize;
 
-use super::{budget_arg, display_name, human_bytes, live_words, peak_bytes, plural, size_row, table};
+use super::{peak_bytes, Rerun};
 use crate::kernel::{BufferId, BufferKind, Program};
 use crate::plan::{ArgAccess, Device, LiveTensor, MemoryPlan, PlannedBuffer, StepKind};
 
@@ -98,6 +99,10 @@ pub struct DimEstimate {
     /// The percentage of the current size that fits if they scale linearly (at most 99;
     /// 0: less than 1%).
     pub fits_percent: u32,
+    /// Only together with int`N` weights (`--weights intN`): the cuBLASLt workspace
+    /// alone is over the budget, and quantized GEMMs need none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub with_weights: Option<u32>,
 }
 
 /// bf16/fp16 instead of f32: what is in f32 and what halving it saves.
@@ -147,8 +152,14 @@ pub struct RecomputeEstimate {
 pub enum Remedy {
     /// The weights alone exceed the budget: no activation remedy can help.
     WeightsExceedBudget { weights_bytes: u64 },
-    /// The cuBLASLt workspace alone exceeds the budget: nothing in the model can help.
-    WorkspaceExceedsBudget { workspace_bytes: u64, weights_bytes: u64 },
+    /// The cuBLASLt workspace alone exceeds the budget: no activation remedy can help;
+    /// `quantized_gemms_need_none`: int8/int4 weights would make every GEMM a generated
+    /// kernel, which needs no workspace (the [`Remedy::QuantizeWeights`] that follow).
+    WorkspaceExceedsBudget {
+        workspace_bytes: u64,
+        weights_bytes: u64,
+        quantized_gemms_need_none: bool,
+    },
     /// The weights and the workspace together exceed the budget.
     FixedExceedBudget { weights_bytes: u64, workspace_bytes: u64 },
     /// A smaller symbolic dimension, or batch or sequence.
@@ -199,70 +210,60 @@ impl std::error::Error for OverBudget {}
 
 /// `Ok` when the plan fits its budget, else [`OverBudget`] with the diagnosis (of a GPU
 /// run: [`check_budget_for`] [`Device::Cuda`]).
-pub fn check_budget(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Result<(), OverBudget> {
-    check_budget_for(program, plan, symbolic_dims, Device::Cuda)
+pub fn check_budget(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Result<(), OverBudget> {
+    check_budget_for(program, plan, rerun, Device::Cuda)
 }
 
 /// `Ok` when a run of the plan on `device` fits its budget, else [`OverBudget`] with
 /// [`diagnose_for`] that device.
-pub fn check_budget_for(
-    program: &Program,
-    plan: &MemoryPlan,
-    symbolic_dims: &[String],
-    device: Device,
-) -> Result<(), OverBudget> {
-    match diagnose_for(program, plan, symbolic_dims, device) {
+pub fn check_budget_for(program: &Program, plan: &MemoryPlan, rerun: &Rerun, device: Device) -> Result<(), OverBudget> {
+    match diagnose_for(program, plan, rerun, device) {
         None => Ok(()),
         Some(d) => Err(OverBudget {
             over_by: d.over_by,
             total_bytes: d.total_bytes,
             budget_bytes: d.budget_bytes,
-            diagnosis: d.to_string(),
+            diagnosis: d.text(rerun),
             details: Box::new(d),
         }),
     }
 }
 
-/// Why a plan does not fit and what would help, as text ([`Diagnosis`]'s `Display`);
-/// `None` when it fits.
-pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Option<String> {
-    diagnose(program, plan, symbolic_dims).map(|d| d.to_string())
+/// Why a plan does not fit and what would help, as text ([`Diagnosis::text`], its
+/// commands written from `rerun`); `None` when it fits.
+pub fn over_budget_diagnosis(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Option<String> {
+    diagnose(program, plan, rerun).map(|d| d.text(rerun))
 }
 
 /// Why a plan does not fit and what would help; `None` when it fits.
 ///
-/// `symbolic_dims` names the model's symbolic dimensions (e.g. ONNX `--dim` names), each
+/// `rerun.dims` names the model's symbolic dimensions (e.g. ONNX `--dim` names), each
 /// offered as a remedy. The totals are the plan's own (a GPU run's, with the cuBLASLt
 /// workspace): [`diagnose_for`] [`Device::Cuda`].
-pub fn diagnose(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Option<Diagnosis> {
-    diagnose_for(program, plan, symbolic_dims, Device::Cuda)
+pub fn diagnose(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Option<Diagnosis> {
+    diagnose_for(program, plan, rerun, Device::Cuda)
 }
 
 /// [`diagnose`] for a run on `device`: on the CPU the total has no cuBLASLt workspace
 /// ([`MemoryPlan::total_bytes_for`]), and neither do the breakdown and the remedies.
-pub fn diagnose_for(
-    program: &Program,
-    plan: &MemoryPlan,
-    symbolic_dims: &[String],
-    device: Device,
-) -> Option<Diagnosis> {
+pub fn diagnose_for(program: &Program, plan: &MemoryPlan, rerun: &Rerun, device: Device) -> Option<Diagnosis> {
     if plan.fits_on(device) {
         return None;
     }
     match device {
-        Device::Cuda => over_budget(program, plan, symbolic_dims),
+        Device::Cuda => over_budget(program, plan, rerun),
         Device::Cpu => {
             // The plan as the CPU executor sees it (cloned only when it is over).
             let mut cpu = plan.clone();
             cpu.total_bytes = plan.total_bytes_for(Device::Cpu);
             cpu.workspace_bytes = 0;
-            over_budget(program, &cpu, symbolic_dims)
+            over_budget(program, &cpu, rerun)
         }
     }
 }
 
 /// The diagnosis of a plan whose own total is over its budget.
-fn over_budget(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Option<Diagnosis> {
+fn over_budget(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Option<Diagnosis> {
     let over_by = plan.over_budget()?;
     let peak = plan
         .steps
@@ -284,7 +285,7 @@ fn over_budget(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -
         low_precision: low_precision(program),
         breakdown: breakdown(program, plan),
         peak,
-        remedies: remedies(program, plan, symbolic_dims),
+        remedies: remedies(program, plan, rerun),
     })
 }
 
@@ -315,8 +316,9 @@ fn breakdown(program: &Program, plan: &MemoryPlan) -> Breakdown {
 }
 
 /// The remedies that apply, in the order the text lists them.
-fn remedies(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> Vec<Remedy> {
+fn remedies(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Vec<Remedy> {
     let budget = plan.budget_bytes;
+    let quantized = quantized_weights(program, plan);
     let mut out = Vec::new();
     let weights_over = plan.weights_bytes > budget;
     if weights_over {
@@ -330,6 +332,9 @@ fn remedies(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> V
         out.push(Remedy::WorkspaceExceedsBudget {
             workspace_bytes: plan.workspace_bytes,
             weights_bytes: plan.weights_bytes,
+            quantized_gemms_need_none: quantized
+                .iter()
+                .any(|r| matches!(r, Remedy::QuantizeWeights(q) if q.workspace_bytes > 0)),
         });
     } else if fixed_over {
         out.push(Remedy::FixedExceedBudget {
@@ -341,30 +346,56 @@ fn remedies(program: &Program, plan: &MemoryPlan, symbolic_dims: &[String]) -> V
         .arena_bytes
         .saturating_add(plan.inputs_bytes)
         .saturating_add(plan.outputs_bytes);
-    if !weights_over && !fixed_over && activations > 0 {
+    // The bytes the activations must fit beside: the weights and the workspace; or,
+    // when the workspace alone is over the budget and int4 weights would make every
+    // GEMM a generated kernel without one, the int4 weights (the dims then come after
+    // the quantization remedies, as a combination with it).
+    let int4_fixed = quantized.iter().find_map(|r| match r {
+        Remedy::QuantizeWeights(q) if q.bits == 4 && q.workspace_bytes > 0 => Some(
+            plan.weights_bytes
+                .saturating_sub(q.matrix_bytes)
+                .saturating_add(q.matrix_after_bytes),
+        ),
+        _ => None,
+    });
+    let beside = if !weights_over && !fixed_over {
+        Some((fixed, None))
+    } else if fixed_over && plan.workspace_bytes > budget {
+        int4_fixed.filter(|&f| f < budget).map(|f| (f, Some(4)))
+    } else {
+        None
+    };
+    let mut dims_remedies = Vec::new();
+    if let (Some((fixed, with_weights)), true) = (beside, activations > 0) {
         let share = (budget - fixed) as f64 / activations as f64;
         let fits_percent = if share < 0.01 {
             0
         } else {
             (share * 100.0).floor().min(99.0) as u32
         };
-        let dims: Vec<Option<String>> = if symbolic_dims.is_empty() {
+        let dims: Vec<Option<String>> = if rerun.dims.is_empty() {
             vec![None]
         } else {
-            symbolic_dims.iter().cloned().map(Some).collect()
+            rerun.dim_names().map(|d| Some(d.to_string())).collect()
         };
-        out.extend(dims.into_iter().map(|dim| {
+        dims_remedies.extend(dims.into_iter().map(|dim| {
             Remedy::SmallerDim(DimEstimate {
                 dim,
                 activations_bytes: activations,
                 fits_percent,
+                with_weights,
             })
         }));
+    }
+    let dims_after_quantization = beside.is_some_and(|(_, w)| w.is_some());
+    if !dims_after_quantization {
+        out.append(&mut dims_remedies);
     }
     if plan.workspace_bytes <= budget {
         out.extend(lower_precision(program, plan));
     }
-    out.extend(quantized_weights(program, plan));
+    out.extend(quantized);
+    out.append(&mut dims_remedies);
     if !weights_over && !fixed_over {
         let tensors = remat_candidates(plan);
         if !tensors.is_empty() {
@@ -555,294 +586,4 @@ fn remat_candidates(plan: &MemoryPlan) -> Vec<Remat> {
         });
     }
     out
-}
-
-/// `fits, N to spare` or `still over by N`.
-fn verdict(total: u64, budget: u64) -> String {
-    if total <= budget {
-        format!("fits, {} to spare", human_bytes(budget - total))
-    } else {
-        format!("still over by {}", human_bytes(total - budget))
-    }
-}
-
-impl Breakdown {
-    fn render(&self, f: &mut String) {
-        let weights_note = if self.weights_by_dtype.len() > 1 {
-            self.weights_by_dtype
-                .iter()
-                .map(|d| format!("{} {}", d.dtype.name(), human_bytes(d.bytes)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        } else {
-            self.weights_by_dtype
-                .first()
-                .map_or(String::new(), |d| format!("all {}", d.dtype.name()))
-        };
-        let rows = vec![
-            size_row("weights", self.weights_bytes, weights_note),
-            size_row(
-                "arena",
-                self.arena_bytes,
-                format!(
-                    "{}; lower bound {}",
-                    plural(self.intermediates, "intermediate", "intermediates"),
-                    human_bytes(self.lower_bound_bytes)
-                ),
-            ),
-            size_row("inputs", self.inputs_bytes, String::new()),
-            size_row("outputs", self.outputs_bytes, String::new()),
-            size_row(
-                "workspace",
-                self.workspace_bytes,
-                if self.workspace_bytes > 0 {
-                    "cuBLASLt".into()
-                } else {
-                    String::new()
-                },
-            ),
-            size_row("total", self.total_bytes, String::new()),
-        ];
-        f.push_str(&table("  ", &rows, &[false, true, true, false]));
-    }
-}
-
-impl PeakReport {
-    /// The peak line, then its tensors (the top 8, the GEMM scratch, then a count).
-    fn render(&self, f: &mut String) {
-        // The same words as the summary's peak line (the count covers the scratch row).
-        let _ = writeln!(
-            f,
-            "peak: step {} of {}, kernel {} ({}): {} live in the arena, {}",
-            self.step,
-            self.kernels,
-            self.kernel,
-            self.kind,
-            live_words(self.tensors.len(), self.scratch_bytes),
-            human_bytes(self.bytes)
-        );
-        const TOP: usize = 8;
-        let mut rows: Vec<Vec<String>> = self
-            .tensors
-            .iter()
-            .take(TOP)
-            .map(|t| {
-                vec![
-                    display_name(&t.name).to_string(),
-                    format!("b{}", t.buffer.0),
-                    format!("{} ({})", t.kernel, t.op),
-                    human_bytes(t.bytes),
-                    format!("{} B", t.bytes),
-                ]
-            })
-            .collect();
-        if self.scratch_bytes > 0 {
-            rows.push(vec![
-                "(GEMM scratch)".into(),
-                "-".into(),
-                format!("{} ({})", self.kernel, self.kind),
-                human_bytes(self.scratch_bytes),
-                format!("{} B", self.scratch_bytes),
-            ]);
-        }
-        f.push_str(&table("  ", &rows, &[false, false, false, true, true]));
-        if let Some(rest) = self.tensors.get(TOP..).filter(|r| !r.is_empty()) {
-            let _ = writeln!(
-                f,
-                "  and {} more totalling {}",
-                rest.len(),
-                human_bytes(rest.iter().map(|t| t.bytes).fold(0, u64::saturating_add))
-            );
-        }
-    }
-}
-
-impl Remedy {
-    /// The remedy in words (one line), its estimate against `budget`; `low_precision`:
-    /// the program is in bf16/fp16 already (see [`Diagnosis::low_precision`]), so the
-    /// weights can only shrink by quantization.
-    pub fn text(&self, budget: u64, low_precision: bool) -> String {
-        let shrink = if low_precision {
-            "quantization"
-        } else {
-            "bf16/fp16, quantization"
-        };
-        match self {
-            Remedy::WeightsExceedBudget { weights_bytes } => format!(
-                "the weights alone ({}) exceed the budget ({}): no activation remedy (a smaller batch or \
-                 sequence, recomputation) can help; the weights themselves must shrink ({shrink}) \
-                 or be split across devices",
-                human_bytes(*weights_bytes),
-                human_bytes(budget)
-            ),
-            Remedy::WorkspaceExceedsBudget {
-                workspace_bytes,
-                weights_bytes,
-            } => format!(
-                "the cuBLASLt workspace the GEMMs reserve ({}) alone exceeds the budget ({}): no remedy in \
-                 the model can help; the budget must cover the workspace plus the weights ({}) and activations",
-                human_bytes(*workspace_bytes),
-                human_bytes(budget),
-                human_bytes(*weights_bytes)
-            ),
-            Remedy::FixedExceedBudget {
-                weights_bytes,
-                workspace_bytes,
-            } => format!(
-                "the weights ({}) and the cuBLASLt workspace ({}) together exceed the budget ({}): no \
-                 activation remedy (a smaller batch or sequence, recomputation) can help; the weights must shrink \
-                 ({shrink}) or the budget grow",
-                human_bytes(*weights_bytes),
-                human_bytes(*workspace_bytes),
-                human_bytes(budget)
-            ),
-            Remedy::SmallerDim(e) => e.text(budget),
-            Remedy::LowerPrecision(e) => e.text(budget),
-            Remedy::Recompute(e) => e.text(budget),
-            Remedy::QuantizeWeights(e) => e.text(budget),
-        }
-    }
-}
-
-impl DimEstimate {
-    fn text(&self, budget: u64) -> String {
-        let estimate = if self.fits_percent == 0 {
-            "even if they scale linearly, less than 1% of the current size fits".to_string()
-        } else {
-            format!(
-                "if they scale linearly, about {}% of the current size fits",
-                self.fits_percent
-            )
-        };
-        match &self.dim {
-            None => format!(
-                "a smaller batch or sequence length: activations (arena, inputs, outputs: {}) scale with \
-                 them; {estimate}; this model's shapes are static, so that means re-exporting it smaller or \
-                 with a symbolic dimension",
-                human_bytes(self.activations_bytes)
-            ),
-            Some(name) => format!(
-                "a smaller {name}: activations (arena, inputs, outputs: {}) scale with it; {estimate}; \
-                 `graphc fit MODEL --dim {name} --budget {}` finds the largest {name} that fits",
-                human_bytes(self.activations_bytes),
-                budget_arg(budget)
-            ),
-        }
-    }
-}
-
-impl PrecisionEstimate {
-    fn text(&self, budget: u64) -> String {
-        format!(
-            "bf16/fp16 instead of f32 (`--precision bf16`): weights in f32 {} of {}, intermediates in f32 at \
-             the peak {} of {}, inputs and outputs in f32 {}; halving them saves about {} (total about {}: {})",
-            human_bytes(self.f32_weights_bytes),
-            human_bytes(self.weights_bytes),
-            human_bytes(self.peak_f32_bytes),
-            human_bytes(self.peak_bytes),
-            human_bytes(self.f32_io_bytes),
-            human_bytes(self.saves_bytes),
-            human_bytes(self.total_after_bytes),
-            verdict(self.total_after_bytes, budget)
-        )
-    }
-}
-
-impl QuantEstimate {
-    fn text(&self, budget: u64) -> String {
-        format!(
-            "int{b} weights (`--weights int{b}`, weight-only, round to nearest): the {} the GEMMs read ({}) \
-             would take about {}{}, saving {} (total about {}: {})",
-            plural(self.matrices, "weight matrix", "weight matrices"),
-            human_bytes(self.matrix_bytes),
-            human_bytes(self.matrix_after_bytes),
-            if self.workspace_bytes > 0 {
-                format!(
-                    " and the GEMMs need no cuBLASLt workspace ({})",
-                    human_bytes(self.workspace_bytes)
-                )
-            } else {
-                String::new()
-            },
-            human_bytes(self.saves_bytes),
-            human_bytes(self.total_after_bytes),
-            verdict(self.total_after_bytes, budget),
-            b = self.bits,
-        )
-    }
-}
-
-impl RecomputeEstimate {
-    fn text(&self, budget: u64) -> String {
-        let named: Vec<String> = self.tensors.iter().take(5).map(Remat::text).collect();
-        format!(
-            "recomputation (rematerialization): {} produced by cheap kernels and idle across the peak; \
-             recomputing each just before its next read frees about {} at the peak (total about {}: {}): \
-             {}{}",
-            plural(self.tensors.len(), "tensor", "tensors"),
-            human_bytes(self.frees_bytes),
-            human_bytes(self.total_after_bytes),
-            verdict(self.total_after_bytes, budget),
-            named.join("; "),
-            if self.tensors.len() > 5 {
-                format!("; and {} more", self.tensors.len() - 5)
-            } else {
-                String::new()
-            }
-        )
-    }
-}
-
-impl Remat {
-    /// `name (b3, 2.00 KiB by k9_ew (elementwise) at step 9, next read at step 25)`: its
-    /// bytes as in the peak table, and what it frees when operands must stay live.
-    fn text(&self) -> String {
-        let kept = if self.kept_bytes > 0 {
-            format!(
-                "; its operands ({}) would stay live instead: frees {}",
-                human_bytes(self.kept_bytes),
-                human_bytes(self.frees_bytes)
-            )
-        } else {
-            String::new()
-        };
-        format!(
-            "{} (b{}, {} by {} ({}) at step {}, next read at step {}{kept})",
-            display_name(&self.name),
-            self.buffer.0,
-            human_bytes(self.bytes),
-            self.kernel,
-            self.kind,
-            self.produced,
-            self.next_read
-        )
-    }
-}
-
-impl fmt::Display for Diagnosis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "the model needs {} ({} B) but the budget is {} ({} B): over by {} ({} B)",
-            human_bytes(self.total_bytes),
-            self.total_bytes,
-            human_bytes(self.budget_bytes),
-            self.budget_bytes,
-            human_bytes(self.over_by),
-            self.over_by
-        );
-        self.breakdown.render(&mut s);
-        match &self.peak {
-            Some(peak) => peak.render(&mut s),
-            None => {
-                let _ = writeln!(s, "peak: the arena is empty (nothing to shrink there)");
-            }
-        }
-        let _ = writeln!(s, "what would help:");
-        for r in &self.remedies {
-            let _ = writeln!(s, "  - {}", r.text(self.budget_bytes, self.low_precision));
-        }
-        f.write_str(&s)
-    }
 }

@@ -13,7 +13,9 @@
 //! times), so the text can be snapshot-tested.
 
 mod diagnosis;
+mod diagnosis_text;
 mod picture;
+mod rerun;
 mod summary;
 mod svg;
 
@@ -21,9 +23,10 @@ use serde::Serialize;
 
 pub use diagnosis::{
     check_budget, check_budget_for, diagnose, diagnose_for, over_budget_diagnosis, Breakdown, DTypeBytes, Diagnosis,
-    DimEstimate, OverBudget, PeakReport, PrecisionEstimate, RecomputeEstimate, Remat, Remedy,
+    DimEstimate, OverBudget, PeakReport, PrecisionEstimate, QuantEstimate, RecomputeEstimate, Remat, Remedy,
 };
 pub use picture::picture;
+pub use rerun::{shell_word, CommandLine, Rerun};
 pub use summary::{attention_savings, summary, summary_for};
 pub use svg::{svg, xml_escape};
 
@@ -181,8 +184,8 @@ pub struct PlanJson<'a> {
 
 impl<'a> PlanJson<'a> {
     /// The JSON of `plan` for a run on `device` (the summary's totals and the diagnosis
-    /// are that device's: [`diagnose_for`]); `symbolic_dims` as for [`diagnose`].
-    pub fn new(program: &Program, plan: &'a MemoryPlan, device: Device, symbolic_dims: &[String]) -> PlanJson<'a> {
+    /// are that device's: [`diagnose_for`]); `rerun` as for [`diagnose`].
+    pub fn new(program: &Program, plan: &'a MemoryPlan, device: Device, rerun: &Rerun) -> PlanJson<'a> {
         let total = plan.total_bytes_for(device);
         let fits = total <= plan.budget_bytes;
         PlanJson {
@@ -196,7 +199,7 @@ impl<'a> PlanJson<'a> {
                 arena_ratio: plan.ratio(),
                 peak_bytes: peak_bytes(plan),
             },
-            diagnosis: diagnose_for(program, plan, symbolic_dims, device),
+            diagnosis: diagnose_for(program, plan, rerun, device),
         }
     }
 }

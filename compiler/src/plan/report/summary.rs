@@ -65,17 +65,35 @@ fn sizes(program: &Program, plan: &MemoryPlan, device: Device) -> String {
         let over = total - plan.budget_bytes;
         format!("OVER BUDGET by {} ({over} B)", human_bytes(over))
     };
+    let gemms = gemm_counts(program);
     let workspace = match device {
         Device::Cpu => size_row("workspace", 0, "none on the CPU (cuBLASLt is GPU only)".into()),
-        Device::Cuda => size_row(
-            "workspace",
-            plan.workspace_bytes,
-            if plan.workspace_bytes > 0 {
-                "cuBLASLt (the program has GEMMs)".into()
-            } else {
-                "none (no GEMMs)".into()
+        Device::Cuda => size_row("workspace", plan.workspace_bytes, workspace_note(plan, gemms)),
+    };
+    // Which run the total is for, and what the other device's run needs.
+    let (this, other) = match device {
+        Device::Cuda => ("a GPU run", Device::Cpu),
+        Device::Cpu => ("a CPU run", Device::Cuda),
+    };
+    let total_note = if plan.total_bytes_for(other) == total {
+        format!(
+            "{} of the budget, for a GPU or a CPU run",
+            percent(total, plan.budget_bytes)
+        )
+    } else {
+        format!(
+            "{} of the budget, for {this} ({} {}: {})",
+            percent(total, plan.budget_bytes),
+            match other {
+                Device::Cpu => "a CPU run needs",
+                Device::Cuda => "a GPU run needs",
             },
-        ),
+            human_bytes(plan.total_bytes_for(other)),
+            match other {
+                Device::Cpu => "no cuBLASLt workspace",
+                Device::Cuda => "the cuBLASLt workspace too",
+            }
+        )
     };
     let scratch_areas = if plan.scratch.is_empty() {
         String::new()
@@ -120,14 +138,45 @@ fn sizes(program: &Program, plan: &MemoryPlan, device: Device) -> String {
             ),
         ),
         size_row("lower bound", plan.lower_bound_bytes, bound_note),
-        size_row(
-            "total",
-            total,
-            format!("{} of the budget", percent(total, plan.budget_bytes)),
-        ),
+        size_row("total", total, total_note),
         size_row("budget", plan.budget_bytes, fits),
     ];
     table("", &rows, &[false, true, true, false])
+}
+
+/// The program's GEMMs: (all, those reading int8/int4 weights, which are generated
+/// kernels and need no cuBLASLt).
+fn gemm_counts(program: &Program) -> (usize, usize) {
+    program
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            crate::kernel::KernelKind::MatMul(m) => Some(m.quant.is_some()),
+            _ => None,
+        })
+        .fold((0, 0), |(all, q), quant| (all + 1, q + usize::from(quant)))
+}
+
+/// What the workspace row says on a GPU: who reserves it, or why there is none.
+fn workspace_note(plan: &MemoryPlan, (gemms, quantized): (usize, usize)) -> String {
+    if plan.workspace_bytes > 0 {
+        let generated = if quantized > 0 {
+            format!("; {quantized} more read int8/int4 weights in generated kernels")
+        } else {
+            String::new()
+        };
+        format!(
+            "cuBLASLt, for {}{generated}",
+            plural(gemms - quantized, "GEMM", "GEMMs")
+        )
+    } else if quantized > 0 {
+        format!(
+            "none: the {} read int8/int4 weights in generated kernels, not cuBLASLt",
+            plural(quantized, "GEMM", "GEMMs")
+        )
+    } else {
+        "none (no GEMMs)".into()
+    }
 }
 
 /// The attention kernels of a program and the bytes of the score matrices they never
@@ -217,7 +266,8 @@ fn facts(program: &Program, plan: &MemoryPlan) -> String {
         rows.push(vec![
             "attention".into(),
             format!(
-                "{}, fused: score matrices never stored, {} in all",
+                "{}, fused: the score matrices are never stored (stored, they would take {}, summed over \
+                 the kernels)",
                 plural(attention, "kernel", "kernels"),
                 human_bytes(scores)
             ),

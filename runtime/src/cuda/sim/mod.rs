@@ -129,9 +129,7 @@ impl SimOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// No host C++ compiler: cuda-sim cannot run here (the CLI's exit code 3).
-    #[error(
-        "cuda-sim needs a host C++ compiler: {0} (set CXX or install g++; the CPU executor still works: --device cpu)"
-    )]
+    #[error("cuda-sim needs a host C++ compiler: {0} (set CXX or install g++)")]
     NoCompiler(String),
     #[error("cuda-sim: kernel {kernel}: {message}")]
     Source { kernel: String, message: String },
