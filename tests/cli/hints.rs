@@ -58,6 +58,20 @@ fn ran(words: &[String]) -> Output {
     o
 }
 
+/// `graphc plan` of GPT-2 with a dynamic batch and sequence, both 64, under `budget`.
+fn plan_dynamic(budget: &str) -> Output {
+    graphc(&[
+        "plan",
+        GPT2_DYNAMIC,
+        "--dim",
+        "batch=64",
+        "--dim",
+        "seq=64",
+        "--budget",
+        budget,
+    ])
+}
+
 #[test]
 fn over_budget_remedies_are_commands_that_run() {
     // The workspace alone is over 1 MiB: int8/int4 weights need none, and fit.
@@ -79,17 +93,7 @@ fn over_budget_remedies_are_commands_that_run() {
 
     // Two symbolic dims: every fit command keeps the other one, and with the
     // workspace over the budget, a smaller dim comes together with int4 weights.
-    let o = graphc(&[
-        "plan",
-        GPT2_DYNAMIC,
-        "--dim",
-        "batch=64",
-        "--dim",
-        "seq=64",
-        "--budget",
-        "1MiB",
-    ]);
-    let err = stderr(&o);
+    let err = stderr(&plan_dynamic("1MiB"));
     let fits: Vec<Vec<String>> = quoted_commands(&err).into_iter().filter(|c| c[0] == "fit").collect();
     assert_eq!(fits.len(), 2, "{err}");
     for c in quoted_commands(&err) {
@@ -113,17 +117,7 @@ fn over_budget_remedies_are_commands_that_run() {
 
     // A budget the weights and workspace fit: the dims alone, and bf16, each a command
     // with every option the user gave.
-    let o = graphc(&[
-        "plan",
-        GPT2_DYNAMIC,
-        "--dim",
-        "batch=64",
-        "--dim",
-        "seq=64",
-        "--budget",
-        "40MiB",
-    ]);
-    let err = stderr(&o);
+    let err = stderr(&plan_dynamic("40MiB"));
     assert!(
         err.contains(&format!(
             "`graphc fit {GPT2_DYNAMIC} --dim batch=64 --dim seq --budget 40MiB`"
