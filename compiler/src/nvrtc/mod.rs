@@ -118,7 +118,10 @@ impl Compiled {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NvrtcError {
-    #[error("NVRTC is not available: {0} (put libnvrtc's folder on LD_LIBRARY_PATH, e.g. the nvidia-cuda-nvrtc-cu12 wheel's nvidia/cuda_nvrtc/lib)")]
+    #[error(
+        "NVRTC is not available: {0} (it needs no GPU: `python3 -m venv nvrtc && nvrtc/bin/pip install \
+         nvidia-cuda-nvrtc-cu12`, then `export LD_LIBRARY_PATH=$(echo $PWD/nvrtc/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib)`)"
+    )]
     Unavailable(String),
     #[error("NVRTC failed to compile kernel {kernel}:\n{log}")]
     Compile { kernel: String, log: String },
