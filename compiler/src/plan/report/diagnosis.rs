@@ -8,13 +8,15 @@
 //! - a smaller symbolic dimension (or, for static shapes, a smaller batch or sequence),
 //!   with the share of the activations that fits if they scale linearly;
 //! - bf16/fp16 instead of f32, unless the program already stores tensors in bf16 or
-//!   fp16 (a low-precision compile keeps some tensors in f32 on purpose; the planner
-//!   cannot estimate int8/int4 weights, so it offers no further precision);
+//!   fp16 (a low-precision compile keeps some tensors in f32 on purpose);
+//! - int8 and int4 weights for the weight matrices the GEMMs read, with the cuBLASLt
+//!   workspace they make unneeded when every GEMM would read one;
 //! - recomputation of tensors that cheap kernels produced and that are idle across the
 //!   peak, with the same bytes as the peak table, less the operands that would have to
 //!   stay live instead;
 //! - and, when the weights (or the weights and the cuBLASLt workspace) alone exceed the
-//!   budget, that no activation remedy can help.
+//!   budget, that no activation remedy on its own can help; when the workspace alone
+//!   does and int4 weights would need none, a smaller dimension together with them.
 
 use std::collections::HashMap;
 use std::fmt;
