@@ -22,6 +22,7 @@ The folder OUT/NAME is removed and rebuilt on every run.
 """
 import argparse
 import collections
+import functools
 import json
 import os
 import shutil
@@ -85,36 +86,36 @@ def ids(gen, vocab):
     return torch.randint(0, vocab, (BATCH, SEQ), generator=gen, dtype=torch.int64)
 
 
-def build_gpt2(gen):
+def build_gpt2(gen, attn="eager"):
     cfg = transformers.GPT2Config(
         vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4,
-        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="eager",
+        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation=attn,
     )
     model = Logits(transformers.GPT2LMHeadModel(cfg))
     inputs = {"input_ids": ids(gen, cfg.vocab_size)}
     return cfg, model, inputs, ["logits"]
 
 
-def build_gpt2_medium(gen):
+def build_gpt2_medium(gen, attn="eager"):
     """GPT-2-medium's shape (24 layers, d 1024, 16 heads, 1024 positions, the real
     vocabulary) with random weights: 355M parameters, 1.4 GB of f32 weights. Exported
     on demand only (never by default, never committed), into an ignored folder."""
     cfg = transformers.GPT2Config(
         vocab_size=50257, n_positions=1024, n_embd=1024, n_layer=24, n_head=16,
-        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="eager",
+        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation=attn,
     )
     model = GptHidden(transformers.GPT2Model(cfg))
     inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (BATCH, SEQ), generator=gen, dtype=torch.int64)}
     return cfg, model, inputs, ["last_hidden_state"]
 
 
-def build_gpt2_48(gen):
+def build_gpt2_48(gen, attn="eager"):
     """A 48-layer GPT-2 stack (d 256, 8 heads, 1024 positions, the real vocabulary),
     random weights (about 200 MB): for the bf16-vs-f32 arena and kernel-count check on
     a deep export. On demand only."""
     cfg = transformers.GPT2Config(
         vocab_size=50257, n_positions=1024, n_embd=256, n_layer=48, n_head=8,
-        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation="eager",
+        bos_token_id=0, eos_token_id=0, use_cache=False, attn_implementation=attn,
     )
     model = GptHidden(transformers.GPT2Model(cfg))
     inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (BATCH, SEQ), generator=gen, dtype=torch.int64)}
@@ -132,49 +133,51 @@ class LlamaHidden(torch.nn.Module):
         return self.m(input_ids=input_ids, use_cache=False, return_dict=True).last_hidden_state
 
 
-def build_llama_1b(gen):
+def build_llama_1b(gen, attn="eager"):
     """A Llama-shaped model of about 1 B parameters (Llama-3.2-1B's layout: 16 layers,
     d 2048, 32 heads over 8 kv heads, MLP 8192; a 32000-token vocabulary), random
     weights: 4.2 GB of f32 weights as external data. On demand only, never committed."""
     cfg = transformers.LlamaConfig(
         vocab_size=32000, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
         num_key_value_heads=8, intermediate_size=8192, max_position_embeddings=2048,
-        use_cache=False, attn_implementation="eager",
+        use_cache=False, attn_implementation=attn,
     )
     model = LlamaHidden(transformers.LlamaModel(cfg))
     inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (BATCH, SEQ), generator=gen, dtype=torch.int64)}
     return cfg, model, inputs, ["last_hidden_state"]
 
 
-def build_bert(gen):
+def build_bert(gen, attn="eager", batch=BATCH):
     cfg = transformers.BertConfig(
         vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=64,
-        attn_implementation="eager",
+        attn_implementation=attn,
     )
     model = BertHidden(transformers.BertModel(cfg, add_pooling_layer=False))
-    mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
+    mask = torch.ones(batch, SEQ, dtype=torch.int64)
     mask[1, SEQ - 5:] = 0  # second sequence is padded: last 5 tokens masked out
-    inputs = {"input_ids": ids(gen, cfg.vocab_size), "attention_mask": mask}
+    mask[2:, :] = 0  # any further sequence is padding only: every key masked
+    input_ids = torch.randint(0, cfg.vocab_size, (batch, SEQ), generator=gen, dtype=torch.int64)
+    inputs = {"input_ids": input_ids, "attention_mask": mask}
     return cfg, model, inputs, ["last_hidden_state"]
 
 
-def build_llama(gen):
+def build_llama(gen, attn="eager"):
     cfg = transformers.LlamaConfig(
         vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
-        use_cache=False, attn_implementation="eager",
+        use_cache=False, attn_implementation=attn,
     )
     model = Logits(transformers.LlamaForCausalLM(cfg))
     inputs = {"input_ids": ids(gen, cfg.vocab_size)}
     return cfg, model, inputs, ["logits"]
 
 
-def build_vit(gen):
+def build_vit(gen, attn="eager"):
     cfg = transformers.ViTConfig(
         image_size=32, patch_size=8, num_channels=3, hidden_size=64,
         num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        attn_implementation="eager",
+        attn_implementation=attn,
     )
     model = VitHidden(transformers.ViTModel(cfg, add_pooling_layer=False))
     pixels = torch.randn(BATCH, 3, 32, 32, generator=gen, dtype=torch.float32)
@@ -190,8 +193,14 @@ INPUT_NOTES = {
     "vit": f"pixel_values ~ randn([{BATCH}, 3, 32, 32]), generator seed {SEED}",
 }
 INPUT_NOTES["gpt2_dynamic"] = INPUT_NOTES["gpt2"]
+INPUT_NOTES["bert_sdpa"] = (
+    f"input_ids ~ randint(0, 128, [3, {SEQ}]), generator seed {SEED}; attention_mask all ones "
+    "except [1, 11:] = 0 (second row padded) and [2, :] = 0 (third row padding only)"
+)
+for _n in ("gpt2", "llama", "vit", "gpt2_dynamic"):
+    INPUT_NOTES[f"{_n}_sdpa"] = INPUT_NOTES[_n]
 INPUT_NOTES["gpt2_48"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
-INPUT_NOTES["gpt2_medium"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
+INPUT_NOTES["gpt2_medium_sdpa"] = INPUT_NOTES["gpt2_medium"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 INPUT_NOTES["llama_1b"] = f"input_ids ~ randint(0, 32000, [{BATCH}, {SEQ}]), generator seed {SEED}"
 
 MODELS = {
@@ -208,11 +217,21 @@ MODELS = {
     # About 1 B parameters, Llama-shaped with GQA, symbolic batch and seq: the
     # big-model benchmark (bench/big_models.sh).
     "llama_1b": build_llama_1b,
+    # The same families with transformers' default attention (scaled_dot_product_attention),
+    # which the exporter decomposes differently: the scale split over q and kᵀ, a boolean
+    # or additive mask, and `Where(IsNaN(p), 0, p)` after the softmax. bert_sdpa has a
+    # third sequence that is padding only (every key masked).
+    "gpt2_sdpa": functools.partial(build_gpt2, attn="sdpa"),
+    "bert_sdpa": functools.partial(build_bert, attn="sdpa", batch=3),
+    "llama_sdpa": functools.partial(build_llama, attn="sdpa"),
+    "vit_sdpa": functools.partial(build_vit, attn="sdpa"),
+    "gpt2_dynamic_sdpa": functools.partial(build_gpt2, attn="sdpa"),
+    "gpt2_medium_sdpa": functools.partial(build_gpt2_medium, attn="sdpa"),
 }
 
 # Exported only when named (big weights; export them into an ignored folder such as
 # target/models: `python scripts/export_models.py --out target/models gpt2_medium`).
-ON_DEMAND = {"gpt2_medium", "gpt2_48", "llama_1b"}
+ON_DEMAND = {"gpt2_medium", "gpt2_48", "llama_1b", "gpt2_medium_sdpa"}
 
 # Per model, torch.export dynamic shapes (None: static).
 DYNAMIC = {
@@ -220,6 +239,18 @@ DYNAMIC = {
         "input_ids": {
             0: torch.export.Dim("batch", min=1, max=1 << 20),
             1: torch.export.Dim("seq", min=1, max=64),
+        }
+    },
+    "gpt2_dynamic_sdpa": lambda: {
+        "input_ids": {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=64),
+        }
+    },
+    "gpt2_medium_sdpa": lambda: {
+        "input_ids": {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=1024),
         }
     },
     "gpt2_48": lambda: {

@@ -61,7 +61,7 @@ fn attentions(g: &Graph) -> Vec<(f64, bool, usize)> {
     g.nodes()
         .iter()
         .filter_map(|n| match n.op {
-            Op::Attention { scale, causal } => Some((scale, causal, n.inputs.len())),
+            Op::Attention { scale, causal, .. } => Some((scale, causal, n.inputs.len())),
             _ => None,
         })
         .collect()

@@ -214,7 +214,14 @@ impl GraphBuilder {
     ) -> Value<'b> {
         let mut ids = vec![q.id, k.id, v.id];
         ids.extend(mask.map(|m| m.id));
-        self.add(Op::Attention { scale, causal }, &ids)
+        self.add(
+            Op::Attention {
+                scale,
+                causal,
+                zero_masked_rows: false,
+            },
+            &ids,
+        )
     }
 
     /// Mark `v` as the graph output `name`.

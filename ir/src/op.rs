@@ -237,10 +237,17 @@ pub enum Op {
     /// `p = softmax(s)` (`exp(s[j] - max s) / sum`); `out[i] = sum_j p[j] v[j]`, of
     /// shape `[b.., hq, sq, dv]`. Computed in f32 (f64 for f64) and rounded once; a row
     /// whose scores are all `-inf` gives NaN, as the spelled-out softmax does.
+    ///
+    /// With `zero_masked_rows`, a row whose softmax is NaN (every score `-inf`: a
+    /// query whose keys are all masked, as in a padding-only sequence; or a NaN or
+    /// `+inf` score) gives 0 instead: PyTorch's exported scaled-dot-product attention
+    /// guards its softmax with `where(isnan(p), 0, p)`, and that guard is this flag.
     Attention {
         #[serde(with = "exact_f64")]
         scale: f64,
         causal: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        zero_masked_rows: bool,
     },
     /// Weight-only dequantization of `q` with `scales`, groups along the last axis.
     /// The output is `[.., k]` of the scales' (float) dtype. With `bits` 8, `q` is

@@ -24,6 +24,7 @@ fn one_row_by_hand() {
     let op = Op::Attention {
         scale: 2.0,
         causal: false,
+        zero_masked_rows: false,
     };
     check(
         &run(op.clone(), &[q.clone(), k.clone(), v.clone()]),
@@ -57,6 +58,7 @@ fn causal_rows_see_only_earlier_keys() {
         Op::Attention {
             scale: 1.0,
             causal: true,
+            zero_masked_rows: false,
         },
         &[q, k, v],
     );
@@ -188,6 +190,7 @@ fn types_are_checked() {
     let op = Op::Attention {
         scale: 1.0,
         causal: false,
+        zero_masked_rows: false,
     };
     let q = t(DType::F32, &[1, 4, 3, 8]);
     let cases: Vec<(Vec<Tensor>, &str)> = vec![

@@ -102,7 +102,11 @@ pub(crate) fn generate(
             arity(2)?;
             g.matmul()?
         }
-        Op::Attention { scale, causal } => super::attention::generate(&super::attention::Args {
+        Op::Attention {
+            scale,
+            causal,
+            zero_masked_rows,
+        } => super::attention::generate(&super::attention::Args {
             cx,
             inputs,
             in_param: &g.in_param,
@@ -111,6 +115,7 @@ pub(crate) fn generate(
             params_decl: g.params_decl(),
             scale: *scale,
             causal: *causal,
+            zero_masked_rows: *zero_masked_rows,
         })?,
         other => {
             return Err(CodegenError::UnsupportedOp {

@@ -82,8 +82,22 @@ pub struct Operands<'a, T> {
     pub mask: Option<(&'a [T], [usize; 4])>,
 }
 
+/// The attributes of one attention (those of `Op::Attention`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Flags {
+    pub scale: f64,
+    pub causal: bool,
+    /// A row whose softmax is NaN (every score `-inf`) gives 0.
+    pub zero_masked_rows: bool,
+}
+
 /// Attention by definition into `out` (`[batch.., hq, sq, dv]`, row-major).
-pub fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, scale: f64, causal: bool, out: &mut [T]) {
+pub fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, flags: Flags, out: &mut [T]) {
+    let Flags {
+        scale,
+        causal,
+        zero_masked_rows,
+    } = flags;
     let nb: usize = dims.batch.iter().product();
     let (hq, hkv, sq, sk, d, dv) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.d, dims.dv);
     let group = dims.group();
@@ -119,6 +133,9 @@ pub fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, scale: f64,
                 }
                 let orow = &mut out[((b * hq + h) * sq + i) * dv..][..dv];
                 orow.fill(T::ZERO);
+                if zero_masked_rows && sum.is_nan() {
+                    continue;
+                }
                 for (j, sj) in s.iter().enumerate() {
                     let p = *sj / sum;
                     let vrow = &x.v[(kv + j) * dv..][..dv];
@@ -174,7 +191,7 @@ pub fn flat_batch_mask(dims: &AttentionDims, m: &Tensor) -> Result<(Tensor, [usi
     Ok((t, st))
 }
 
-pub(crate) fn attention(args: &[&Tensor], scale: f64, causal: bool, ty: &TensorType) -> Result<TensorData, String> {
+pub(crate) fn attention(args: &[&Tensor], flags: Flags, ty: &TensorType) -> Result<TensorData, String> {
     let tys: Vec<TensorType> = args.iter().map(|a| a.ty()).collect();
     let refs: Vec<&TensorType> = tys.iter().collect();
     let dims = AttentionDims::of(&refs)?;
@@ -199,7 +216,7 @@ pub(crate) fn attention(args: &[&Tensor], scale: f64, causal: bool, ty: &TensorT
                 v: &v,
                 mask,
             };
-            reference(&dims, &x, scale, causal, &mut out);
+            reference(&dims, &x, flags, &mut out);
             Ok(from_f32(ty.dtype, out))
         }
         (Vals::F64(q), Vals::F64(k), Vals::F64(v)) => {
@@ -210,7 +227,7 @@ pub(crate) fn attention(args: &[&Tensor], scale: f64, causal: bool, ty: &TensorT
             };
             let mut out = vec![0f64; n];
             let x = Operands { q, k, v, mask };
-            reference(&dims, &x, scale, causal, &mut out);
+            reference(&dims, &x, flags, &mut out);
             Ok(TensorData::F64(out))
         }
         _ => Err(format!("attention does not accept {}", ty.dtype)),

@@ -212,7 +212,22 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
         (Op::Concat { axis }, _) => layout::concat(args, *axis)?,
         (Op::Gather { axis }, [data, idx]) => layout::gather(data, idx, *axis)?,
         (Op::Pad { pads, mode, value }, [a]) => layout::pad(a, pads, *mode, *value)?,
-        (Op::Attention { scale, causal }, _) => attention::attention(args, *scale, *causal, ty)?,
+        (
+            Op::Attention {
+                scale,
+                causal,
+                zero_masked_rows,
+            },
+            _,
+        ) => attention::attention(
+            args,
+            attention::Flags {
+                scale: *scale,
+                causal: *causal,
+                zero_masked_rows: *zero_masked_rows,
+            },
+            ty,
+        )?,
         (Op::Dequantize { bits, group }, [q, s]) => crate::quant::dequantize(q, s, *bits, *group)?,
         _ => return Err(format!("{} cannot take {} operand(s)", op.name(), args.len())),
     };

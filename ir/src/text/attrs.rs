@@ -116,9 +116,14 @@ impl Attrs<'_> {
             OpKind::Attention => {
                 let v = attrs.required("scale")?;
                 let c = attrs.required("causal")?;
+                let z = match attrs.take("zero_masked_rows") {
+                    Some(z) => attrs.bool(&z, "zero_masked_rows")?,
+                    None => false,
+                };
                 Op::Attention {
                     scale: attrs.f64(&v, "scale")?,
                     causal: attrs.bool(&c, "causal")?,
+                    zero_masked_rows: z,
                 }
             }
             OpKind::Dequantize => {

@@ -132,10 +132,17 @@ fn attributes(op: &Op, node_name: Option<&str>) -> String {
             let _ = write!(s, "], mode={}, value=", mode.name());
             push_f64(&mut s, *value);
         }
-        Op::Attention { scale, causal } => {
+        Op::Attention {
+            scale,
+            causal,
+            zero_masked_rows,
+        } => {
             s.push_str("scale=");
             push_f64(&mut s, *scale);
             let _ = write!(s, ", causal={causal}");
+            if *zero_masked_rows {
+                s.push_str(", zero_masked_rows=true");
+            }
         }
         Op::Dequantize { bits, group } => {
             let _ = write!(s, "bits={bits}, group={group}");

@@ -10,7 +10,7 @@
 //! the two agree to rounding (`runtime/tests/attention_exec.rs`).
 
 use graphc_compiler::kernel::{Access, BufferId};
-use graphc_ir::interp::attention::{flat_batch_mask, nan_max, Real};
+use graphc_ir::interp::attention::{flat_batch_mask, nan_max, Flags, Real};
 use graphc_ir::{AttentionDims, DType, Tensor, TensorData, TensorType};
 
 use super::access::gather;
@@ -28,7 +28,12 @@ struct Rows<'a, T> {
     mask: Option<(&'a [T], [usize; 4])>,
 }
 
-fn tiled<T: Real>(dims: &AttentionDims, x: &Rows<'_, T>, scale: f64, causal: bool) -> Vec<T> {
+fn tiled<T: Real>(dims: &AttentionDims, x: &Rows<'_, T>, flags: Flags) -> Vec<T> {
+    let Flags {
+        scale,
+        causal,
+        zero_masked_rows,
+    } = flags;
     let nb: usize = dims.batch.iter().product();
     let (hq, hkv, sq, sk, d, dv) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.d, dims.dv);
     let group = dims.group();
@@ -83,6 +88,11 @@ fn tiled<T: Real>(dims: &AttentionDims, x: &Rows<'_, T>, scale: f64, causal: boo
                     m = m_new;
                 }
                 let orow = &mut out[((b * hq + h) * sq + i) * dv..][..dv];
+                // `l` is 0 when every key is masked and NaN when a score is NaN or
+                // `+inf`: the rows `zero_masked_rows` gives as 0.
+                if zero_masked_rows && !(l > T::ZERO) {
+                    continue;
+                }
                 for (o, a) in orow.iter_mut().zip(&acc) {
                     // A row with every key masked: l = 0, so 0 / 0 = NaN.
                     *o = *a / l;
@@ -99,8 +109,7 @@ fn tiled_of<T: Real>(
     dims: &AttentionDims,
     args: &[Tensor],
     mask_strides: Option<[usize; 4]>,
-    scale: f64,
-    causal: bool,
+    flags: Flags,
 ) -> Vec<T> {
     let f = |t: &Tensor| t.to_f64_vec().into_iter().map(T::from_f64).collect::<Vec<T>>();
     let (q, k, v) = (f(&args[0]), f(&args[1]), f(&args[2]));
@@ -111,15 +120,14 @@ fn tiled_of<T: Real>(
         v: &v,
         mask: m.as_deref().zip(mask_strides),
     };
-    tiled(dims, &rows, scale, causal)
+    tiled(dims, &rows, flags)
 }
 
 /// Run an attention op kernel: operands gathered through their accesses (a mask at
 /// its own small shape), the tiled online softmax, the output rounded once.
 pub(super) fn run(
     ctx: &Ctx,
-    scale: f64,
-    causal: bool,
+    flags: Flags,
     inputs: &[(Access, TensorType)],
     output: BufferId,
 ) -> Result<Vec<(BufferId, Tensor)>, String> {
@@ -148,9 +156,9 @@ pub(super) fn run(
         None => None,
     };
     let values = if out.ty.dtype == DType::F64 {
-        TensorData::F64(tiled_of::<f64>(&dims, &args, strides, scale, causal))
+        TensorData::F64(tiled_of::<f64>(&dims, &args, strides, flags))
     } else {
-        let o = tiled_of::<f32>(&dims, &args, strides, scale, causal);
+        let o = tiled_of::<f32>(&dims, &args, strides, flags);
         TensorData::from_f64(out.ty.dtype, &o.into_iter().map(f64::from).collect::<Vec<f64>>())
     };
     let t = Tensor::new(out.ty.shape.clone(), values).map_err(|e| format!("internal error: {e}"))?;

@@ -14,8 +14,18 @@ pub(super) fn run(
     inputs: &[(Access, TensorType)],
     output: BufferId,
 ) -> Result<Vec<(BufferId, Tensor)>, String> {
-    if let Op::Attention { scale, causal } = op {
-        return super::attention::run(ctx, *scale, *causal, inputs, output);
+    if let Op::Attention {
+        scale,
+        causal,
+        zero_masked_rows,
+    } = op
+    {
+        let flags = graphc_ir::interp::attention::Flags {
+            scale: *scale,
+            causal: *causal,
+            zero_masked_rows: *zero_masked_rows,
+        };
+        return super::attention::run(ctx, flags, inputs, output);
     }
     let out = ctx.writable(output)?;
 

@@ -18,7 +18,8 @@
 //! that hold it, rescales its running sum and output, and accumulates `p v` with p
 //! rounded to the storage type as the A operand and v fragments by `ldmatrix.trans`.
 //! The output `o / l` is rounded once. A row whose every key is masked gives 0 / 0 =
-//! NaN, as the definition does. Causal blocks stop at their last row's key.
+//! NaN, as the definition does (0 with `zero_masked_rows`). Causal blocks stop at
+//! their last row's key.
 
 use graphc_ir::{AttentionDims, DType};
 
@@ -175,7 +176,7 @@ impl Kernel<'_> {
         let (gen, tl, t) = (self.gen, &self.tl, self.t);
         let d = &gen.dims;
         w.line(format!(
-            "// attention (tensor cores, {} mma): {nb} x {} heads ({} kv), [{}, {}] x [{}, {}] -> [{}, {}], scale {}, {}{}; {BLOCK_M} rows per block, {} keys per tile, {} copies, q fragments in {}",
+            "// attention (tensor cores, {} mma): {nb} x {} heads ({} kv), [{}, {}] x [{}, {}] -> [{}, {}], scale {}, {}{}{}; {BLOCK_M} rows per block, {} keys per tile, {} copies, q fragments in {}",
             gen.d,
             d.hq,
             d.hkv,
@@ -188,6 +189,7 @@ impl Kernel<'_> {
             gen.g.scale,
             if gen.g.causal { "causal" } else { "not causal" },
             if d.masked { ", additive mask" } else { "" },
+            if gen.g.zero_masked_rows { ", fully masked rows give 0" } else { "" },
             tl.bn,
             if self.asynchronous { "cp.async" } else { "element" },
             if tl.q_regs { "registers" } else { "shared memory" },
@@ -491,7 +493,16 @@ impl Kernel<'_> {
             ));
             w.line("#pragma unroll");
             w.open(format!("for (int n = 0; n < {}; ++n)", d.dv / 8));
-            let v = self.pack(h, &format!("o[n][{e}] / {l}"), &format!("o[n][{}] / {l}", e + 1));
+            // `l` is 0 when every key is masked: NaN as the definition, or 0 with
+            // `zero_masked_rows`.
+            let div = |c: usize| {
+                if self.gen.g.zero_masked_rows {
+                    format!("({l} > 0.0f ? o[n][{c}] / {l} : 0.0f)")
+                } else {
+                    format!("o[n][{c}] / {l}")
+                }
+            };
+            let v = self.pack(h, &div(e), &div(e + 1));
             w.line(format!("to[n * 4] = {v};"));
             w.close();
             w.close();

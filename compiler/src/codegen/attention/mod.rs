@@ -54,6 +54,8 @@ pub(crate) struct Args<'a> {
     pub params_decl: String,
     pub scale: f64,
     pub causal: bool,
+    /// A row whose sum is 0 or NaN (every key masked) stores 0.
+    pub zero_masked_rows: bool,
 }
 
 /// Strides of an access over its type, 0 on dims of extent 1 (a broadcast operand's
@@ -250,7 +252,7 @@ impl Gen<'_> {
     }
 
     /// The row's output: `o / l` (a row with every key masked: 0 / 0 = NaN, as the
-    /// definition), rounded once to the storage type.
+    /// definition, or 0 with `zero_masked_rows`), rounded once to the storage type.
     fn store(&self, w: &mut Writer, h: &mut Helpers) {
         let AttentionDims { hq, sq, sk, dv, .. } = self.dims;
         w.open("if (row_ok)");
@@ -258,7 +260,14 @@ impl Gen<'_> {
         w.open(format!("for (int t = 0; t < {}; ++t)", self.per_lane));
         w.line("const int c = lane + 32 * t;");
         w.open(format!("if (c < {dv})"));
-        let val = if sk == 0 { self.lit(0.0) } else { "o[t] / l".to_string() };
+        let val = if sk == 0 {
+            self.lit(0.0)
+        } else if self.g.zero_masked_rows {
+            // `l` is 0 when every key is masked, NaN when a score is: such rows give 0.
+            format!("(l > {zero} ? o[t] / l : {zero})", zero = self.lit(0.0))
+        } else {
+            "o[t] / l".to_string()
+        };
         let val = match self.d {
             DType::F16 | DType::BF16 => cuda::cast_c(h, DType::F32, self.d, &val),
             _ => val,
@@ -324,7 +333,7 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
     let (kt, hd, dv) = (gen.kt, gen.dims.d, gen.dims.dv);
     let mut w = Writer::new();
     w.line(format!(
-        "// attention: {nb} x {} heads ({} kv), [{}, {hd}] x [{}, {hd}] -> [{}, {dv}], scale {}, {}{}; {WARPS} rows per block, {kt} keys per tile",
+        "// attention: {nb} x {} heads ({} kv), [{}, {hd}] x [{}, {hd}] -> [{}, {dv}], scale {}, {}{}{}; {WARPS} rows per block, {kt} keys per tile",
         gen.dims.hq,
         gen.dims.hkv,
         gen.dims.sq,
@@ -333,6 +342,7 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
         g.scale,
         if g.causal { "causal" } else { "not causal" },
         if gen.dims.masked { ", additive mask" } else { "" },
+        if g.zero_masked_rows { ", fully masked rows give 0" } else { "" },
     ));
     w.open(format!(
         "extern \"C\" __global__ void __launch_bounds__({}) {}({})",

@@ -369,15 +369,68 @@ fn repeated_heads(eg: &TEGraph, id: Id) -> Option<(Id, usize)> {
     None
 }
 
-/// `k` from `kᵀ`: the child of a transpose of the last two axes, or that transpose.
+/// `k` from `kᵀ`: the child of a transpose of the last two axes, or of that transpose
+/// between two reshapes that only regroup the leading (matrix-index) axes (PyTorch's
+/// export flattens `[b, h, s, d]` to `[b*h, s, d]`, transposes, and reshapes back),
+/// or else that transpose.
 fn untranspose(eg: &TEGraph, kt: Id) -> (Term, Option<Id>) {
     let r = ty(eg, kt).shape.rank();
-    let mut swap: Vec<usize> = (0..r).collect();
-    swap.swap(r - 2, r - 1);
-    if let Some(n) = nodes_where(eg, kt, |o| matches!(o, Op::Transpose { perm } if *perm == swap)).next() {
+    let swap = |r: usize| {
+        let mut p: Vec<usize> = (0..r).collect();
+        p.swap(r - 2, r - 1);
+        p
+    };
+    let swap_r = swap(r);
+    if let Some(n) = nodes_where(eg, kt, |o| matches!(o, Op::Transpose { perm } if *perm == swap_r)).next() {
         return (Term::Class(n.children[0]), Some(n.children[0]));
     }
-    (Term::node(Op::Transpose { perm: swap }, vec![Term::Class(kt)]), None)
+    let ktd = ty(eg, kt).shape.dims().to_vec();
+    // The last two dims of a value of at least rank 2.
+    let tail = |id: Id| -> Option<[usize; 2]> {
+        let d = ty(eg, id).shape.dims();
+        d.len().checked_sub(2).map(|i| [d[i], d[i + 1]])
+    };
+    for outer in nodes_where(eg, kt, |o| matches!(o, Op::Reshape { .. })) {
+        let x = outer.children[0];
+        let rx = ty(eg, x).shape.rank();
+        if rx < 2 || tail(x) != Some([ktd[r - 2], ktd[r - 1]]) {
+            continue;
+        }
+        let perm_x = swap(rx);
+        for t in nodes_where(eg, x, |o| matches!(o, Op::Transpose { perm } if *perm == perm_x)) {
+            let y = t.children[0];
+            for inner in nodes_where(eg, y, |o| matches!(o, Op::Reshape { .. })) {
+                let k = inner.children[0];
+                let kd = ty(eg, k).shape.dims();
+                if kd.len() == r
+                    && kd[..r - 2] == ktd[..r - 2]
+                    && [kd[r - 2], kd[r - 1]] == [ktd[r - 1], ktd[r - 2]]
+                    && tail(y) == Some([kd[r - 2], kd[r - 1]])
+                {
+                    return (Term::Class(k), Some(k));
+                }
+            }
+        }
+    }
+    (Term::node(Op::Transpose { perm: swap_r }, vec![Term::Class(kt)]), None)
+}
+
+/// `(p, zero_masked_rows)` for each way `id` is attention probabilities: `id` itself,
+/// or `p` under PyTorch's guard `select(isnan(p), 0, p)` (a row whose softmax is NaN,
+/// every key masked, gives 0).
+fn guarded(eg: &TEGraph, id: Id) -> Vec<(Id, bool)> {
+    let mut out = vec![(id, false)];
+    for sel in nodes_where(eg, id, |o| *o == Op::Select) {
+        let (cond, zero, p) = (sel.children[0], sel.children[1], sel.children[2]);
+        if scalar(eg, zero) != Some(0.0) {
+            continue;
+        }
+        let nan_test = nodes_where(eg, cond, |o| *o == Op::Unary(UnaryOp::IsNan)).any(|n| same(eg, n.children[0], p));
+        if nan_test {
+            out.push((p, true));
+        }
+    }
+    out
 }
 
 fn attention(eg: &TEGraph, id: Id) -> Vec<Term> {
@@ -386,15 +439,28 @@ fn attention(eg: &TEGraph, id: Id) -> Vec<Term> {
         return vec![];
     }
     for pv in nodes_where(eg, id, |o| *o == Op::MatMul) {
-        let (p, v) = (pv.children[0], pv.children[1]);
-        let Some(s) = softmax_input(eg, p) else { continue };
-        let scores = ty(eg, s).shape.dims().to_vec();
-        for m in masks(eg, s, 2) {
-            for (t, scale) in scales(eg, m.inner) {
-                for qk in nodes_where(eg, t, |o| *o == Op::MatMul) {
-                    let (q, kt) = (qk.children[0], qk.children[1]);
-                    if let Some(term) = build(eg, (q, kt, v), &m, scale, &scores, &out_ty) {
-                        return vec![term];
+        let v = pv.children[1];
+        for (p, zero_rows) in guarded(eg, pv.children[0]) {
+            let Some(s) = softmax_input(eg, p) else { continue };
+            let scores = ty(eg, s).shape.dims().to_vec();
+            for m in masks(eg, s, 2) {
+                for (t, scale) in scales(eg, m.inner) {
+                    for qk in nodes_where(eg, t, |o| *o == Op::MatMul) {
+                        // The scale may also sit on either operand, or be split over
+                        // both (PyTorch's export multiplies q and kᵀ by √scale each):
+                        // operands taken out of their scalings first, so that the op
+                        // absorbs them (the unscaled operand always type-checks).
+                        for (q, sq) in scales(eg, qk.children[0]).into_iter().rev() {
+                            for (kt, sk) in scales(eg, qk.children[1]).into_iter().rev() {
+                                let flags = Flags {
+                                    scale: scale * sq * sk,
+                                    zero_rows,
+                                };
+                                if let Some(term) = build(eg, (q, kt, v), &m, flags, &scores, &out_ty) {
+                                    return vec![term];
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -403,13 +469,20 @@ fn attention(eg: &TEGraph, id: Id) -> Vec<Term> {
     vec![]
 }
 
+/// The attention's scale and whether fully masked rows give 0.
+#[derive(Clone, Copy)]
+struct Flags {
+    scale: f64,
+    zero_rows: bool,
+}
+
 /// The attention term for `q`, `kᵀ`, `v` and the masks, if its type checks out as the
 /// class's.
 fn build(
     eg: &TEGraph,
     (q, kt, v): (Id, Id, Id),
     m: &Masks,
-    scale: f64,
+    flags: Flags,
     scores: &[usize],
     out_ty: &TensorType,
 ) -> Option<Term> {
@@ -460,8 +533,9 @@ fn build(
     }
     Some(Term::node(
         Op::Attention {
-            scale,
+            scale: flags.scale,
             causal: m.causal,
+            zero_masked_rows: flags.zero_rows,
         },
         children,
     ))
