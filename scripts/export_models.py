@@ -199,6 +199,9 @@ INPUT_NOTES["bert_sdpa"] = (
 )
 for _n in ("gpt2", "llama", "vit", "gpt2_dynamic"):
     INPUT_NOTES[f"{_n}_sdpa"] = INPUT_NOTES[_n]
+for _n in ("bert", "llama", "vit"):
+    INPUT_NOTES[f"{_n}_dynamic"] = INPUT_NOTES[_n]
+    INPUT_NOTES[f"{_n}_dynamic_sdpa"] = INPUT_NOTES[f"{_n}_sdpa"]
 INPUT_NOTES["gpt2_48"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 INPUT_NOTES["gpt2_medium_sdpa"] = INPUT_NOTES["gpt2_medium"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 INPUT_NOTES["llama_1b"] = f"input_ids ~ randint(0, 32000, [{BATCH}, {SEQ}]), generator seed {SEED}"
@@ -227,6 +230,13 @@ MODELS = {
     "vit_sdpa": functools.partial(build_vit, attn="sdpa"),
     "gpt2_dynamic_sdpa": functools.partial(build_gpt2, attn="sdpa"),
     "gpt2_medium_sdpa": functools.partial(build_gpt2_medium, attn="sdpa"),
+    # BERT, Llama and ViT with symbolic dims too (ViT: the batch only), in both forms.
+    "bert_dynamic": build_bert,
+    "bert_dynamic_sdpa": functools.partial(build_bert, attn="sdpa", batch=3),
+    "llama_dynamic": build_llama,
+    "llama_dynamic_sdpa": functools.partial(build_llama, attn="sdpa"),
+    "vit_dynamic": build_vit,
+    "vit_dynamic_sdpa": functools.partial(build_vit, attn="sdpa"),
 }
 
 # Exported only when named (big weights; export them into an ignored folder such as
@@ -234,7 +244,23 @@ MODELS = {
 ON_DEMAND = {"gpt2_medium", "gpt2_48", "llama_1b", "gpt2_medium_sdpa"}
 
 # Per model, torch.export dynamic shapes (None: static).
+def _batch_seq(*names, seq_max=64):
+    return lambda: {
+        n: {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=seq_max),
+        }
+        for n in names
+    }
+
+
 DYNAMIC = {
+    "bert_dynamic": _batch_seq("input_ids", "attention_mask"),
+    "bert_dynamic_sdpa": _batch_seq("input_ids", "attention_mask"),
+    "llama_dynamic": _batch_seq("input_ids"),
+    "llama_dynamic_sdpa": _batch_seq("input_ids"),
+    "vit_dynamic": lambda: {"pixel_values": {0: torch.export.Dim("batch", min=1, max=1 << 20)}},
+    "vit_dynamic_sdpa": lambda: {"pixel_values": {0: torch.export.Dim("batch", min=1, max=1 << 20)}},
     "gpt2_dynamic": lambda: {
         "input_ids": {
             0: torch.export.Dim("batch", min=1, max=1 << 20),
@@ -384,6 +410,20 @@ def export_one(name, out_root):
     out_arrays = {out_names[0]: ref.detach().numpy().astype(np.float32)}
     np.savez(out / "inputs.npz", **in_arrays)
     np.savez(out / "outputs.npz", **out_arrays)
+    eager_arrays = None
+    if attn_impl == "sdpa":
+        # The same model and weights with eager attention. The exported graph spells
+        # transformers' mask with the dtype's lowest (finite), so a sequence that is
+        # padding only attends uniformly to its padded keys, as eager attention does;
+        # PyTorch's fused SDPA kernel gives such a row something else at run time.
+        # outputs_eager.npz is what the graph defines for such rows.
+        model.m.set_attn_implementation("eager")
+        with torch.no_grad():
+            eager = model(**inputs)
+        model.m.set_attn_implementation("sdpa")
+        eager_arrays = {out_names[0]: eager.detach().numpy().astype(np.float32)}
+        np.savez(out / "outputs_eager.npz", **eager_arrays)
+        files = sorted(p.name for p in out.iterdir())
 
     ort = {}
     try:
@@ -392,6 +432,13 @@ def export_one(name, out_root):
         sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         got = sess.run(None, in_arrays)
         ort = {"ran": True, **diff(out_arrays[out_names[0]], got[0])}
+        if eager_arrays is not None:
+            ort["vs_eager"] = diff(eager_arrays[out_names[0]], got[0])
+            # Per batch row: how far PyTorch's SDPA output is from the graph's (ORT).
+            ref0, got0 = out_arrays[out_names[0]], got[0]
+            ort["max_abs_per_batch_row"] = [
+                float(np.max(np.abs(ref0[i].astype(np.float64) - got0[i]))) for i in range(ref0.shape[0])
+            ]
     except Exception as e:  # noqa: BLE001
         ort = {"ran": False, "error": f"{type(e).__name__}: {e}"}
 

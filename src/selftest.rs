@@ -486,6 +486,9 @@ struct A {
     causal: bool,
     /// k given as `[b, hkv, d, sk]` and transposed: columns strided.
     k_transposed: bool,
+    /// The mask is a constant that masks whole rows out (`-inf` on every key) and
+    /// keys here and there, and fully masked rows give 0 (`zero_masked_rows`).
+    zero_rows: bool,
 }
 
 /// The attention kernel's shapes: causal and not, additive masks at their small
@@ -505,6 +508,7 @@ fn attention_shapes() -> Vec<A> {
             mask: None,
             causal: true,
             k_transposed: false,
+            zero_rows: false,
         },
         A {
             dt: DType::F16,
@@ -517,6 +521,7 @@ fn attention_shapes() -> Vec<A> {
             mask: Some([2, 1, 1, 33]),
             causal: false,
             k_transposed: false,
+            zero_rows: false,
         },
         A {
             dt: DType::BF16,
@@ -529,6 +534,7 @@ fn attention_shapes() -> Vec<A> {
             mask: None,
             causal: true,
             k_transposed: false,
+            zero_rows: false,
         },
         A {
             dt: DType::F32,
@@ -541,6 +547,7 @@ fn attention_shapes() -> Vec<A> {
             mask: None,
             causal: false,
             k_transposed: false,
+            zero_rows: false,
         },
         A {
             dt: DType::F64,
@@ -553,6 +560,7 @@ fn attention_shapes() -> Vec<A> {
             mask: Some([1, 2, 9, 12]),
             causal: true,
             k_transposed: false,
+            zero_rows: false,
         },
         // The tensor-core kernel: q from shared memory (d 256), several key tiles and
         // a full mask, element copies (k strided), a head dim that is not a multiple
@@ -568,6 +576,7 @@ fn attention_shapes() -> Vec<A> {
             mask: None,
             causal: true,
             k_transposed: false,
+            zero_rows: false,
         },
         A {
             dt: DType::F16,
@@ -580,6 +589,7 @@ fn attention_shapes() -> Vec<A> {
             mask: Some([2, 1, 65, 150]),
             causal: false,
             k_transposed: false,
+            zero_rows: false,
         },
         A {
             dt: DType::BF16,
@@ -592,6 +602,7 @@ fn attention_shapes() -> Vec<A> {
             mask: None,
             causal: false,
             k_transposed: true,
+            zero_rows: false,
         },
         A {
             dt: DType::BF16,
@@ -604,8 +615,70 @@ fn attention_shapes() -> Vec<A> {
             mask: None,
             causal: true,
             k_transposed: false,
+            zero_rows: false,
+        },
+        // Fully masked rows giving 0: a padding-only sequence (mask [b, 1, 1, sk]) on
+        // the tensor-core kernel, whole query rows masked (mask [b, 1, sq, sk]) on the
+        // CUDA-core kernel in f32 and in f16 (head dim 40), with causality on top.
+        A {
+            dt: DType::BF16,
+            b: 3,
+            hq: 2,
+            hkv: 2,
+            sq: 21,
+            sk: 70,
+            d: 64,
+            mask: Some([3, 1, 1, 70]),
+            causal: false,
+            k_transposed: false,
+            zero_rows: true,
+        },
+        A {
+            dt: DType::F32,
+            b: 2,
+            hq: 2,
+            hkv: 1,
+            sq: 37,
+            sk: 37,
+            d: 32,
+            mask: Some([2, 1, 37, 37]),
+            causal: true,
+            k_transposed: false,
+            zero_rows: true,
+        },
+        A {
+            dt: DType::F16,
+            b: 2,
+            hq: 2,
+            hkv: 2,
+            sq: 9,
+            sk: 40,
+            d: 40,
+            mask: Some([2, 1, 9, 40]),
+            causal: false,
+            k_transposed: false,
+            zero_rows: true,
         },
     ]
+}
+
+/// A mask of `dims` `[b, 1, sq or 1, sk]` with whole rows masked out: 0 or `-inf`
+/// per element, `-inf` on every key of the last batch entry's query rows `i % 3 == 0`
+/// (every row when the mask is `[.., 1, sk]`: a padding-only sequence) and on keys
+/// `(i + j) % 4 == 0` elsewhere.
+fn masked_rows(dt: DType, dims: [usize; 4]) -> Tensor {
+    let [b, _, sq, sk] = dims;
+    let mut v = Vec::with_capacity(b * sq * sk);
+    for n in 0..b {
+        for i in 0..sq {
+            for j in 0..sk {
+                let whole = n + 1 == b && i % 3 == 0;
+                let off = whole || (sq > 1 && (i + j) % 4 == 0);
+                v.push(if off { f64::NEG_INFINITY } else { 0.0 });
+            }
+        }
+    }
+    Tensor::new(dims, TensorData::from_f64(dt, &v)).unwrap_or_else(|_| Tensor::scalar(dt, 0.0))
 }
 
 fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
@@ -613,11 +686,14 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
     for a in cases {
         let mask = a.mask.map(|m| format!(" mask {m:?}")).unwrap_or_default();
         let causal = if a.causal { " causal" } else { "" };
-        let causal = if a.k_transposed {
+        let mut causal = if a.k_transposed {
             format!("{causal} k strided")
         } else {
             causal.to_string()
         };
+        if a.zero_rows {
+            causal.push_str(" fully masked rows give 0");
+        }
         let name = format!(
             "attention {} q[{},{},{},{}] kv {} heads x {}{mask}{causal}",
             a.dt, a.b, a.hq, a.sq, a.d, a.hkv, a.sk
@@ -630,9 +706,19 @@ fn attention_cases(c: &mut Cases) -> Result<(), GraphError> {
                 b.input("k", a.dt, [a.b, a.hkv, a.sk, a.d])
             };
             let v = b.input("v", a.dt, [a.b, a.hkv, a.sk, a.d]);
-            let m = a.mask.map(|m| b.input("m", a.dt, m));
             let scale = 1.0 / (a.d as f64).sqrt();
-            b.output("o", b.attention(q, k, v, m, scale, a.causal));
+            if a.zero_rows {
+                let m = a.mask.map(|m| b.constant(masked_rows(a.dt, m)));
+                let flags = graphc_ir::interp::attention::Flags {
+                    scale,
+                    causal: a.causal,
+                    zero_masked_rows: true,
+                };
+                b.output("o", b.attention_flags((q, k, v), m, flags));
+            } else {
+                let m = a.mask.map(|m| b.input("m", a.dt, m));
+                b.output("o", b.attention(q, k, v, m, scale, a.causal));
+            }
         })?;
     }
     Ok(())

@@ -2,7 +2,8 @@
 //! attention of exports and the builder becomes one `attention` op, in each form the
 //! front ends produce (scale by multiply or divide or folded into q; additive masks
 //! kept at their small shape, `select` masks, known causal masks, none; grouped-query
-//! heads repeated by expand/reshape); the result agrees with the spelled-out graph
+//! heads repeated by expand/reshape; PyTorch's exported scaled_dot_product_attention,
+//! with the scale split over q and kᵀ and the `where(isnan(p), 0, p)` guard); the result agrees with the spelled-out graph
 //! within 1e-5 (f32) on random inputs; near misses are left alone.
 
 use std::collections::HashMap;
@@ -98,7 +99,7 @@ fn scale_forms_multiply_divide_and_folded_into_q() {
                 let (q, k, v) = qkv(b, DType::F32, H);
                 softmax((q * scale).matmul(k.t()), -1).matmul(v)
             }),
-            1.0,
+            scale,
         ),
         (
             // k already transposed: [B, H, D, S].
@@ -383,4 +384,124 @@ fn position_masks_are_proved_causal_at_any_length() {
             assert_eq!(found[0].2, if *causal { 3 } else { 4 }, "{name} at {n}");
         }
     }
+}
+
+/// PyTorch's export of `scaled_dot_product_attention`: q and kᵀ each times √scale, kᵀ
+/// as `reshape(transpose(reshape(k, [B*H, S, D]), [0, 2, 1]), [B, H, D, S])`, the
+/// mask, the softmax, then `where(isnan(p), 0, p)`.
+fn sdpa<'b>(b: &'b GraphBuilder, mask: impl Fn(Value<'b>) -> Value<'b>) -> Value<'b> {
+    let (q, k, v) = qkv(b, DType::F32, H);
+    let root = (1.0 / (D as f64).sqrt()).sqrt();
+    let kt = k.reshape([B * H, S, D]).transpose(&[0, 2, 1]).reshape([B, H, D, S]);
+    let s = (q * root).matmul(kt * root);
+    let p = softmax(mask(s), -1);
+    let zero = b.scalar(DType::F32, 0.0).broadcast_to(&Shape::new([B, H, S, S]));
+    b.select(p.unary(graphc_ir::UnaryOp::IsNan), zero, p).matmul(v)
+}
+
+/// The graph's attention op: `(scale, causal, zero_masked_rows, operand count)`.
+fn guarded(g: &Graph) -> Vec<(f64, bool, bool, usize)> {
+    g.nodes()
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Attention {
+                scale,
+                causal,
+                zero_masked_rows,
+            } => Some((scale, causal, zero_masked_rows, n.inputs.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn pytorch_sdpa_exports_are_one_op_that_zeroes_fully_masked_rows() {
+    let ninf = f64::NEG_INFINITY;
+    let bss = Shape::new([B, H, S, S]);
+    // A boolean padding mask made additive (`where(m, 0, -inf)` at [B, 1, 1, S]), the
+    // same mask as a `where` over the scores, and no mask.
+    let padded = graph(|b| {
+        sdpa(b, |s| {
+            let m = b.input("m", DType::Bool, [B, 1, 1, S]);
+            let zero = b.scalar(DType::F32, 0.0).broadcast_to(&Shape::new([B, 1, 1, S]));
+            let fill = b.scalar(DType::F32, ninf).broadcast_to(&Shape::new([B, 1, 1, S]));
+            s + b.select(m, zero, fill).broadcast_to(&bss)
+        })
+    });
+    let selected = graph(|b| {
+        sdpa(b, |s| {
+            let m = b.input("m", DType::Bool, [B, 1, 1, S]);
+            let fill = b.scalar(DType::F32, ninf).broadcast_to(&bss);
+            b.select(m.broadcast_to(&bss), s, fill)
+        })
+    });
+    let plain = graph(|b| sdpa(b, |s| s));
+    let scale = 1.0 / (D as f64).sqrt();
+    for (g, operands) in [(&padded, 4), (&selected, 4), (&plain, 3)] {
+        let (opt, _) = check(g, 1e-5);
+        let a = guarded(&opt);
+        assert_eq!(a.len(), 1, "{}", graphc_ir::print(&opt));
+        assert!((a[0].0 - scale).abs() <= 1e-7, "{a:?}");
+        assert_eq!((a[0].1, a[0].2, a[0].3), (false, true, operands), "{a:?}");
+        no_scores_left(&opt);
+        // The mask operand stays at [B, 1, 1, S]: no [.., S, S] value is left.
+        assert!(
+            !opt.nodes()
+                .iter()
+                .any(|n| n.ty.shape.dims().ends_with(&[S, S]) && !matches!(n.op, Op::Broadcast { .. })),
+            "{}",
+            graphc_ir::print(&opt)
+        );
+    }
+    // A padding-only sequence (batch 1 masked whole): 0, in the spelled-out graph and
+    // the op alike; never NaN.
+    for g in [&padded, &selected] {
+        let (opt, _) = optimize(g, &Default::default()).unwrap();
+        let mut inputs = HashMap::new();
+        for (i, n) in ["q", "k", "v"].into_iter().enumerate() {
+            let ty = TensorType::new(DType::F32, [B, H, S, D]);
+            inputs.insert(n.to_string(), Tensor::randn(&ty, 1.0, 70 + i as u64));
+        }
+        let keep: Vec<f64> = (0..B * S).map(|i| if i < S - 3 { 1.0 } else { 0.0 }).collect();
+        inputs.insert(
+            "m".into(),
+            Tensor::from_f64(DType::Bool, vec![B, 1, 1, S], &keep).unwrap(),
+        );
+        let want = interpret(g, &inputs).unwrap()[0].1.to_f64_vec();
+        let got = interpret(&opt, &inputs).unwrap()[0].1.to_f64_vec();
+        assert!(got.iter().all(|x| x.is_finite()));
+        let half = want.len() / B;
+        assert!(want[half..].iter().chain(&got[half..]).all(|&x| x == 0.0));
+        let err = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(err < 1e-5, "{err:e}");
+    }
+}
+
+#[test]
+fn a_constant_causal_mask_of_a_static_export_becomes_causal() {
+    // The exporter folds a static-shape causal mask into a [B, 1, S, S] float
+    // initializer (0 on and below the diagonal, the dtype's lowest above).
+    let lowest = f32::MIN as f64;
+    let mut mv = Vec::with_capacity(B * S * S);
+    for _ in 0..B {
+        for i in 0..S {
+            for j in 0..S {
+                mv.push(if j <= i { 0.0 } else { lowest });
+            }
+        }
+    }
+    let mask = Tensor::from_f64(DType::F32, vec![B, 1, S, S], &mv).unwrap();
+    let g = graph(|b| {
+        sdpa(b, |s| {
+            let m = b.constant(mask.clone());
+            s + m.broadcast_to(&Shape::new([B, H, S, S]))
+        })
+    });
+    let (opt, _) = check(&g, 1e-5);
+    let scale = 1.0 / (D as f64).sqrt();
+    let a = guarded(&opt);
+    assert_eq!(a.len(), 1, "{}", graphc_ir::print(&opt));
+    assert!((a[0].0 - scale).abs() <= 1e-7, "{a:?}");
+    assert_eq!((a[0].1, a[0].2, a[0].3), (true, true, 3), "{a:?}");
+    no_scores_left(&opt);
 }

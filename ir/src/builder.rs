@@ -224,6 +224,26 @@ impl GraphBuilder {
         )
     }
 
+    /// [`Self::attention`] with every attribute given: the scale, causality, and
+    /// whether fully masked rows give 0 (PyTorch's exported `where(isnan(p), 0, p)`).
+    pub fn attention_flags<'b>(
+        &'b self,
+        (q, k, v): (Value<'b>, Value<'b>, Value<'b>),
+        mask: Option<Value<'b>>,
+        flags: crate::interp::attention::Flags,
+    ) -> Value<'b> {
+        let mut ids = vec![q.id, k.id, v.id];
+        ids.extend(mask.map(|m| m.id));
+        self.add(
+            Op::Attention {
+                scale: flags.scale,
+                causal: flags.causal,
+                zero_masked_rows: flags.zero_masked_rows,
+            },
+            &ids,
+        )
+    }
+
     /// Mark `v` as the graph output `name`.
     pub fn output(&self, name: &str, v: Value<'_>) {
         self.state.borrow_mut().graph.add_output(name, v.id);

@@ -265,3 +265,104 @@ fn text_form_round_trips() {
         .to_string()
         .contains("needs the attribute `causal`"));
 }
+
+/// PyTorch's exported attention, spelled out: `where(isnan(p), 0, p)` after the
+/// softmax, so a row whose keys are all `-inf` gives 0.
+fn spelled_guarded(dtype: DType, mask: &Tensor) -> graphc_ir::Graph {
+    let b = GraphBuilder::new();
+    let q = b.input("q", dtype, [2, 2, 4, 8]);
+    let k = b.input("k", dtype, [2, 2, 6, 8]);
+    let v = b.input("v", dtype, [2, 2, 6, 8]);
+    let m = b.constant(mask.clone());
+    let s = q.matmul(k.t()) * 0.5 + m.broadcast_to(&graphc_ir::Shape::new([2, 2, 4, 6]));
+    let p = softmax(s, -1);
+    let zero = b.scalar(dtype, 0.0).broadcast_to(&graphc_ir::Shape::new([2, 2, 4, 6]));
+    let p = b.select(p.unary(graphc_ir::UnaryOp::IsNan), zero, p);
+    b.output("y", p.matmul(v));
+    b.finish().unwrap()
+}
+
+/// The `zero_masked_rows` attention of the same operands.
+fn fused_guarded(dtype: DType, mask: &Tensor, zero: bool) -> graphc_ir::Graph {
+    let b = GraphBuilder::new();
+    let q = b.input("q", dtype, [2, 2, 4, 8]);
+    let k = b.input("k", dtype, [2, 2, 6, 8]);
+    let v = b.input("v", dtype, [2, 2, 6, 8]);
+    let m = b.constant(mask.clone());
+    let flags = graphc_ir::interp::attention::Flags {
+        scale: 0.5,
+        causal: false,
+        zero_masked_rows: zero,
+    };
+    b.output("y", b.attention_flags((q, k, v), Some(m), flags));
+    b.finish().unwrap()
+}
+
+#[test]
+fn fully_masked_rows_give_zero_with_the_guard_and_nan_without() {
+    // [2, 1, 4, 6]: batch 1 row 2 and every row of batch 0's key 0..3 window masked;
+    // batch 0 row 0 masked whole.
+    let mut mv = vec![0.0; 2 * 4 * 6];
+    for j in 0..6 {
+        mv[j] = -INF; // batch 0, row 0
+        mv[24 + 2 * 6 + j] = -INF; // batch 1, row 2
+    }
+    mv[24 + 5] = -INF; // batch 1, row 0, key 5: partly masked only
+    for dtype in [DType::F32, DType::F64, DType::BF16] {
+        let mask = Tensor::from_f64(dtype, vec![2, 1, 4, 6], &mv).unwrap();
+        let mut inputs = HashMap::new();
+        for (i, (n, d)) in [("q", 4), ("k", 6), ("v", 6)].into_iter().enumerate() {
+            let ty = TensorType::new(dtype, [2, 2, d, 8]);
+            inputs.insert(n.to_string(), Tensor::randn(&ty, 1.0, 40 + i as u64));
+        }
+        let want = interpret(&spelled_guarded(dtype, &mask), &inputs).unwrap();
+        let got = interpret(&fused_guarded(dtype, &mask, true), &inputs).unwrap();
+        let (w, g) = (want[0].1.to_f64_vec(), got[0].1.to_f64_vec());
+        assert!(g.iter().all(|x| x.is_finite()), "{dtype}: {g:?}");
+        let err = relative_l2(&got[0].1, &want[0].1);
+        assert!(err < if dtype == DType::BF16 { 1e-2 } else { 1e-6 }, "{dtype}: {err:e}");
+        // Rows (b, h, i) = (0, h, 0) and (1, h, 2) are 0 exactly, in both graphs.
+        for h in 0..2 {
+            for (b, i) in [(0, 0), (1, 2)] {
+                let row = ((b * 2 + h) * 4 + i) * 8;
+                assert!(g[row..row + 8].iter().all(|&x| x == 0.0), "{dtype} ({b},{h},{i})");
+                assert!(w[row..row + 8].iter().all(|&x| x == 0.0), "{dtype} ({b},{h},{i})");
+            }
+        }
+        // Without the flag those rows are NaN (the softmax of all -inf), the rest equal.
+        let plain = interpret(&fused_guarded(dtype, &mask, false), &inputs).unwrap()[0]
+            .1
+            .to_f64_vec();
+        for (n, (p, x)) in plain.iter().zip(&g).enumerate() {
+            let row = n / 8;
+            let (b, i) = (row / 8, row % 4);
+            if (b, i) == (0, 0) || (b, i) == (1, 2) {
+                assert!(p.is_nan(), "{dtype} element {n}");
+            } else {
+                assert_eq!(p, x, "{dtype} element {n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_masked_rows_text_form() {
+    let mask = Tensor::from_f64(DType::F32, vec![2, 1, 4, 6], &[0.0; 48]).unwrap();
+    let g = fused_guarded(DType::F32, &mask, true);
+    let text = print(&g);
+    assert!(
+        text.contains("{scale=0.5, causal=false, zero_masked_rows=true} : f32[2,2,4,8]"),
+        "{text}"
+    );
+    assert_eq!(parse(&text).unwrap(), g.canonicalize());
+    // Absent means false; printed only when true.
+    let off = text.replace(", zero_masked_rows=true", "");
+    let back = parse(&off).unwrap();
+    assert_eq!(back, fused_guarded(DType::F32, &mask, false).canonicalize());
+    assert!(!print(&back).contains("zero_masked_rows"));
+    let bad = text.replace("zero_masked_rows=true", "zero_masked_rows=2");
+    assert!(parse(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("`zero_masked_rows` expects `true` or `false`"));
+}

@@ -83,8 +83,8 @@ pub fn example_models() -> Vec<(String, Graph)> {
     v
 }
 
-/// The exported ONNX fixtures (GPT-2, BERT, Llama, ViT, and GPT-2 with symbolic dims
-/// fixed), each with the dims it is loaded with.
+/// The exported ONNX fixtures (GPT-2, BERT, Llama, ViT, GPT-2 with symbolic dims
+/// fixed, and two SDPA exports), each with the dims it is loaded with.
 pub fn fixtures() -> Vec<(&'static str, Vec<(String, usize)>)> {
     vec![
         ("gpt2", vec![]),
@@ -92,6 +92,12 @@ pub fn fixtures() -> Vec<(&'static str, Vec<(String, usize)>)> {
         ("llama", vec![]),
         ("vit", vec![]),
         ("gpt2_dynamic", vec![("batch".to_string(), 2), ("seq".to_string(), 8)]),
+        // transformers' default (SDPA) attention as exported: the isnan guard.
+        ("bert_sdpa", vec![]),
+        (
+            "llama_dynamic_sdpa",
+            vec![("batch".to_string(), 2), ("seq".to_string(), 12)],
+        ),
     ]
 }
 

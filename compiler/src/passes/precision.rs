@@ -22,7 +22,13 @@
 //!
 //! Weights and constants used in the low type are cast where they are used; the
 //! optimizer folds those casts at compile time, so they are stored in the low type
-//! (and the f32 originals drop out). Fusion then puts every cast inside a kernel: a
+//! (and the f32 originals drop out). A small one (at most [`SATURATE_MAX_ELEMENTS`])
+//! holding finite values past the low type's range is converted here instead,
+//! saturating them to its largest finite values: transformers fill masks with f32's
+//! lowest (-3.4e38), which rounds to `-inf` in bf16 and f16, and a row that masks
+//! every key (a padding-only sequence) would then be a NaN softmax instead of the
+//! uniform one the f32 graph gives; a bf16 model's mask holds bf16's lowest instead,
+//! as this conversion does. Infinities and NaN stay as they are. Fusion then puts every cast inside a kernel: a
 //! value crosses memory in the type its consumers want.
 //!
 //! **f16 range.** f16 overflows above 65504 where bf16 and f32 do not. With f16, a
@@ -39,7 +45,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use graphc_ir::{BinaryOp, DType, Graph, GraphError, NodeId, Op, ReduceOp, UnaryOp};
+use graphc_ir::{BinaryOp, DType, Graph, GraphError, NodeId, Op, ReduceOp, Tensor, TensorData, UnaryOp};
 
 /// The precision a model is compiled for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -315,6 +321,58 @@ fn classify(graph: &Graph, order: &[NodeId], low: DType) -> Vec<Class> {
     class
 }
 
+/// Weights and constants of at most this many elements are converted with saturation.
+pub const SATURATE_MAX_ELEMENTS: usize = 1 << 20;
+
+/// A small f32 weight or constant `id` (of `out`) with finite values past the range of
+/// `to`, converted to `to` with those values saturated to its largest finite ones: a
+/// constant, or a new weight `<name>:<to>`. `None` when a plain cast keeps every finite
+/// value finite (or the value is not at hand).
+fn saturated(graph: &Graph, out: &mut Graph, id: NodeId, to: DType) -> Option<NodeId> {
+    let node = out.node(id);
+    if node.ty.dtype != DType::F32 || !to.is_float() || node.ty.numel() > SATURATE_MAX_ELEMENTS {
+        return None;
+    }
+    let max = match to {
+        DType::BF16 => half::bf16::MAX.to_f64(),
+        DType::F16 => half::f16::MAX.to_f64(),
+        _ => return None,
+    };
+    let value = match &node.op {
+        Op::Constant { value } => value.clone(),
+        Op::Parameter { name, .. } => graph.weight(name)?.clone(),
+        _ => return None,
+    };
+    let mut v = value.to_f64_vec();
+    // Finite values that round past the low type's largest finite value: beyond it by
+    // more than half an ulp of the low type rounds to infinity.
+    let rounds_to_inf = |x: f64| {
+        x.is_finite()
+            && Tensor::scalar(to, x)
+                .to_f64_vec()
+                .first()
+                .is_some_and(|y| !y.is_finite())
+    };
+    if !v.iter().any(|&x| rounds_to_inf(x)) {
+        return None;
+    }
+    for x in &mut v {
+        if rounds_to_inf(*x) {
+            *x = max.copysign(*x);
+        }
+    }
+    let t = Tensor::new(value.shape().clone(), TensorData::from_f64(to, &v)).ok()?;
+    let op = match &node.op {
+        Op::Parameter { name, .. } => {
+            let name = format!("{name}:{to}");
+            out.set_weight(name.clone(), t.clone());
+            Op::Parameter { name, ty: t.ty() }
+        }
+        _ => Op::Constant { value: t },
+    };
+    out.add(op, vec![], None).ok()
+}
+
 /// The graph rebuilt with each node computing in its class's type, casts at the
 /// operands that need them (one per value and type), and the outputs in the type asked
 /// for.
@@ -351,6 +409,11 @@ fn rebuild(
                             // The cast of a computed value stands for it in the other
                             // type: its name goes with it (reports name buffers by it).
                             // A cast of a weight folds into a new weight, nameless.
+                            if let Some(x) = saturated(graph, &mut out, new, t) {
+                                casts.insert(key, x);
+                                inputs.push(x);
+                                continue;
+                            }
                             let from = out.node(new);
                             let name = match from.op {
                                 Op::Parameter { .. } | Op::Constant { .. } | Op::Input { .. } => None,

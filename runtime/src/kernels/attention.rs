@@ -105,12 +105,7 @@ fn tiled<T: Real>(dims: &AttentionDims, x: &Rows<'_, T>, flags: Flags) -> Vec<T>
 
 /// [`tiled`] over dense operands (q, k, v, and a mask with its strides), in the
 /// arithmetic `T` (f32 for f32/f16/bf16: their values widen exactly).
-fn tiled_of<T: Real>(
-    dims: &AttentionDims,
-    args: &[Tensor],
-    mask_strides: Option<[usize; 4]>,
-    flags: Flags,
-) -> Vec<T> {
+fn tiled_of<T: Real>(dims: &AttentionDims, args: &[Tensor], mask_strides: Option<[usize; 4]>, flags: Flags) -> Vec<T> {
     let f = |t: &Tensor| t.to_f64_vec().into_iter().map(T::from_f64).collect::<Vec<T>>();
     let (q, k, v) = (f(&args[0]), f(&args[1]), f(&args[2]));
     let m = args.get(3).map(f);

@@ -395,11 +395,24 @@ impl Kernel<'_> {
             x = format!("({x} + (j < {} && i < {} ? {lm} : 0.0f))", self.l(d.sk), self.l(d.sq));
         }
         let causal = if gen.g.causal { " || j > i" } else { "" };
-        w.line(format!(
-            "s[n][e] = (j >= {}{causal}) ? ninf : {x} * {};",
-            self.l(d.sk),
-            cuda::f32_lit(log2e as f32)
-        ));
+        if d.masked {
+            // A mask of f32's lowest (transformers' fill) times log2(e) would overflow to
+            // -inf and mask a row the definition keeps: a finite score stays finite
+            // (saturated), so a row whose keys all hold that fill is uniform, as in f32.
+            w.line(format!("const float x_ = {x};"));
+            w.line(format!("const float y_ = x_ * {};", cuda::f32_lit(log2e as f32)));
+            w.line(format!(
+                "s[n][e] = (j >= {}{causal}) ? ninf : (isinf(y_) && !isinf(x_)) ? copysignf({}, y_) : y_;",
+                self.l(d.sk),
+                cuda::f32_lit(f32::MAX)
+            ));
+        } else {
+            w.line(format!(
+                "s[n][e] = (j >= {}{causal}) ? ninf : {x} * {};",
+                self.l(d.sk),
+                cuda::f32_lit(log2e as f32)
+            ));
+        }
         w.close();
         w.close();
         w.line("float x0 = m0, x1 = m1;");

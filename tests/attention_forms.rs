@@ -1,0 +1,255 @@
+//! Attention as users export it: every transformer fixture in both of transformers'
+//! forms (`attn_implementation` "eager" and "sdpa", the default), with static shapes
+//! (the exporter folds the causal mask of a static export into a constant) and
+//! symbolic ones (the mask computed from positions), each family (GPT-2, BERT, Llama
+//! with grouped-query heads, ViT).
+//!
+//! - Each layer's attention is one attention kernel, whatever the form and the dims,
+//!   and no tensor of the score matrix's `[.., s, s]` shape is left in the plan: masks
+//!   stay at their small shape (a padding mask `[b, 1, 1, s]`) or become `causal`.
+//! - Outputs agree with PyTorch's (the fixtures' `outputs.npz`, f32 on the CPU) within
+//!   1e-4 relative L2 through the reference interpreter on the imported graph, the CPU
+//!   executor on the compiled plan and, with a host C++ compiler, cuda-sim; compiled
+//!   for bf16, within 3e-2 on the CPU executor and cuda-sim.
+//!
+//! `bert_sdpa` has a third sequence that is padding only. The exported graph masks with
+//! the dtype's lowest (finite), so that sequence attends uniformly to its padded keys,
+//! as eager attention does (ONNX Runtime agrees); PyTorch's fused SDPA kernel gives
+//! those rows another value at run time. For rows whose attention mask is all zero the
+//! reference is therefore the eager model's output (`outputs_eager.npz`), which is
+//! what the exported graph defines.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use common::repo_path;
+use graphc::ir::compare::relative_l2;
+use graphc::ir::{interpret, Graph, Op, Tensor, TensorData};
+use graphc::CompileOptions;
+use graphc_compiler::kernel::{KernelKind, OpKernel, Program};
+use graphc_compiler::passes::precision::Precision;
+
+/// Every transformer fixture: the eager and sdpa exports, static and dynamic.
+const FIXTURES: [&str; 16] = [
+    "gpt2",
+    "gpt2_sdpa",
+    "bert",
+    "bert_sdpa",
+    "llama",
+    "llama_sdpa",
+    "vit",
+    "vit_sdpa",
+    "gpt2_dynamic",
+    "gpt2_dynamic_sdpa",
+    "bert_dynamic",
+    "bert_dynamic_sdpa",
+    "llama_dynamic",
+    "llama_dynamic_sdpa",
+    "vit_dynamic",
+    "vit_dynamic_sdpa",
+];
+
+/// The fixture's symbolic dims at its reference inputs (`meta.json`).
+fn reference_dims(dir: &Path) -> Vec<(String, usize)> {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    let mut dims: Vec<(String, usize)> = meta["symbolic_dims"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap() as usize))
+        .collect();
+    dims.sort();
+    dims
+}
+
+/// The model, its reference inputs, and the output the exported graph defines:
+/// PyTorch's, with the rows of padding-only sequences taken from the eager model.
+fn load(name: &str) -> (Graph, HashMap<String, Tensor>, Tensor) {
+    let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
+    let g =
+        graphc::load_model(&dir.join("model.onnx"), &reference_dims(&dir)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &g).unwrap();
+    let mut want = graphc::npz::read_arrays(&dir.join("outputs.npz")).unwrap().remove(0).1;
+    if let Some(mask) = inputs.get("attention_mask") {
+        let eager = dir.join("outputs_eager.npz");
+        let m = mask.to_f64_vec();
+        let seq = mask.shape().dims()[1];
+        let padding_only: Vec<usize> = (0..mask.shape().dims()[0])
+            .filter(|&b| m[b * seq..(b + 1) * seq].iter().all(|&x| x == 0.0))
+            .collect();
+        if !padding_only.is_empty() {
+            let eager = graphc::npz::read_arrays(&eager).unwrap().remove(0).1.to_f64_vec();
+            let mut w = want.to_f64_vec();
+            let per_row = w.len() / mask.shape().dims()[0];
+            for b in padding_only {
+                w[b * per_row..(b + 1) * per_row].copy_from_slice(&eager[b * per_row..(b + 1) * per_row]);
+            }
+            want = Tensor::new(want.shape().clone(), TensorData::from_f64(want.dtype(), &w)).unwrap();
+        }
+    }
+    (g, inputs, want)
+}
+
+/// `got` (any float dtype) against `want` (f32) within `tol` relative L2, no NaN.
+fn close(what: &str, got: &[(String, Tensor)], want: &Tensor, tol: f64) {
+    let got = &got[0].1;
+    let g: Vec<f64> = got.to_f64_vec();
+    assert!(g.iter().all(|x| x.is_finite()), "{what}: non-finite outputs");
+    let w = Tensor::new(got.shape().clone(), TensorData::from_f64(want.dtype(), &g)).unwrap();
+    let err = relative_l2(&w, want);
+    println!("{what}: relative L2 vs PyTorch {err:.2e}");
+    assert!(
+        err < tol,
+        "{what}: relative L2 vs PyTorch {err:.3e} (tolerance {tol:.0e})"
+    );
+}
+
+fn have_cxx() -> bool {
+    graphc::cuda::sim::build::find_compiler().is_ok()
+}
+
+fn sim(c: &graphc::Compiled, inputs: &HashMap<String, Tensor>) -> Vec<(String, Tensor)> {
+    let opts = graphc::cuda::sim::SimOptions::default();
+    let mut s = graphc::cuda::sim::SimSession::new(c, &opts).unwrap();
+    s.run(c.graph.weights(), inputs).unwrap()
+}
+
+#[test]
+fn every_fixture_matches_pytorch_through_the_interpreter_the_cpu_executor_and_cuda_sim() {
+    let cxx = have_cxx();
+    if !cxx {
+        graphc_testkit::skip(graphc_testkit::Need::Cxx, "no host C++ compiler: cuda-sim not run");
+    }
+    for name in FIXTURES {
+        let (g, inputs, want) = load(name);
+        close(
+            &format!("{name} interpreter"),
+            &interpret(&g, &inputs).unwrap(),
+            &want,
+            1e-4,
+        );
+        for (precision, tol) in [(Precision::Fp32, 1e-4), (Precision::Bf16, 3e-2)] {
+            let opts = CompileOptions {
+                precision,
+                ..Default::default()
+            };
+            let c = graphc::compile_with(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let cpu = graphc::run_cpu(&c, inputs.clone()).unwrap_or_else(|e| panic!("{name} {precision}: {e}"));
+            close(&format!("{name} {precision} cpu"), &cpu, &want, tol);
+            if cxx {
+                close(&format!("{name} {precision} cuda-sim"), &sim(&c, &inputs), &want, tol);
+            }
+        }
+    }
+}
+
+/// The attention kernels of a program: their operand types.
+fn attention_kernels(p: &Program) -> Vec<&OpKernel> {
+    p.kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::Op(
+                o @ OpKernel {
+                    op: Op::Attention { .. },
+                    ..
+                },
+            ) => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two layers, two attention kernels, no batched matmul (a score or probability
+/// product), masks at their small shape, and, where the sequence length differs from
+/// the head dim (16) so that shapes tell them apart, no buffer of `[.., s, s]`.
+fn check_plan(what: &str, c: &graphc::Compiled, sdpa: bool) {
+    let p = &c.program;
+    let attention = attention_kernels(p);
+    assert_eq!(
+        attention.len(),
+        2,
+        "{what}: attention kernels\n{}",
+        graphc_compiler::kernel::print_program(p)
+    );
+    let mut seq = 0;
+    for a in &attention {
+        let Op::Attention { zero_masked_rows, .. } = a.op else {
+            unreachable!()
+        };
+        assert_eq!(
+            zero_masked_rows, sdpa,
+            "{what}: the isnan guard is the flag, and only there"
+        );
+        let tys: Vec<_> = a.inputs.iter().map(|(_, t)| t).collect();
+        let dims = graphc::ir::AttentionDims::of(&tys).unwrap();
+        if let Some((acc, _)) = a.inputs.get(3) {
+            // The operand is typed as the scores' shape; the buffer behind it is the
+            // mask at its own (small) shape, read with zero strides.
+            let m = &p.buffer(acc.buffer).ty;
+            let md = m.shape.dims();
+            let r = md.len();
+            assert!(
+                r < 2 || md[r - 2] == 1 || md[r - 1] == 1,
+                "{what}: a mask buffer {m} is a matrix per query; a padding mask is [b, 1, 1, s]"
+            );
+        }
+        seq = dims.sk;
+    }
+    for k in &p.kernels {
+        if let KernelKind::MatMul(mm) = &k.kind {
+            assert!(
+                mm.batch.len() < 2,
+                "{what}: {} is a batched matmul {:?}",
+                k.name,
+                mm.batch
+            );
+        }
+    }
+    if seq != 16 {
+        for b in &p.buffers {
+            assert!(
+                !b.ty.shape.dims().ends_with(&[seq, seq]),
+                "{what}: a buffer {} ({:?}) of the score matrix's shape",
+                b.ty,
+                b.name
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fixture_has_one_attention_kernel_per_layer_and_no_score_sized_tensor() {
+    for name in FIXTURES {
+        let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
+        let sdpa = name.ends_with("_sdpa");
+        let mut all_dims = vec![reference_dims(&dir)];
+        if name.contains("dynamic") {
+            // Other dims than the export's: a short sequence (so that no dim is 16) and
+            // a longer one with a larger batch (dims no weight has); ViT's dims are its batch only.
+            let at = |b: usize, s: usize| {
+                let mut d = vec![("batch".to_string(), b)];
+                if !name.starts_with("vit") {
+                    d.push(("seq".to_string(), s));
+                }
+                d
+            };
+            all_dims.push(at(3, 12));
+            all_dims.push(at(48, 40));
+        }
+        for dims in all_dims {
+            let what = format!("{name} {dims:?}");
+            let g = graphc::load_model(&dir.join("model.onnx"), &dims).unwrap_or_else(|e| panic!("{what}: {e}"));
+            for precision in [Precision::Fp32, Precision::Bf16] {
+                let opts = CompileOptions {
+                    precision,
+                    ..Default::default()
+                };
+                let c = graphc::compile_with(&g, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+                check_plan(&format!("{what} {precision}"), &c, sdpa);
+            }
+        }
+    }
+}
