@@ -90,7 +90,7 @@ fn tiled<T: Real>(dims: &AttentionDims, x: &Rows<'_, T>, flags: Flags) -> Vec<T>
                 let orow = &mut out[((b * hq + h) * sq + i) * dv..][..dv];
                 // `l` is 0 when every key is masked and NaN when a score is NaN or
                 // `+inf`: the rows `zero_masked_rows` gives as 0.
-                if zero_masked_rows && !(l > T::ZERO) {
+                if zero_masked_rows && l.partial_cmp(&T::ZERO) != Some(std::cmp::Ordering::Greater) {
                     continue;
                 }
                 for (o, a) in orow.iter_mut().zip(&acc) {
