@@ -1,6 +1,7 @@
 //! ONNX operators, lowered to graphc primitives. One file per family; each exports a
 //! table of `(op_type, lowering)`.
 
+mod attention;
 mod elementwise;
 mod linalg;
 mod nn;
@@ -48,6 +49,7 @@ const TABLES: &[&[(&str, Lowering)]] = &[
     shape::OPS,
     pad::OPS,
     nn::OPS,
+    attention::OPS,
 ];
 
 /// The lowering of a default-domain op type.
