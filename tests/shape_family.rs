@@ -220,3 +220,41 @@ fn long_sequences_compile_like_short_ones() {
         );
     }
 }
+
+/// transformers' default (SDPA) attention as exported, every family with symbolic
+/// dims: its mask subgraph (positions, cumulative sums, comparisons and `and`s, or a
+/// padding mask) must not break the family capture, so `fit` over the batch compiles
+/// three times and writes the rest out, and finds what compiling each probe finds.
+#[test]
+fn sdpa_exports_fit_with_one_shape_family() {
+    for (name, fixed) in [
+        ("gpt2_dynamic_sdpa", Some(16)),
+        ("bert_dynamic_sdpa", Some(16)),
+        ("llama_dynamic_sdpa", Some(16)),
+        ("vit_dynamic_sdpa", None),
+    ] {
+        let path = repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx"));
+        let dims: Vec<(String, usize)> = fixed.map(|s| ("seq".to_string(), s)).into_iter().collect();
+        let opts = with_budget(300 << 20);
+        let fast =
+            graphc::fit::fit_model(&path, &dims, "batch", &opts, 1 << 20).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            matches!(fast.compiles, ProbeCompiles::Family { .. }),
+            "{name}: {:?}",
+            fast.compiles
+        );
+        let slow = graphc::fit::fit(
+            |b| {
+                let mut d = dims.clone();
+                d.push(("batch".into(), b));
+                graphc::load_model(&path, &d)
+            },
+            &opts,
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(fast.value, slow.value, "{name}");
+        assert_eq!(fast.probes, slow.probes, "{name}");
+        assert!(untimed(&fast.compiled.plan) == untimed(&slow.compiled.plan), "{name}");
+    }
+}

@@ -98,3 +98,40 @@ fn fp32_and_tf32_are_the_identity() {
         }
     }
 }
+
+/// A mask filled with f32's lowest (transformers' fill) lowered to bf16 or f16 keeps
+/// finite values finite (saturated to the low type's lowest, as a bf16 model's mask
+/// holds), so a row whose keys are all masked is a uniform softmax as in f32, not NaN;
+/// an infinite fill stays infinite.
+#[test]
+fn lowered_mask_fills_saturate_instead_of_becoming_infinite() {
+    use graphc_ir::nn::softmax;
+    use graphc_ir::GraphBuilder;
+    for fill in [f32::MIN as f64, f64::NEG_INFINITY] {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 4]);
+        let w = b.param("w", Tensor::from_f64(DType::F32, vec![4, 4], &[0.5; 16]).unwrap());
+        // Row 1 masks every key.
+        let mv: Vec<f64> = (0..8).map(|i| if i >= 4 { fill } else { 0.0 }).collect();
+        let m = b.param("m", Tensor::from_f64(DType::F32, vec![2, 4], &mv).unwrap());
+        b.output("y", softmax(x.matmul(w) + m, -1));
+        let g = b.finish().unwrap();
+        let inputs = HashMap::from([(
+            "x".to_string(),
+            Tensor::randn(&graphc_ir::TensorType::new(DType::F32, [2, 4]), 1.0, 3),
+        )]);
+        let want = interpret(&g, &inputs).unwrap()[0].1.to_f64_vec();
+        for p in [Precision::Bf16, Precision::Fp16] {
+            let (low, _) = apply_precision(&g, p).unwrap();
+            let got = interpret(&low, &inputs).unwrap()[0].1.to_f64_vec();
+            if fill.is_finite() {
+                assert!(got.iter().all(|v| v.is_finite()), "{p}: {got:?}");
+                for (a, b) in got[4..].iter().zip(&want[4..]) {
+                    assert!((a - 0.25).abs() < 1e-2 && (b - 0.25).abs() < 1e-6, "{p}: {got:?}");
+                }
+            } else {
+                assert!(got[4..].iter().all(|v| v.is_nan()), "{p}: {got:?}");
+            }
+        }
+    }
+}

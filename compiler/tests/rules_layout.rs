@@ -413,3 +413,63 @@ fn slice_rules_exact_over_many_ranges() {
     assert!(fired(&report, "slice-slice"));
     assert!(fired(&report, "slice-of-concat"));
 }
+
+/// `gather-affine`: a gather along axis 0 whose index walks the data row-major (a
+/// constant, or computed from iotas as ONNX GatherND's lowering computes it, with the
+/// never-firing wrap of negative indices) is a reshape, or a broadcast of one where
+/// the walk repeats over an axis; other indices keep the gather.
+#[test]
+fn gathers_of_affine_indices_are_views() {
+    let (b, s) = (3usize, 5usize);
+    let build = |idx: &dyn for<'b> Fn(&'b GraphBuilder) -> Value<'b>| {
+        let g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, [b * s, 2]);
+        g.output("y", x.gather(idx(&g), 0));
+        g.finish().unwrap()
+    };
+    let flat: Vec<f64> = (0..b * s).map(|i| i as f64).collect();
+    let constant = build(&|g| g.constant(Tensor::from_f64(DType::I64, vec![b, 1, s], &flat).unwrap()));
+    // GatherND's lowering: batch iota * s + position iota, each wrapped if negative.
+    let computed = build(&|g| {
+        let bi = g.iota(DType::I64, [b, 1, s], 0);
+        let j = g.iota(DType::I64, [b, 1, s], 2);
+        let bi = g.select(bi.lt(0.0), bi + b as f64, bi);
+        let j = g.select(j.lt(0.0), j + s as f64, j);
+        bi * s as f64 + j
+    });
+    for g in [&constant, &computed] {
+        let (opt, r) = run(g);
+        assert!(fired(&r, "gather-affine"), "{r:?}");
+        assert_eq!(
+            count(&opt, |o| matches!(o, Op::Gather { .. })),
+            0,
+            "{}",
+            graphc_ir::print(&opt)
+        );
+    }
+    // Repeated over an axis: [s, b] walking only the positions (a broadcast).
+    let repeated = {
+        let g = GraphBuilder::new();
+        let x = g.input("x", DType::F32, [s, 2]);
+        g.output("y", x.gather(g.iota(DType::I64, [b, s], 1), 0));
+        g.finish().unwrap()
+    };
+    let (opt, _) = run(&repeated);
+    assert_eq!(
+        count(&opt, |o| matches!(o, Op::Gather { .. })),
+        0,
+        "{}",
+        graphc_ir::print(&opt)
+    );
+    // A permutation, an offset walk and a walk of part of the rows stay gathers.
+    let perm: Vec<f64> = (0..b * s).rev().map(|i| i as f64).collect();
+    let shifted: Vec<f64> = (0..b * s).map(|i| ((i + 1) % (b * s)) as f64).collect();
+    for v in [&perm, &shifted] {
+        let g = build(&|g| g.constant(Tensor::from_f64(DType::I64, vec![b * s], v).unwrap()));
+        let (opt, _) = run(&g);
+        assert_eq!(count(&opt, |o| matches!(o, Op::Gather { .. })), 1);
+    }
+    let part = build(&|g| g.iota(DType::I64, [b], 0));
+    let (opt, _) = run(&part);
+    assert_eq!(count(&opt, |o| matches!(o, Op::Gather { .. })), 1);
+}

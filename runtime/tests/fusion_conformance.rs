@@ -66,9 +66,16 @@ fn fused_conformance_models_compute_the_same() {
         };
         let (opt, report) = optimize(&graph, &Default::default()).unwrap_or_else(|e| panic!("{case}: {e}"));
         // A recognized composite op (the tanh GELU) agrees to a few ulps, not bitwise.
+        // Inexact: a rewrite that is not bit-exact fired, or the model has an attention
+        // op (ONNX's Attention imports as one), whose tiled kernel sums in another
+        // order than the interpreter's two passes.
         let inexact = graphc_compiler::optimize::rules::INEXACT
             .iter()
-            .any(|r| report.rules_fired.contains_key(*r));
+            .any(|r| report.rules_fired.contains_key(*r))
+            || graph
+                .nodes()
+                .iter()
+                .any(|n| matches!(n.op, graphc_ir::Op::Attention { .. }));
         opt.verify().unwrap_or_else(|e| panic!("{case}: optimized graph: {e}"));
         let set = case_dir.join("test_data_set_0");
         let mut inputs = HashMap::new();

@@ -343,24 +343,28 @@ fn saturated(graph: &Graph, out: &mut Graph, id: NodeId, to: DType) -> Option<No
         Op::Parameter { name, .. } => graph.weight(name)?.clone(),
         _ => return None,
     };
-    let mut v = value.to_f64_vec();
-    // Finite values that round past the low type's largest finite value: beyond it by
-    // more than half an ulp of the low type rounds to infinity.
+    // Finite values that round past the low type's largest finite value (beyond it by
+    // more than half an ulp of the low type). Read from the little-endian bytes: a
+    // weight mapped from its file is not decoded (nor copied) to be checked.
     let rounds_to_inf = |x: f64| {
         x.is_finite()
-            && Tensor::scalar(to, x)
-                .to_f64_vec()
-                .first()
-                .is_some_and(|y| !y.is_finite())
+            && match to {
+                DType::BF16 => half::bf16::from_f64(x).is_infinite(),
+                _ => half::f16::from_f64(x).is_infinite(),
+            }
     };
-    if !v.iter().any(|&x| rounds_to_inf(x)) {
+    let bytes = value.le_bytes();
+    let values = || {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+    };
+    if !values().any(rounds_to_inf) {
         return None;
     }
-    for x in &mut v {
-        if rounds_to_inf(*x) {
-            *x = max.copysign(*x);
-        }
-    }
+    let v: Vec<f64> = values()
+        .map(|x| if rounds_to_inf(x) { max.copysign(x) } else { x })
+        .collect();
     let t = Tensor::new(value.shape().clone(), TensorData::from_f64(to, &v)).ok()?;
     let op = match &node.op {
         Op::Parameter { name, .. } => {

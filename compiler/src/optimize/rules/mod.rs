@@ -4,6 +4,7 @@ mod attention;
 mod broadcast;
 mod causal;
 mod composite;
+mod gather;
 mod identities;
 mod layout;
 mod scale;
@@ -24,6 +25,7 @@ pub fn all() -> Vec<Rewrite<TNode, TensorAnalysis>> {
         .chain(layout::rules())
         .chain(broadcast::rules())
         .chain(scale::rules())
+        .chain(gather::rules())
         .chain(composite::rules())
         .chain(attention::rules())
         .collect()
