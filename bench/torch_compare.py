@@ -274,6 +274,26 @@ def specs(small):
             iters=bi,
             graphc_timeout_scale=1.5,
         ),
+        # The same GPT exported with F.scaled_dot_product_attention (`export_sdpa`): the
+        # form users export; graphc must find the same attention kernels in it.
+        dict(
+            name="gpt_sdpa_export",
+            size="L{layers} d{d} h{heads} b{batch} s{seq}".format(**g),
+            dtype="bf16",
+            make=lambda: Gpt(g["layers"], g["d"], g["heads"], g["seq"]),
+            input_shapes=[(g["batch"], g["seq"], g["d"])],
+            metric="TFLOP/s",
+            flops=gpt_flops,
+            sdpa=True,
+            export_sdpa=True,
+            # torch.onnx.export's default since torch 2.9 (the TorchScript exporter
+            # writes an invalid model for bf16 SDPA: a LayerNormalization of f32 input
+            # and bf16 scale, which onnx.checker rejects).
+            exporter="dynamo",
+            warmup=bw,
+            iters=bi,
+            graphc_timeout_scale=1.5,
+        ),
         # A decode-sized linear layer (batch 1-16 tokens, 4096 x 4096): graphc's int4 and int8
         # weight-only GEMMs (`--weights`, a generated tensor-core kernel) against torch's
         # bf16 GEMM (cuBLAS) and graphc's own bf16 GEMM (cuBLASLt); the int4 target is to beat
@@ -667,9 +687,16 @@ class Runner:
         graphc_ok = True
         try:
             self.log("  export")
-            rec["export"] = export_onnx(
-                model, tuple(inputs), onnx_path, input_names, ["y"], self.log, a.exporter
-            )
+            # `export_sdpa`: graphc gets the model as users export it with
+            # F.scaled_dot_product_attention (the form transformers uses by default).
+            if spec.get("export_sdpa"):
+                model.sdpa = True
+            try:
+                rec["export"] = export_onnx(
+                    model, tuple(inputs), onnx_path, input_names, ["y"], self.log, spec.get("exporter", a.exporter)
+                )
+            finally:
+                model.sdpa = False
             rec["export"]["onnx_bytes"] = sum(
                 os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.startswith("model.onnx")
             )
