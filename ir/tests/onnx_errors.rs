@@ -96,6 +96,17 @@ fn wrong_types_are_named() {
         "graph input `x`: element type STRING is not supported"
     );
 
+    // A LayerNormalization whose scale is bf16 over an f32 input (as the TorchScript
+    // exporter writes a bf16 model with SDPA; onnx.checker rejects it too).
+    let m = model(
+        vec![node("LayerNormalization", "ln", &["x", "s"], &["y"], vec![])],
+        vec![f32_in("x", &[2, 3]), value_info("s", data_type::BFLOAT16, &[3])],
+        vec![f32_in("y", &[2, 3])],
+    );
+    let e = err(&m, None, &ImportOptions::default());
+    assert!(e.starts_with("node `ln` (LayerNormalization, opset 20):"), "{e}");
+    assert!(e.contains("Scale bf16[3] must have the dtype of X f32[2,3]"), "{e}");
+
     let mut m = add_model();
     m.graph.as_mut().unwrap().output[0] = f32_in("z", &[3, 2]);
     assert_eq!(

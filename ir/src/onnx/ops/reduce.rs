@@ -260,6 +260,15 @@ fn norm_setup(n: &Node<'_, '_>, x: Value<'_>, name: &str) -> Result<(Vec<i64>, D
 fn layer_normalization<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     let x = n.input(0)?;
     let (axes, stash) = norm_setup(n, x, "LayerNormalization")?;
+    for (i, what) in [(1, "Scale"), (2, "B")] {
+        if let Some(v) = n.opt_input(i).filter(|v| v.dtype() != x.dtype()) {
+            return Err(format!(
+                "LayerNormalization's {what} {} must have the dtype of X {} (the model is invalid ONNX)",
+                v.ty(),
+                x.ty()
+            ));
+        }
+    }
     let eps = n.attrs.float("epsilon", 1e-5)? as f64;
     let xu = x.cast(stash);
     let mean = xu.mean(&axes, true);
