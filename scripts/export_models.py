@@ -199,6 +199,8 @@ INPUT_NOTES["bert_sdpa"] = (
 )
 for _n in ("gpt2", "llama", "vit", "gpt2_dynamic"):
     INPUT_NOTES[f"{_n}_sdpa"] = INPUT_NOTES[_n]
+INPUT_NOTES["llama_sdpa_opset23"] = INPUT_NOTES["llama"]
+INPUT_NOTES["bert_sdpa_opset23"] = INPUT_NOTES["bert_sdpa"]
 for _n in ("bert", "llama", "vit"):
     INPUT_NOTES[f"{_n}_dynamic"] = INPUT_NOTES[_n]
     INPUT_NOTES[f"{_n}_dynamic_sdpa"] = INPUT_NOTES[f"{_n}_sdpa"]
@@ -231,6 +233,9 @@ MODELS = {
     "gpt2_dynamic_sdpa": functools.partial(build_gpt2, attn="sdpa"),
     "gpt2_medium_sdpa": functools.partial(build_gpt2_medium, attn="sdpa"),
     # BERT, Llama and ViT with symbolic dims too (ViT: the batch only), in both forms.
+    # torch.onnx.export at opset 23 spells SDPA as ONNX's own Attention op.
+    "llama_sdpa_opset23": functools.partial(build_llama, attn="sdpa"),
+    "bert_sdpa_opset23": functools.partial(build_bert, attn="sdpa", batch=3),
     "bert_dynamic": build_bert,
     "bert_dynamic_sdpa": functools.partial(build_bert, attn="sdpa", batch=3),
     "llama_dynamic": build_llama,
@@ -242,6 +247,9 @@ MODELS = {
 # Exported only when named (big weights; export them into an ignored folder such as
 # target/models: `python scripts/export_models.py --out target/models gpt2_medium`).
 ON_DEMAND = {"gpt2_medium", "gpt2_48", "llama_1b", "gpt2_medium_sdpa"}
+
+# Per model, the opset to export at (the exporter's default, 20, otherwise).
+OPSET = {"llama_sdpa_opset23": 23, "bert_sdpa_opset23": 23}
 
 # Per model, torch.export dynamic shapes (None: static).
 def _batch_seq(*names, seq_max=64):
@@ -387,6 +395,7 @@ def export_one(name, out_root):
             input_names=list(inputs),
             output_names=output_names,
             dynamic_shapes=DYNAMIC[name]() if name in DYNAMIC else None,
+            **({"opset_version": OPSET[name]} if name in OPSET else {}),
         )
     del program
     files = sorted(p.name for p in out.iterdir())

@@ -505,3 +505,44 @@ fn a_constant_causal_mask_of_a_static_export_becomes_causal() {
     assert_eq!((a[0].1, a[0].2, a[0].3), (true, true, 3), "{a:?}");
     no_scores_left(&opt);
 }
+
+/// `attention-causal-mask`: an attention op given the causal pattern as a mask (ONNX's
+/// Attention op of a static export, its mask folded to a constant) becomes the causal
+/// op without the mask; any other mask stays.
+#[test]
+fn an_attention_op_with_a_causal_mask_operand_becomes_causal() {
+    let lowest = f32::MIN as f64;
+    let mask = |causal: bool| {
+        let v: Vec<f64> = (0..S * S)
+            .map(|e| {
+                let (i, j) = (e / S, e % S);
+                let masked = if causal { j > i } else { j == (i + 1) % S };
+                if masked {
+                    lowest
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Tensor::from_f64(DType::F32, vec![1, 1, S, S], &v).unwrap()
+    };
+    for causal in [true, false] {
+        let g = graph(|b| {
+            let (q, k, v) = qkv(b, DType::F32, H);
+            let m = b.constant(mask(causal)).broadcast_to(&Shape::new([B, H, S, S]));
+            let flags = graphc_ir::interp::attention::Flags {
+                scale: 0.25,
+                causal: false,
+                zero_masked_rows: true,
+            };
+            b.attention_flags((q, k, v), Some(m), flags)
+        });
+        let (opt, _) = check(&g, 1e-6);
+        let want = if causal {
+            (0.25, true, true, 3)
+        } else {
+            (0.25, false, true, 4)
+        };
+        assert_eq!(guarded(&opt), vec![want], "{}", graphc_ir::print(&opt));
+    }
+}

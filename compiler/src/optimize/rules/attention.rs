@@ -44,7 +44,37 @@ use super::causal::causal_by_structure;
 use super::composite::{same, scalar};
 
 pub fn rules() -> Vec<Rewrite<TNode, TensorAnalysis>> {
-    vec![rule("attention", attention)]
+    vec![
+        rule("attention", attention),
+        rule("attention-causal-mask", attention_causal_mask),
+    ]
+}
+
+/// An attention op whose mask operand is the causal pattern (a static export's folded
+/// mask given to ONNX's Attention op) is the causal attention without the mask.
+fn attention_causal_mask(eg: &TEGraph, id: Id) -> Vec<Term> {
+    for n in nodes_where(eg, id, |o| matches!(o, Op::Attention { .. })) {
+        let (
+            Op::Attention {
+                scale,
+                zero_masked_rows,
+                ..
+            },
+            [q, k, v, m],
+        ) = (n.op(), &n.children[..])
+        else {
+            continue;
+        };
+        if is_causal(eg, unbroadcast(eg, *m), false) {
+            let op = Op::Attention {
+                scale: *scale,
+                causal: true,
+                zero_masked_rows: *zero_masked_rows,
+            };
+            return vec![Term::node(op, vec![Term::Class(*q), Term::Class(*k), Term::Class(*v)])];
+        }
+    }
+    vec![]
 }
 
 /// A fill value that masks a score out: `-inf`, or a finite value so negative that

@@ -9,7 +9,9 @@
 //! padded with masked keys when shorter than the keys; opset 24's `nonpad_kv_seqlen`
 //! masks each batch entry's keys from its length on. The mask stays at its own shape
 //! (a padding mask `[b, 1, 1, s]` is never expanded). A row whose keys are all masked
-//! is NaN, as in the reference. With `softcap` (scores become `softcap *
+//! (a padding-only sequence) gives 0 (`zero_masked_rows`), as ONNX Runtime and PyTorch's
+//! `scaled_dot_product_attention` give it; the spec says nothing of such rows, and the
+//! ONNX reference's NumPy softmax makes them NaN. With `softcap` (scores become `softcap *
 //! tanh(scores / softcap)` before the mask) the op is spelled out in primitives
 //! instead, since the attention kernel has no soft cap; so is the optional
 //! `qk_matmul_output` (mode 0: the scaled `q kᵀ`), which is the score matrix itself.
@@ -245,16 +247,17 @@ fn attention<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
         if let Some(m) = mask {
             s = s + m;
         }
-        nn::softmax(s, -1).matmul(repeat_heads(v, hq / hkv))
+        let p = nn::softmax(s, -1);
+        let zero = imp.scalar(dtype, 0.0).broadcast_to(&p.shape());
+        bld.select(p.isnan(), zero, p).matmul(repeat_heads(v, hq / hkv))
     } else {
-        bld.attention(
-            q,
-            k,
-            v,
-            mask.map(|m| m.broadcast_to(&Shape::new(scores))),
+        let flags = crate::interp::attention::Flags {
             scale,
             causal,
-        )
+            zero_masked_rows: true,
+        };
+        let mask = mask.map(|m| m.broadcast_to(&Shape::new(scores)));
+        bld.attention_flags((q, k, v), mask, flags)
     };
     let y = if rank == 3 {
         let [_, _, _, dv] = dims(y, "the output")?;
