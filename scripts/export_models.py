@@ -201,6 +201,7 @@ for _n in ("gpt2", "llama", "vit", "gpt2_dynamic"):
     INPUT_NOTES[f"{_n}_sdpa"] = INPUT_NOTES[_n]
 INPUT_NOTES["llama_sdpa_opset23"] = INPUT_NOTES["llama"]
 INPUT_NOTES["bert_sdpa_opset23"] = INPUT_NOTES["bert_sdpa"]
+INPUT_NOTES["gpt2_dynamic_sdpa_opset23"] = INPUT_NOTES["gpt2"]
 for _n in ("bert", "llama", "vit"):
     INPUT_NOTES[f"{_n}_dynamic"] = INPUT_NOTES[_n]
     INPUT_NOTES[f"{_n}_dynamic_sdpa"] = INPUT_NOTES[f"{_n}_sdpa"]
@@ -236,6 +237,7 @@ MODELS = {
     # torch.onnx.export at opset 23 spells SDPA as ONNX's own Attention op.
     "llama_sdpa_opset23": functools.partial(build_llama, attn="sdpa"),
     "bert_sdpa_opset23": functools.partial(build_bert, attn="sdpa", batch=3),
+    "gpt2_dynamic_sdpa_opset23": functools.partial(build_gpt2, attn="sdpa"),
     "bert_dynamic": build_bert,
     "bert_dynamic_sdpa": functools.partial(build_bert, attn="sdpa", batch=3),
     "llama_dynamic": build_llama,
@@ -249,7 +251,7 @@ MODELS = {
 ON_DEMAND = {"gpt2_medium", "gpt2_48", "llama_1b", "gpt2_medium_sdpa"}
 
 # Per model, the opset to export at (the exporter's default, 20, otherwise).
-OPSET = {"llama_sdpa_opset23": 23, "bert_sdpa_opset23": 23}
+OPSET = {"llama_sdpa_opset23": 23, "bert_sdpa_opset23": 23, "gpt2_dynamic_sdpa_opset23": 23}
 
 # Per model, torch.export dynamic shapes (None: static).
 def _batch_seq(*names, seq_max=64):
@@ -270,6 +272,12 @@ DYNAMIC = {
     "vit_dynamic": lambda: {"pixel_values": {0: torch.export.Dim("batch", min=1, max=1 << 20)}},
     "vit_dynamic_sdpa": lambda: {"pixel_values": {0: torch.export.Dim("batch", min=1, max=1 << 20)}},
     "gpt2_dynamic": lambda: {
+        "input_ids": {
+            0: torch.export.Dim("batch", min=1, max=1 << 20),
+            1: torch.export.Dim("seq", min=1, max=64),
+        }
+    },
+    "gpt2_dynamic_sdpa_opset23": lambda: {
         "input_ids": {
             0: torch.export.Dim("batch", min=1, max=1 << 20),
             1: torch.export.Dim("seq", min=1, max=64),

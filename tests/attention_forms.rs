@@ -33,7 +33,7 @@ use graphc_compiler::kernel::{KernelKind, OpKernel, Program};
 use graphc_compiler::passes::precision::Precision;
 
 /// Every transformer fixture: the eager and sdpa exports, static and dynamic.
-const FIXTURES: [&str; 18] = [
+const FIXTURES: [&str; 19] = [
     "gpt2",
     "gpt2_sdpa",
     "bert",
@@ -53,6 +53,7 @@ const FIXTURES: [&str; 18] = [
     // Exported at opset 23, where torch.onnx spells SDPA as ONNX's Attention op.
     "llama_sdpa_opset23",
     "bert_sdpa_opset23",
+    "gpt2_dynamic_sdpa_opset23",
 ];
 
 /// The fixture's symbolic dims at its reference inputs (`meta.json`).

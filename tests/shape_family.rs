@@ -232,6 +232,7 @@ fn sdpa_exports_fit_with_one_shape_family() {
         ("bert_dynamic_sdpa", Some(16)),
         ("llama_dynamic_sdpa", Some(16)),
         ("vit_dynamic_sdpa", None),
+        ("gpt2_dynamic_sdpa_opset23", Some(16)),
     ] {
         let path = repo_path(&format!("tests/fixtures/onnx/{name}/model.onnx"));
         let dims: Vec<(String, usize)> = fixed.map(|s| ("seq".to_string(), s)).into_iter().collect();
