@@ -12,6 +12,7 @@ mod wide_programs;
 
 use std::time::{Duration, Instant};
 
+use graphc_compiler::passes::precision::Precision;
 use graphc_compiler::{compile, CompileOptions};
 use graphc_ir::work;
 use graphc_ir::Graph;
@@ -50,6 +51,16 @@ fn main() {
     row("sum of inputs (compile)", 20_000, |n| compile_it(&build(n)));
     row("sum of inputs (fusion)", 100_000, |n| {
         drop(graphc_compiler::fuse::fuse(&build(n)).unwrap())
+    });
+    let bf16 = CompileOptions {
+        precision: Precision::Bf16,
+        ..CompileOptions::default()
+    };
+    row("sum of one input (compile)", 20_000, |n| {
+        compile_it(&wide_programs::sum_of_repeated_input(n, 1))
+    });
+    row("sum of one input, bf16 (compile)", 20_000, |n| {
+        drop(compile(&wide_programs::sum_of_repeated_input(n, 1), &bf16).unwrap())
     });
     row("sum of weights (compile)", 20_000, |n| {
         compile_it(&wide_programs::sum_of_weights(n))

@@ -352,13 +352,17 @@ impl Graph {
         }
     }
 
-    /// Users of each node, indexed by node.
+    /// Users of each node, indexed by node: each user once, in increasing id order.
     pub fn users(&self) -> Vec<Vec<NodeId>> {
         let mut users = vec![Vec::new(); self.nodes.len()];
         for (id, n) in self.ids().zip(&self.nodes) {
+            crate::work::add_len(crate::work::Stage::Graph, 1 + n.inputs.len());
             for &i in &n.inputs {
                 if let Some(u) = users.get_mut(i.index()) {
-                    if !u.contains(&id) {
+                    // Users are visited in id order, so a user already listed (an
+                    // operand named twice, `x + x`) is the last one: no scan of the list,
+                    // which for a value read 100k times was quadratic.
+                    if u.last() != Some(&id) {
                         u.push(id);
                     }
                 }
@@ -420,5 +424,31 @@ impl Graph {
             n.op = Op::Constant { value };
             n.inputs.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, GraphBuilder, NodeId};
+
+    /// A node that names an operand twice (`x + x`) is one user of it; users come in id
+    /// order, and listing them is one step per operand however often a value is read.
+    #[test]
+    fn users_lists_each_user_once_in_id_order() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [4]);
+        let mut acc = x + x;
+        for _ in 0..1000 {
+            acc = acc + x;
+        }
+        b.output("y", acc * acc);
+        let g = b.finish().unwrap();
+        let (users, work) = crate::work::measure(|| g.users());
+        let x_users = &users[0];
+        assert_eq!(x_users.len(), 1001);
+        assert!(x_users.windows(2).all(|w| w[0] < w[1]));
+        let square = NodeId((g.len() - 1) as u32);
+        assert_eq!(users[g.len() - 2], vec![square], "acc * acc reads acc once");
+        assert!(work.total() <= 3 * g.len() as u64, "{work}");
     }
 }

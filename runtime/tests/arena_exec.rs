@@ -8,12 +8,15 @@
 //!   changes the outputs; moving a kernel's output onto the bytes of an input it reads
 //!   last (in-place reuse) does not.
 //! - A plan that does not fit the program is an error naming the buffer, never a panic.
+//! - A sum of one value named thousands of times (f32, bf16) runs as the interpreter.
 
 use std::collections::HashMap;
 
 use graphc_compiler::fuse::fuse;
 use graphc_compiler::kernel::{BufferId, BufferKind, Program};
+use graphc_compiler::passes::precision::Precision;
 use graphc_compiler::plan::{plan_memory, MemoryOptions, MemoryPlan, PlannedBuffer};
+use graphc_compiler::{compile, CompileOptions};
 use graphc_ir::compare::bitwise_equal as same;
 use graphc_ir::nn::{self, GeluApprox};
 use graphc_ir::{interpret, DType, Graph, GraphBuilder, Tensor, TensorType, UnaryOp};
@@ -194,6 +197,47 @@ fn an_overlap_of_live_buffers_gives_wrong_numbers() {
     }
     assert!(tried >= 3, "only {tried} clobbering pairs in the transformer's plan");
     eprintln!("{tried} clobbering overlaps, all detected");
+}
+
+/// `Sum(x, x, ..., x)` and a sum naming `x` every other operand, as ONNX `Sum` lowers
+/// them (a chain of adds), compiled in f32 and bf16 (where every add reads `cast(x)`):
+/// one kernel, giving exactly what the interpreter gives on the compiled graph, and in
+/// f32 on the graph as written.
+#[test]
+fn a_sum_of_one_value_named_many_times_equals_the_interpreter() {
+    let sum = |n: usize, every: usize| {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [3, 5]);
+        let mut acc = x;
+        for i in 1..n {
+            acc = acc
+                + if i % every == 0 {
+                    x
+                } else {
+                    b.input(&format!("x{i}"), DType::F32, [3, 5])
+                };
+        }
+        b.output("y", acc);
+        b.finish().unwrap()
+    };
+    for precision in [Precision::Fp32, Precision::Bf16] {
+        for every in [1, 2] {
+            let graph = sum(3000, every);
+            let opts = CompileOptions {
+                precision,
+                ..CompileOptions::default()
+            };
+            let c = compile(&graph, &opts).unwrap();
+            assert_eq!(c.program.kernels.len(), 1);
+            let inputs = random_inputs(&graph, 7);
+            let got = run_planned(&c.program, &c.plan, c.graph.weights(), &inputs).unwrap();
+            let what = format!("{precision:?}, x every {every} operands");
+            assert!(all_same(&got, &interpret(&c.graph, &inputs).unwrap()), "{what}");
+            if precision == Precision::Fp32 {
+                assert!(all_same(&got, &interpret(&graph, &inputs).unwrap()), "{what}");
+            }
+        }
+    }
 }
 
 /// In-place reuse: a kernel's output on the bytes of an input it is the last reader of

@@ -68,8 +68,20 @@ pub struct Groups {
     pub consumers: Vec<Vec<(usize, usize)>>,
     /// Smallest and largest member index of each group (nodes are in topological order).
     span: Vec<(usize, usize)>,
-    /// Consumers outside each group (maybe stale: some may since have joined it).
+    /// The compute nodes that read a member of each group, and those a member reads:
+    /// maybe stale (some may since have joined the group) and with repeats, since
+    /// merging joins the lists without a scan; a walk drops the stale ones it reads.
     external: Vec<Vec<usize>>,
+    producers: Vec<Vec<usize>>,
+}
+
+/// Which way a walk over the group graph follows edges.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// From producers to consumers (`external`).
+    Forward,
+    /// From consumers to producers (`producers`).
+    Backward,
 }
 
 impl Groups {
@@ -96,12 +108,15 @@ impl Groups {
                 })
                 .collect(),
             span: (0..n).map(|i| (i, i)).collect(),
-            external: (0..n)
-                .map(|i| {
-                    let mut v: Vec<usize> = consumers[i].iter().map(|&(c, _)| c).collect();
-                    v.sort_unstable();
-                    v.dedup();
-                    v
+            external: consumers
+                .iter()
+                .map(|cs| sorted_unique(cs.iter().map(|&(c, _)| c)))
+                .collect(),
+            producers: nodes
+                .iter()
+                .map(|node| {
+                    let compute = node.operands.iter().map(|o| o.root);
+                    sorted_unique(compute.filter(|&p| node.is_compute() && nodes[p].is_compute()))
                 })
                 .collect(),
             consumers,
@@ -242,16 +257,9 @@ impl Groups {
         }
         let (keep, gone) = (gp.min(gc), gp.max(gc));
         self.parent[gone] = keep;
-        let moved = std::mem::take(&mut self.members[gone]);
-        self.members[keep].extend(moved);
-        let moved = std::mem::take(&mut self.external[gone]);
-        let mut ext = std::mem::take(&mut self.external[keep]);
-        ext.extend(moved);
-        work::add_len(Stage::Fuse, ext.len());
-        ext.retain(|&u| self.find_const(u) != keep);
-        ext.sort_unstable();
-        ext.dedup();
-        self.external[keep] = ext;
+        join(&mut self.members, keep, gone);
+        join(&mut self.external, keep, gone);
+        join(&mut self.producers, keep, gone);
         self.space[keep] = space;
         self.span[keep] = (
             self.span[gp].0.min(self.span[gc].0),
@@ -314,32 +322,81 @@ impl Groups {
     }
 
     /// Whether some path from group `from` reaches group `to` through another group.
-    fn reaches_around(&self, from: usize, to: usize) -> bool {
-        let limit = self.span[to].1;
+    ///
+    /// Walked from the end with fewer neighbours: a group reading one value that 100k
+    /// nodes read (`cast(x)` in `Sum(x, ..., x)` at bf16) takes its readers in one by
+    /// one, and a walk over all of them at every merge was quadratic; from the reader
+    /// back to its few producers it is one step.
+    fn reaches_around(&mut self, from: usize, to: usize) -> bool {
+        if self.external[from].len() <= self.producers[to].len() {
+            self.path_around(Direction::Forward, from, to)
+        } else {
+            self.path_around(Direction::Backward, to, from)
+        }
+    }
+
+    /// Whether a path from group `start` along `dir` reaches group `goal` through
+    /// another group. Only groups that can lie between the two are entered: forward,
+    /// those starting before `goal` ends; backward, those ending after `goal` starts.
+    fn path_around(&mut self, dir: Direction, start: usize, goal: usize) -> bool {
         let mut seen = std::collections::HashSet::new();
-        let mut stack = vec![from];
+        let mut stack = vec![start];
         while let Some(g) = stack.pop() {
-            {
-                work::add_len(Stage::Fuse, 1 + self.external[g].len());
-                for &c in &self.external[g] {
-                    let h = self.find_const(c);
-                    if h == g || h == from {
-                        continue;
-                    }
-                    if h == to {
-                        if g != from {
-                            return true;
-                        }
-                        continue;
-                    }
-                    if self.span[h].0 <= limit && seen.insert(h) {
-                        stack.push(h);
-                    }
+            let mut next = std::mem::take(&mut self.neighbours(dir)[g]);
+            work::add_len(Stage::Fuse, 1 + next.len());
+            next.retain(|&c| self.find_const(c) != g);
+            let mut found = false;
+            for &c in &next {
+                let h = self.find_const(c);
+                if h == start {
+                    continue;
                 }
+                if h == goal {
+                    found |= g != start;
+                    continue;
+                }
+                let between = match dir {
+                    Direction::Forward => self.span[h].0 <= self.span[goal].1,
+                    Direction::Backward => self.span[h].1 >= self.span[goal].0,
+                };
+                if between && seen.insert(h) {
+                    stack.push(h);
+                }
+            }
+            self.neighbours(dir)[g] = next;
+            if found {
+                return true;
             }
         }
         false
     }
+
+    /// Each group's neighbours along `dir`.
+    fn neighbours(&mut self, dir: Direction) -> &mut [Vec<usize>] {
+        match dir {
+            Direction::Forward => &mut self.external,
+            Direction::Backward => &mut self.producers,
+        }
+    }
+}
+
+/// The distinct values of `it`, sorted.
+fn sorted_unique(it: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut v: Vec<usize> = it.collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Moves list `gone` onto list `keep`, the shorter onto the longer (a group taking in
+/// single nodes one by one copies one element per merge, not all it holds).
+fn join(lists: &mut [Vec<usize>], keep: usize, gone: usize) {
+    let mut moved = std::mem::take(&mut lists[gone]);
+    if moved.len() > lists[keep].len() {
+        std::mem::swap(&mut moved, &mut lists[keep]);
+    }
+    work::add_len(Stage::Fuse, moved.len());
+    lists[keep].extend(moved);
 }
 
 /// The epilogue a GEMM library applies in its own kernel: `act(alpha * AB + C + bias)`.

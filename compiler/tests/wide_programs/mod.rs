@@ -43,3 +43,22 @@ pub fn matmuls(n: usize, concat: bool) -> Graph {
     b.output("y", y);
     b.finish().unwrap()
 }
+
+/// `x + x + ... ` with `n` operands that all name one input, as ONNX `Sum` lowers
+/// `Sum(x, x, ..., x)`; with `repeat_every` 2, every other operand is `x` and the rest
+/// are inputs of their own.
+pub fn sum_of_repeated_input(n: usize, repeat_every: usize) -> Graph {
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [4]);
+    let mut acc = x;
+    for i in 1..n {
+        let operand = if i % repeat_every.max(1) == 0 {
+            x
+        } else {
+            b.input(&format!("x{i}"), DType::F32, [4])
+        };
+        acc = acc + operand;
+    }
+    b.output("y", acc);
+    b.finish().unwrap()
+}

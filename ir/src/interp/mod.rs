@@ -17,7 +17,7 @@ mod matmul;
 mod reduce;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::infer::infer_type;
 use crate::{Graph, NodeId, Op, Tensor, TensorType};
@@ -59,7 +59,8 @@ pub fn interpret(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Vec<
     graph.verify()?;
 
     // Bind inputs.
-    let mut input_names = Vec::with_capacity(graph.inputs().len());
+    // A set: a graph may have 100k inputs, and each given name is looked up.
+    let mut input_names = HashSet::with_capacity(graph.inputs().len());
     for &id in graph.inputs() {
         if let Op::Input { name, ty } = &graph.node(id).op {
             let t = inputs
@@ -72,7 +73,7 @@ pub fn interpret(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Vec<
                     got: t.ty(),
                 });
             }
-            input_names.push(name.as_str());
+            input_names.insert(name.as_str());
         }
     }
     let mut extra: Vec<&String> = inputs.keys().filter(|k| !input_names.contains(&k.as_str())).collect();

@@ -33,7 +33,7 @@ mod op;
 mod row;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use graphc_compiler::kernel::{Buffer, BufferId, BufferKind, KernelKind, Program};
 use graphc_ir::{Tensor, TensorType};
@@ -189,7 +189,8 @@ pub(crate) fn bind<'a>(
 
     // Bind inputs, weights and constants.
     let mut slots: Vec<Option<Cow<'_, Tensor>>> = Vec::with_capacity(n);
-    let mut input_names: Vec<&str> = Vec::new();
+    // A set: a program may read 100k inputs, and each given name is looked up.
+    let mut input_names: HashSet<&str> = HashSet::new();
     for (i, buf) in program.buffers.iter().enumerate() {
         let slot = match &buf.kind {
             BufferKind::Input { name } => {
@@ -203,7 +204,7 @@ pub(crate) fn bind<'a>(
                         got: t.ty(),
                     });
                 }
-                input_names.push(name);
+                input_names.insert(name);
                 Some(Cow::Borrowed(t))
             }
             BufferKind::Weight { name } => {
