@@ -151,9 +151,14 @@ fn attention_shapes() -> Vec<A> {
             k_transposed: false,
             zero_rows: false,
         },
-        // Fully masked rows giving 0: a padding-only sequence (mask [b, 1, 1, sk]) on
-        // the tensor-core kernel, whole query rows masked (mask [b, 1, sq, sk]) on the
-        // CUDA-core kernel in f32 and in f16 (head dim 40), with causality on top.
+    ]
+}
+
+/// Fully masked rows giving 0: a padding-only sequence (mask [b, 1, 1, sk]) on the
+/// tensor-core kernel, whole query rows masked (mask [b, 1, sq, sk]) on the CUDA-core
+/// kernel in f32 and in f16 (head dim 40), with causality on top.
+fn zero_row_shapes() -> Vec<A> {
+    vec![
         A {
             dt: DType::BF16,
             b: 3,
@@ -216,8 +221,7 @@ fn masked_rows(dt: DType, dims: [usize; 4]) -> Tensor {
 }
 
 pub(super) fn cases(c: &mut Cases) -> Result<(), GraphError> {
-    let cases = attention_shapes();
-    for a in cases {
+    for a in attention_shapes().into_iter().chain(zero_row_shapes()) {
         let mask = a.mask.map(|m| format!(" mask {m:?}")).unwrap_or_default();
         let causal = if a.causal { " causal" } else { "" };
         let mut causal = if a.k_transposed {
