@@ -257,3 +257,35 @@ fn transposed_matmul_of_a_weight_folds_the_transposes() {
     assert_eq!(count(&g, |o| matches!(o, Op::Transpose { .. })), 0);
     assert_eq!(*output_op(&g), Op::MatMul);
 }
+
+#[test]
+fn and_true_and_or_false() {
+    fn splat(x: Value<'_>, v: f64) -> Value<'_> {
+        x.builder().scalar(DType::Bool, v).broadcast_to(&x.shape())
+    }
+    for left in [false, true] {
+        let (g, r) = check(DType::Bool, &[2, 3], |x| {
+            let t = splat(x, 1.0);
+            if left {
+                t.and(x)
+            } else {
+                x.and(t)
+            }
+        });
+        assert!(fired(&r, "and-true"));
+        assert!(matches!(output_op(&g), Op::Input { .. }), "{}", graphc_ir::print(&g));
+        let (g, r) = check(DType::Bool, &[2, 3], |x| {
+            let f = splat(x, 0.0);
+            if left {
+                f.or(x)
+            } else {
+                x.or(f)
+            }
+        });
+        assert!(fired(&r, "or-false"));
+        assert!(matches!(output_op(&g), Op::Input { .. }));
+    }
+    // `and` with false and `or` with true are not identities.
+    let (g, _) = check(DType::Bool, &[2, 3], |x| x.and(splat(x, 0.0)).or(x));
+    assert!(!matches!(output_op(&g), Op::Input { .. }));
+}

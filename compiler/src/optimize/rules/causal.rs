@@ -166,15 +166,21 @@ pub(super) fn causal_by_structure(eg: &TEGraph, id: Id) -> bool {
 
 /// The atoms of `id` as a conjunction: both sides of an `and`, recursively.
 fn conjunction(eg: &TEGraph, id: Id, depth: usize, out: &mut Vec<Id>) -> bool {
-    let and = nodes_where(eg, id, |o| *o == Op::Binary(BinaryOp::And)).next();
-    match and {
-        Some(node) if depth > 0 => node.children.iter().all(|&c| conjunction(eg, c, depth - 1, out)),
-        Some(_) => false,
-        None => {
-            out.push(id);
-            true
+    let id = eg.find(id);
+    // An `and` with the class itself as an operand (`x and true` merged with `x`) is
+    // no conjunction to split; nor one past the depth: the class is then one atom.
+    for node in nodes_where(eg, id, |o| *o == Op::Binary(BinaryOp::And)) {
+        if depth == 0 || node.children.iter().any(|&c| eg.find(c) == id) {
+            continue;
+        }
+        let mut atoms = Vec::new();
+        if node.children.iter().all(|&c| conjunction(eg, c, depth - 1, &mut atoms)) {
+            out.extend(atoms);
+            return true;
         }
     }
+    out.push(id);
+    true
 }
 
 /// What `id` broadcasts, evaluated exactly: `None` when it varies over both of the

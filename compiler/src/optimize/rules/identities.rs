@@ -22,6 +22,14 @@ pub fn rules() -> Vec<Rewrite<TNode, TensorAnalysis>> {
         rule("div-one", |eg, id| {
             binary_with_splat(eg, id, BinaryOp::Div, 1.0, Side::Right)
         }),
+        // Exported masks `and` their conditions with constants that are true
+        // everywhere (a padding test of a sequence with no padding).
+        rule("and-true", |eg, id| {
+            binary_with_splat(eg, id, BinaryOp::And, 1.0, Side::Either)
+        }),
+        rule("or-false", |eg, id| {
+            binary_with_splat(eg, id, BinaryOp::Or, 0.0, Side::Either)
+        }),
         rule("mul-zero-int", mul_zero_int),
         rule("neg-neg", |eg, id| {
             unary_twice(eg, id, UnaryOp::Neg, UnaryOp::Neg, false)
