@@ -188,6 +188,20 @@ def specs(small):
     mlp_flops = 2 * m * d * hid * 2
     t = g["batch"] * g["seq"]
     gpt_flops = g["layers"] * (24 * t * g["d"] ** 2 + 4 * g["batch"] * g["seq"] ** 2 * g["d"])
+    gpt_spec = dict(
+        name="gpt",
+        size="L{layers} d{d} h{heads} b{batch} s{seq}".format(**g),
+        dtype="bf16",
+        make=lambda: Gpt(g["layers"], g["d"], g["heads"], g["seq"]),
+        input_shapes=[(g["batch"], g["seq"], g["d"])],
+        metric="TFLOP/s",
+        flops=gpt_flops,
+        sdpa=True,
+        per_kernel=True,
+        warmup=bw,
+        iters=bi,
+        graphc_timeout_scale=1.5,
+    )
     return [
         dict(
             name="gelu_sigmoid",
@@ -260,40 +274,13 @@ def specs(small):
             )
             for (ab, ah, aseq, ad) in ([(2, 2, 64, 64)] if small else [(8, 16, 1024, 64), (8, 8, 1024, 128)])
         ],
-        dict(
-            name="gpt",
-            size="L{layers} d{d} h{heads} b{batch} s{seq}".format(**g),
-            dtype="bf16",
-            make=lambda: Gpt(g["layers"], g["d"], g["heads"], g["seq"]),
-            input_shapes=[(g["batch"], g["seq"], g["d"])],
-            metric="TFLOP/s",
-            flops=gpt_flops,
-            sdpa=True,
-            per_kernel=True,
-            warmup=bw,
-            iters=bi,
-            graphc_timeout_scale=1.5,
-        ),
+        gpt_spec,
         # The same GPT exported with F.scaled_dot_product_attention (`export_sdpa`): the
-        # form users export; graphc must find the same attention kernels in it.
-        dict(
-            name="gpt_sdpa_export",
-            size="L{layers} d{d} h{heads} b{batch} s{seq}".format(**g),
-            dtype="bf16",
-            make=lambda: Gpt(g["layers"], g["d"], g["heads"], g["seq"]),
-            input_shapes=[(g["batch"], g["seq"], g["d"])],
-            metric="TFLOP/s",
-            flops=gpt_flops,
-            sdpa=True,
-            export_sdpa=True,
-            # torch.onnx.export's default since torch 2.9 (the TorchScript exporter
-            # writes an invalid model for bf16 SDPA: a LayerNormalization of f32 input
-            # and bf16 scale, which onnx.checker rejects).
-            exporter="dynamo",
-            warmup=bw,
-            iters=bi,
-            graphc_timeout_scale=1.5,
-        ),
+        # form users export; graphc must find the same attention kernels in it. Through
+        # torch.onnx.export's default exporter since torch 2.9 (the TorchScript exporter
+        # writes an invalid model for bf16 SDPA: a LayerNormalization of f32 input and
+        # bf16 scale, which onnx.checker rejects).
+        dict(gpt_spec, name="gpt_sdpa_export", export_sdpa=True, exporter="dynamo", per_kernel=False),
         # A decode-sized linear layer (batch 1-16 tokens, 4096 x 4096): graphc's int4 and int8
         # weight-only GEMMs (`--weights`, a generated tensor-core kernel) against torch's
         # bf16 GEMM (cuBLAS) and graphc's own bf16 GEMM (cuBLASLt); the int4 target is to beat

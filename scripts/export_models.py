@@ -255,13 +255,16 @@ OPSET = {"llama_sdpa_opset23": 23, "bert_sdpa_opset23": 23, "gpt2_dynamic_sdpa_o
 
 # Per model, torch.export dynamic shapes (None: static).
 def _batch_seq(*names, seq_max=64):
-    return lambda: {
-        n: {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=seq_max),
-        }
-        for n in names
-    }
+    """Symbolic `batch` (axis 0) and, unless `seq_max` is None, `seq` (axis 1) of each
+    named input."""
+
+    def dims():
+        d = {0: torch.export.Dim("batch", min=1, max=1 << 20)}
+        if seq_max is not None:
+            d[1] = torch.export.Dim("seq", min=1, max=seq_max)
+        return d
+
+    return lambda: {n: dims() for n in names}
 
 
 DYNAMIC = {
@@ -269,50 +272,15 @@ DYNAMIC = {
     "bert_dynamic_sdpa": _batch_seq("input_ids", "attention_mask"),
     "llama_dynamic": _batch_seq("input_ids"),
     "llama_dynamic_sdpa": _batch_seq("input_ids"),
-    "vit_dynamic": lambda: {"pixel_values": {0: torch.export.Dim("batch", min=1, max=1 << 20)}},
-    "vit_dynamic_sdpa": lambda: {"pixel_values": {0: torch.export.Dim("batch", min=1, max=1 << 20)}},
-    "gpt2_dynamic": lambda: {
-        "input_ids": {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=64),
-        }
-    },
-    "gpt2_dynamic_sdpa_opset23": lambda: {
-        "input_ids": {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=64),
-        }
-    },
-    "gpt2_dynamic_sdpa": lambda: {
-        "input_ids": {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=64),
-        }
-    },
-    "gpt2_medium_sdpa": lambda: {
-        "input_ids": {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=1024),
-        }
-    },
-    "gpt2_48": lambda: {
-        "input_ids": {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=1024),
-        }
-    },
-    "gpt2_medium": lambda: {
-        "input_ids": {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=1024),
-        }
-    },
-    "llama_1b": lambda: {
-        "input_ids": {
-            0: torch.export.Dim("batch", min=1, max=1 << 20),
-            1: torch.export.Dim("seq", min=1, max=2048),
-        }
-    },
+    "vit_dynamic": _batch_seq("pixel_values", seq_max=None),
+    "vit_dynamic_sdpa": _batch_seq("pixel_values", seq_max=None),
+    "gpt2_dynamic": _batch_seq("input_ids"),
+    "gpt2_dynamic_sdpa": _batch_seq("input_ids"),
+    "gpt2_dynamic_sdpa_opset23": _batch_seq("input_ids"),
+    "gpt2_medium": _batch_seq("input_ids", seq_max=1024),
+    "gpt2_medium_sdpa": _batch_seq("input_ids", seq_max=1024),
+    "gpt2_48": _batch_seq("input_ids", seq_max=1024),
+    "llama_1b": _batch_seq("input_ids", seq_max=2048),
 }
 
 
