@@ -56,10 +56,13 @@ const FIXTURES: [&str; 19] = [
     "gpt2_dynamic_sdpa_opset23",
 ];
 
-/// The fixture's symbolic dims at its reference inputs (`meta.json`).
-fn reference_dims(dir: &Path) -> Vec<(String, usize)> {
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+/// The fixture's `meta.json`.
+fn meta(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap()
+}
+
+/// The fixture's symbolic dims at its reference inputs.
+fn reference_dims(meta: &serde_json::Value) -> Vec<(String, usize)> {
     let mut dims: Vec<(String, usize)> = meta["symbolic_dims"]
         .as_object()
         .unwrap()
@@ -76,12 +79,11 @@ fn reference_dims(dir: &Path) -> Vec<(String, usize)> {
 /// (`outputs_eager.npz`), which ONNX Runtime then agrees with.
 fn load(name: &str) -> (Graph, HashMap<String, Tensor>, Tensor) {
     let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
+    let meta = meta(&dir);
     let g =
-        graphc::load_model(&dir.join("model.onnx"), &reference_dims(&dir)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        graphc::load_model(&dir.join("model.onnx"), &reference_dims(&meta)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &g).unwrap();
     let mut want = graphc::npz::read_arrays(&dir.join("outputs.npz")).unwrap().remove(0).1;
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
     let ort = &meta["onnxruntime_vs_pytorch"];
     let rows: Vec<usize> = ort["max_abs_per_batch_row"]
         .as_array()
@@ -245,7 +247,7 @@ fn every_fixture_has_one_attention_kernel_per_layer_and_no_score_sized_tensor() 
     for name in FIXTURES {
         let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
         let sdpa = name.contains("_sdpa");
-        let mut all_dims = vec![reference_dims(&dir)];
+        let mut all_dims = vec![reference_dims(&meta(&dir))];
         if name.contains("dynamic") {
             // Other dims than the export's: a short sequence (so that no dim is 16) and
             // a longer one with a larger batch (dims no weight has); ViT's dims are its batch only.

@@ -77,6 +77,15 @@ fn repeat_heads(x: Value<'_>, group: usize) -> Value<'_> {
         .reshape([b, h * group, s, d])
 }
 
+/// The additive mask of a condition: 0 where `keep` holds, `-inf` elsewhere, in
+/// `dtype` at `keep`'s shape.
+fn additive<'b>(imp: &Importer<'b>, keep: Value<'b>, dtype: DType) -> Value<'b> {
+    let s = keep.shape();
+    let zero = imp.scalar(dtype, 0.0).broadcast_to(&s);
+    let fill = imp.scalar(dtype, f64::NEG_INFINITY).broadcast_to(&s);
+    keep.builder().select(keep, zero, fill)
+}
+
 /// The additive mask, in the scores' dtype at its own shape (rank 4, each dim 1 or the
 /// scores'), of `attn_mask` and `nonpad_kv_seqlen`; `None` when neither is given.
 fn additive_mask<'b>(
@@ -86,7 +95,6 @@ fn additive_mask<'b>(
     scores: [usize; 4],
 ) -> Result<Option<Value<'b>>, String> {
     let [b, _, _, sk] = scores;
-    let ninf = f64::NEG_INFINITY;
     let mut mask = None;
     if let Some(m) = n.opt_input(3) {
         let boolean = m.dtype() == DType::Bool;
@@ -105,7 +113,11 @@ fn additive_mask<'b>(
                 // Keys past the mask are masked out.
                 let mut pads = vec![(0, 0); md.len() - 1];
                 pads.push((0, (sk - last) as i64));
-                m.pad(&pads, crate::PadMode::Constant, if boolean { 0.0 } else { ninf })
+                m.pad(
+                    &pads,
+                    crate::PadMode::Constant,
+                    if boolean { 0.0 } else { f64::NEG_INFINITY },
+                )
             }
             std::cmp::Ordering::Equal => m,
             std::cmp::Ordering::Greater => {
@@ -123,16 +135,8 @@ fn additive_mask<'b>(
                 m.ty()
             ));
         }
-        let m = m.reshape(d4.clone());
-        let m = if boolean {
-            let s = Shape::new(d4);
-            let zero = imp.scalar(dtype, 0.0).broadcast_to(&s);
-            let fill = imp.scalar(dtype, ninf).broadcast_to(&s);
-            m.builder().select(m, zero, fill)
-        } else {
-            m
-        };
-        mask = Some(m);
+        let m = m.reshape(d4);
+        mask = Some(if boolean { additive(imp, m, dtype) } else { m });
     }
     if let Some(len) = n.opt_input(6) {
         if !len.dtype().is_int() || len.shape().0 != [b] {
@@ -144,10 +148,7 @@ fn additive_mask<'b>(
         // Keys j >= len[b] of batch entry b are masked out.
         let keys = len.builder().iota(DType::I64, [b, 1, 1, sk], 3);
         let keep = keys.lt(len.cast(DType::I64).reshape([b, 1, 1, 1]));
-        let s = Shape::new([b, 1, 1, sk]);
-        let zero = imp.scalar(dtype, 0.0).broadcast_to(&s);
-        let fill = imp.scalar(dtype, ninf).broadcast_to(&s);
-        let pad = keep.builder().select(keep, zero, fill);
+        let pad = additive(imp, keep, dtype);
         mask = Some(match mask {
             None => pad,
             Some(m) => m + pad,
@@ -238,11 +239,7 @@ fn attention<'b>(imp: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
             let full = Shape::new(scores);
             let i = bld.iota(DType::I64, [1, 1, sq, sk], 2);
             let j = bld.iota(DType::I64, [1, 1, sq, sk], 3);
-            let zero = imp.scalar(dtype, 0.0).broadcast_to(&Shape::new([1, 1, sq, sk]));
-            let fill = imp
-                .scalar(dtype, f64::NEG_INFINITY)
-                .broadcast_to(&Shape::new([1, 1, sq, sk]));
-            s = s + bld.select(j.gt(i), fill, zero).broadcast_to(&full);
+            s = s + additive(imp, j.le(i), dtype).broadcast_to(&full);
         }
         if let Some(m) = mask {
             s = s + m;
