@@ -484,6 +484,14 @@ impl<'b> Value<'b> {
         self.b.add(Op::Gather { axis }, &[self.id, indices.id])
     }
 
+    /// The transpose of [`Value::gather`]: `self` (shaped like a gather's output) summed
+    /// into rows `indices` of a zero tensor whose `axis` has extent `size`.
+    pub fn scatter_add(self, indices: Value<'b>, axis: i64, size: usize) -> Value<'b> {
+        let rank = (self.rank() + 1).saturating_sub(indices.rank());
+        let axis = self.b.axis(axis, rank);
+        self.b.add(Op::ScatterAdd { axis, size }, &[self.id, indices.id])
+    }
+
     pub fn pad(self, pads: &[(i64, i64)], mode: PadMode, value: f64) -> Value<'b> {
         self.b.add(
             Op::Pad {

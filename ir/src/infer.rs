@@ -152,6 +152,10 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             dims.extend_from_slice(after);
             Ok(TensorType::new(data.dtype, dims))
         }
+        Op::ScatterAdd { axis, size } => {
+            let [upd, idx] = operands(op, args)?;
+            infer_scatter_add(*axis, *size, upd, idx)
+        }
         Op::Pad { pads, mode, .. } => {
             let [a] = operands(op, args)?;
             infer_pad(a, pads, *mode)
@@ -165,6 +169,39 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             infer_dequantize(*bits, *group, q, scales)
         }
     }
+}
+
+/// [`Op::ScatterAdd`]: `updates` is `before ++ indices ++ after`; the result
+/// `before ++ [size] ++ after`.
+fn infer_scatter_add(axis: usize, size: usize, upd: &TensorType, idx: &TensorType) -> Result<TensorType, String> {
+    if !matches!(idx.dtype, DType::I64 | DType::I32) {
+        return Err(format!("scatter_add indices must be i64 or i32, got {}", idx.dtype));
+    }
+    if !upd.dtype.is_numeric() {
+        return Err(format!("scatter_add updates must be numeric, got {}", upd.dtype));
+    }
+    let (ud, id) = (upd.shape.dims(), idx.shape.dims());
+    let end = axis.checked_add(id.len()).filter(|&e| e <= ud.len()).ok_or_else(|| {
+        format!(
+            "scatter_add along axis {axis} with indices {} needs updates of rank >= {}, got {}",
+            idx.shape,
+            axis.saturating_add(id.len()),
+            upd.shape
+        )
+    })?;
+    if ud[axis..end] != *id {
+        return Err(format!(
+            "scatter_add updates {} do not hold indices {} at axis {axis}",
+            upd.shape, idx.shape
+        ));
+    }
+    if size == 0 && id.iter().product::<usize>() > 0 {
+        return Err("scatter_add into an empty axis".to_string());
+    }
+    let mut dims = ud[..axis].to_vec();
+    dims.push(size);
+    dims.extend_from_slice(&ud[end..]);
+    Ok(TensorType::new(upd.dtype, dims))
 }
 
 /// [`Op::Dequantize`]: the unpacked `[.., k]` of the scales' dtype.

@@ -216,6 +216,16 @@ pub enum Op {
     Gather {
         axis: usize,
     },
+    /// The transpose of [`Op::Gather`] (its gradient): `scatter_add(updates, indices)`
+    /// along `axis` into a zero tensor whose `axis` has extent `size`. `updates` is
+    /// `before ++ indices.shape ++ after` (a gather's output); the result is
+    /// `before ++ [size] ++ after`, and `out[.., indices[j..], ..] += updates[.., j.., ..]`
+    /// in row-major order of `j` (so a repeated index sums deterministically). Negative
+    /// indices count from the end; an index out of range is an error.
+    ScatterAdd {
+        axis: usize,
+        size: usize,
+    },
     /// `pads[i] = (before, after)` per dimension; negative values crop.
     Pad {
         pads: Vec<(i64, i64)>,
@@ -470,6 +480,7 @@ pub enum OpKind {
     Slice,
     Concat,
     Gather,
+    ScatterAdd,
     Pad,
     Attention,
     Dequantize,
@@ -477,7 +488,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// The kinds that take no sub-op.
-    const PLAIN: [OpKind; 16] = [
+    const PLAIN: [OpKind; 17] = [
         OpKind::Input,
         OpKind::Parameter,
         OpKind::Constant,
@@ -491,6 +502,7 @@ impl OpKind {
         OpKind::Slice,
         OpKind::Concat,
         OpKind::Gather,
+        OpKind::ScatterAdd,
         OpKind::Pad,
         OpKind::Attention,
         OpKind::Dequantize,
@@ -527,6 +539,7 @@ impl OpKind {
             OpKind::Slice => "slice",
             OpKind::Concat => "concat",
             OpKind::Gather => "gather",
+            OpKind::ScatterAdd => "scatter_add",
             OpKind::Pad => "pad",
             OpKind::Attention => "attention",
             OpKind::Dequantize => "dequantize",
@@ -565,6 +578,7 @@ impl Op {
             Op::Slice { .. } => OpKind::Slice,
             Op::Concat { .. } => OpKind::Concat,
             Op::Gather { .. } => OpKind::Gather,
+            Op::ScatterAdd { .. } => OpKind::ScatterAdd,
             Op::Pad { .. } => OpKind::Pad,
             Op::Attention { .. } => OpKind::Attention,
             Op::Dequantize { .. } => OpKind::Dequantize,
@@ -576,7 +590,7 @@ impl Op {
     pub fn arity(&self) -> Option<usize> {
         Some(match self {
             Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => 0,
-            Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::Dequantize { .. } => 2,
+            Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Dequantize { .. } => 2,
             Op::Select => 3,
             Op::Concat { .. } | Op::Attention { .. } => return None,
             _ => 1,

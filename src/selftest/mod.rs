@@ -6,7 +6,7 @@
 //! transposed operands, batched and broadcast batches; elementwise kernels on the
 //! vectorized and the general path, casts, integers, selects; row kernels with a warp
 //! and with a block per row, norms, reductions over an inner and a middle axis; op
-//! kernels (concat, pad, gather, argmax); the weight-only quantized GEMMs (int8 and int4,
+//! kernels (concat, pad, gather, scatter-add, argmax); the weight-only quantized GEMMs (int8 and int4,
 //! tensor cores and CUDA cores) and the dequantize of gathered rows; a small attention and the example
 //! transformer block. On a GPU this is the first thing the GPU check runs, so a failure
 //! names the feature, not just a model; without a GPU the same cases run through the
@@ -463,6 +463,13 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         let e = table.gather(ids, 0);
         b.output("e", e * 3.0);
         b.output("arg", e.argmax(-1, false));
+    })?;
+    c.add("op scatter_add (embedding gradient, repeated rows) f32 + bf16".into(), 50, &|b| {
+        let ids = b.input("ids", DType::I64, [4, 7]);
+        let g = b.input("g", DType::F32, [4, 7, 32]);
+        b.output("d", g.scatter_add(ids, 0, 50));
+        let h = b.input("h", DType::BF16, [3, 4, 7, 5]);
+        b.output("dh", h.scatter_add(ids, 1, 50));
     })?;
     // Attention, small: softmax(q k^T / 8) v over [2, 4 heads, 32, 16].
     c.add("attention bf16 [2,4,32,16]".into(), 0, &|b| {

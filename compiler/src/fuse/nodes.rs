@@ -275,9 +275,6 @@ impl Nodes {
                 Op::Gather { axis } if matches!(graph.node(node.inputs[1]).ty.dtype, DType::I64 | DType::I32) => {
                     b.push(mk(FKind::Gather { axis: *axis }, operands))
                 }
-                Op::Gather { axis } if matches!(graph.node(node.inputs[1]).ty.dtype, DType::I64 | DType::I32) => {
-                    b.push(mk(FKind::Gather { axis: *axis }, operands))
-                }
                 Op::Reduce { op, axes, .. } if !axes.is_empty() && axes.iter().all(|&a| operands[0].dims[a] > 0) => b
                     .push(mk(
                         FKind::Reduce {

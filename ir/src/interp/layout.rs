@@ -164,6 +164,88 @@ pub(crate) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Ten
     Ok(data.data().take(&idx))
 }
 
+/// [`Op::ScatterAdd`]: sums `updates` into rows of a zero tensor of type `ty`, in
+/// row-major order of the index positions, in the updates' own type (f32 for f16/bf16,
+/// rounded once at the end; integers wrap).
+pub(crate) fn scatter_add(
+    updates: &Tensor,
+    indices: &Tensor,
+    axis: usize,
+    size: usize,
+    ty: &TensorType,
+) -> Result<TensorData, String> {
+    let ud = updates.shape().dims();
+    let outer: usize = ud[..axis].iter().product();
+    let n_idx = indices.shape().numel();
+    let inner: usize = ud[axis + indices.shape().rank()..].iter().product();
+    let raw: Vec<i64> = match indices.data() {
+        TensorData::I64(v) => v.clone(),
+        TensorData::I32(v) => v.iter().map(|&i| i as i64).collect(),
+        other => return Err(format!("scatter_add indices must be i64 or i32, got {}", other.dtype())),
+    };
+    let mut norm = Vec::with_capacity(raw.len());
+    for &i in &raw {
+        let j = if i < 0 { i + size as i64 } else { i };
+        if j < 0 || j >= size as i64 {
+            return Err(format!(
+                "scatter_add index {i} is out of range for axis {axis} of extent {size}"
+            ));
+        }
+        norm.push(j as usize);
+    }
+    let total = outer * size * inner;
+    Ok(match updates.data() {
+        TensorData::I64(v) => {
+            let mut out = vec![0i64; total];
+            scatter_rows(&mut out, v, outer, n_idx, inner, size, &norm, |a, b| a.wrapping_add(b));
+            TensorData::I64(out)
+        }
+        TensorData::F64(v) => {
+            let mut out = vec![0f64; total];
+            scatter_rows(&mut out, v, outer, n_idx, inner, size, &norm, |a, b| a + b);
+            TensorData::F64(out)
+        }
+        other if other.dtype().is_float() => {
+            let TensorData::F32(v) = super::convert::cast(other, crate::DType::F32) else {
+                return Err(format!("scatter_add of {} is not supported", other.dtype()));
+            };
+            let mut out = vec![0f32; total];
+            scatter_rows(&mut out, &v, outer, n_idx, inner, size, &norm, |a, b| a + b);
+            super::convert::cast(&TensorData::F32(out), ty.dtype)
+        }
+        other => {
+            let TensorData::I64(v) = super::convert::cast(other, crate::DType::I64) else {
+                return Err(format!("scatter_add of {} is not supported", other.dtype()));
+            };
+            let mut out = vec![0i64; total];
+            scatter_rows(&mut out, &v, outer, n_idx, inner, size, &norm, |a, b| a.wrapping_add(b));
+            super::convert::cast(&TensorData::I64(out), ty.dtype)
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scatter_rows<T: Copy>(
+    out: &mut [T],
+    upd: &[T],
+    outer: usize,
+    n_idx: usize,
+    inner: usize,
+    size: usize,
+    rows: &[usize],
+    add: impl Fn(T, T) -> T,
+) {
+    for o in 0..outer {
+        for (j, &r) in rows.iter().enumerate() {
+            let src = (o * n_idx + j) * inner;
+            let dst = (o * size + r) * inner;
+            for c in 0..inner {
+                out[dst + c] = add(out[dst + c], upd[src + c]);
+            }
+        }
+    }
+}
+
 pub(crate) fn pad(x: &Tensor, pads: &[(i64, i64)], mode: PadMode, value: f64) -> Result<TensorData, String> {
     // Per dimension: the source coordinate of each output coordinate, None to fill.
     let mut flat: Vec<Option<usize>> = vec![Some(0)];

@@ -212,6 +212,7 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
         (Op::Slice { ranges }, [a]) => layout::slice(a, ranges),
         (Op::Concat { axis }, _) => layout::concat(args, *axis)?,
         (Op::Gather { axis }, [data, idx]) => layout::gather(data, idx, *axis)?,
+        (Op::ScatterAdd { axis, size }, [upd, idx]) => layout::scatter_add(upd, idx, *axis, *size, ty)?,
         (Op::Pad { pads, mode, value }, [a]) => layout::pad(a, pads, *mode, *value)?,
         (
             Op::Attention {

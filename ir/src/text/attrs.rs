@@ -103,6 +103,14 @@ impl Attrs<'_> {
                     axis: attrs.usize(&v, "axis")?,
                 }
             }
+            OpKind::ScatterAdd => {
+                let a = attrs.required("axis")?;
+                let n = attrs.required("size")?;
+                Op::ScatterAdd {
+                    axis: attrs.usize(&a, "axis")?,
+                    size: attrs.usize(&n, "size")?,
+                }
+            }
             OpKind::Pad => {
                 let p = attrs.required("pads")?;
                 let m = attrs.required("mode")?;

@@ -121,6 +121,9 @@ fn attributes(op: &Op, node_name: Option<&str>) -> String {
         Op::Concat { axis } | Op::Gather { axis } => {
             let _ = write!(s, "axis={axis}");
         }
+        Op::ScatterAdd { axis, size } => {
+            let _ = write!(s, "axis={axis}, size={size}");
+        }
         Op::Pad { pads, mode, value } => {
             s.push_str("pads=[");
             for (i, (lo, hi)) in pads.iter().enumerate() {
