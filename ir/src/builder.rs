@@ -57,6 +57,25 @@ impl GraphBuilder {
         GraphBuilder::default()
     }
 
+    /// A builder that goes on adding to `graph` (its nodes, inputs, outputs and
+    /// weights kept as they are).
+    pub fn from_graph(graph: Graph) -> GraphBuilder {
+        GraphBuilder {
+            state: RefCell::new(State {
+                graph,
+                error: None,
+                scope: Vec::new(),
+            }),
+        }
+    }
+
+    /// The graph built so far, unverified, with the first error met (for a caller that
+    /// edits it further before verifying).
+    pub fn into_parts(self) -> (Graph, Option<GraphError>) {
+        let state = self.state.into_inner();
+        (state.graph, state.error)
+    }
+
     /// The graph, verified, or the first error met while building.
     pub fn finish(self) -> Result<Graph, GraphError> {
         let state = self.state.into_inner();

@@ -46,6 +46,7 @@
 // No panic on user input: index with `get`, match slices, return errors (tests are exempt).
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
 
+pub mod autodiff;
 pub mod builder;
 pub mod compare;
 pub mod dce;
