@@ -20,6 +20,7 @@ pub mod fit;
 pub mod models;
 pub mod npz;
 pub mod selftest;
+pub mod train;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -66,6 +67,9 @@ pub enum Error {
         plan: Box<graphc_compiler::plan::MemoryPlan>,
         diagnosis: Box<graphc_compiler::plan::Diagnosis>,
     },
+    /// A training step that cannot run as asked (its state, its batch).
+    #[error("training: {0}")]
+    Train(String),
     /// The host has too little memory for what was asked (named).
     #[error("host memory: {0}")]
     HostMemory(String),

@@ -16,6 +16,7 @@ pub mod optimize;
 pub mod passes;
 pub mod pipeline;
 pub mod plan;
+pub mod train;
 
 pub use pipeline::{
     build, compile, generate_kernels, Binary, CompileError, CompileOptions, Compiled, Kernels, Pass, PassDetail,

@@ -27,6 +27,7 @@ use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
 use crate::passes::precision::{apply_precision_with, Outputs, Precision, PrecisionReport};
 use crate::passes::quantize::{quantize_weights, QuantReport, WeightQuant};
+use crate::train::{State, TrainOptions, TrainReport};
 use crate::plan::{plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 
 pub use report::{Pass, PassDetail, PassReport};
@@ -48,6 +49,9 @@ pub struct CompileOptions {
     pub outputs: Outputs,
     /// Weight-only quantization of matmul and embedding weights (`--weights`).
     pub weights: WeightQuant,
+    /// Compile a whole training step (loss, backward, optimizer update) instead of
+    /// the forward graph ([`crate::train`]).
+    pub train: Option<TrainOptions>,
 }
 
 /// The result of compiling: the graph to execute and the report of every pass.
@@ -69,6 +73,16 @@ pub struct Compiled {
     pub precision: PrecisionReport,
     /// The weights quantized (none unless `CompileOptions::weights` asks).
     pub quantize: QuantReport,
+    /// A training step: its state (parameters, optimizer moments, step counter, with
+    /// their initial values) and what the training stages did.
+    pub train: Option<Training>,
+}
+
+/// The training side of a compiled step.
+#[derive(Clone, Debug)]
+pub struct Training {
+    pub state: State,
+    pub report: TrainReport,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +91,8 @@ pub enum CompileError {
     Input(GraphError),
     #[error("after pass {pass}: {error}")]
     Pass { pass: &'static str, error: GraphError },
+    #[error("training: {0}")]
+    Train(#[from] crate::train::TrainError),
     #[error("after pass optimize: {0}")]
     Optimize(#[from] crate::optimize::OptimizeError),
     #[error("after pass fuse: {0}")]
@@ -96,7 +112,17 @@ pub enum CompileError {
 pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     graph.verify().map_err(CompileError::Input)?;
     let mut passes = Vec::new();
-    let (graph, dce) = run_dce(graph, opts)?;
+    // Training: trainable parameters become state (inputs the step updates), so
+    // nothing below folds through them.
+    let (graph, mut training) = match &opts.train {
+        Some(train) => {
+            let (graph, training, report) = run_make_state(graph, train, opts)?;
+            passes.push(report);
+            (graph, Some(training))
+        }
+        None => (graph.clone(), None),
+    };
+    let (graph, dce) = run_dce(&graph, opts)?;
     passes.push(dce);
     // The optimizer runs on the model as written (recognizing attention and GELU in
     // f32, as the front ends spell them), then the precision pass types it, and with
@@ -104,6 +130,20 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     // weights: precision never changes what fusion sees but the types.
     let (graph, mut optimize, report) = run_optimize(&graph, opts)?;
     passes.push(report);
+    // Training: the loss, its gradients and the optimizer's update, built on the
+    // optimized forward graph (so attention and GELU are differentiated as the fused
+    // forms), then optimized as one step.
+    let graph = match (&opts.train, &mut training) {
+        (Some(train), Some(training)) => {
+            let (graph, report) = run_autodiff(&graph, train, training, opts)?;
+            passes.push(report);
+            let (graph, again, report) = run_optimize(&graph, opts)?;
+            passes.push(report);
+            optimize = merge_optimize_reports(optimize, again);
+            graph
+        }
+        _ => graph,
+    };
     let (graph, precision, report) = run_precision(&graph, opts)?;
     let graph = match report {
         Some(report) => {
@@ -132,7 +172,63 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         plan,
         precision,
         quantize,
+        train: training,
     })
+}
+
+/// Training, stage 1 ([`crate::train::make_state`]). Training compiles in fp32 with
+/// float weights (mixed precision and quantized weights are not trained here).
+fn run_make_state(
+    graph: &Graph,
+    train: &TrainOptions,
+    opts: &CompileOptions,
+) -> Result<(Graph, Training, PassReport), CompileError> {
+    let start = Instant::now();
+    if opts.precision.low_type().is_some() || opts.weights.bits().is_some() {
+        return Err(crate::train::TrainError::Invalid(
+            "a training step compiles in fp32 with float weights (no --precision bf16/fp16 or --weights yet)".into(),
+        )
+        .into());
+    }
+    let (out, state, report) = crate::train::make_state(graph, train)?;
+    let pass = PassReport {
+        pass: Pass::State,
+        nodes_before: graph.len(),
+        nodes_after: out.len(),
+        time: start.elapsed(),
+        details: vec![PassDetail::State {
+            parameters: report.trainable.len(),
+            elements: report.trainable_elements,
+            frozen: report.frozen.len(),
+        }],
+    };
+    check(&out, Pass::State, opts)?;
+    Ok((out, Training { state, report }, pass))
+}
+
+/// Training, stage 2 ([`crate::train::build_step`]).
+fn run_autodiff(
+    graph: &Graph,
+    train: &TrainOptions,
+    training: &mut Training,
+    opts: &CompileOptions,
+) -> Result<(Graph, PassReport), CompileError> {
+    let start = Instant::now();
+    let out = crate::train::build_step(graph, &mut training.state, train, &mut training.report)?;
+    let pass = PassReport {
+        pass: Pass::Autodiff,
+        nodes_before: graph.len(),
+        nodes_after: out.len(),
+        time: start.elapsed(),
+        details: vec![PassDetail::Autodiff {
+            loss: train.loss.kind.name().to_string(),
+            optimizer: train.optimizer.name().to_string(),
+            saved: training.report.saved.len(),
+            state_slots: training.state.slots.len(),
+        }],
+    };
+    check(&out, Pass::Autodiff, opts)?;
+    Ok((out, pass))
 }
 
 /// The optimizer's report over both runs (before and after the precision pass): the

@@ -149,6 +149,11 @@ impl Graph {
         })
     }
 
+    /// Replace the output list.
+    pub fn set_outputs(&mut self, outputs: Vec<Output>) {
+        self.outputs = outputs;
+    }
+
     pub fn add_output(&mut self, name: impl Into<String>, node: NodeId) {
         self.outputs.push(Output {
             name: name.into(),

@@ -14,6 +14,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod kernels;
+pub mod state;
 
 use std::collections::HashMap;
 

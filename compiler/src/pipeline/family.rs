@@ -340,6 +340,7 @@ impl ShapeFamily {
             plan,
             precision,
             quantize: self.low.quantize.clone(),
+            train: self.low.train.clone(),
         })
     }
 }

@@ -13,6 +13,11 @@ use crate::plan::{Scheduler, Strategy};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pass {
+    /// Training, stage 1: trainable parameters become state (`train::make_state`).
+    State,
+    /// Training, stage 2: loss, reverse-mode gradients and the optimizer's update
+    /// (`train::build_step`).
+    Autodiff,
     Dce,
     Precision,
     Optimize,
@@ -35,6 +40,8 @@ impl Pass {
     /// `build`.
     pub fn name(self) -> &'static str {
         match self {
+            Pass::State => "state",
+            Pass::Autodiff => "autodiff",
             Pass::Dce => "dce",
             Pass::Precision => "precision",
             Pass::Optimize => "optimize",
@@ -53,7 +60,13 @@ impl Pass {
             Pass::Fuse => ("nodes", "kernels"),
             Pass::Plan => ("kernels", "arena buffers"),
             Pass::Codegen | Pass::Build => ("kernels", "kernels"),
-            Pass::Dce | Pass::Precision | Pass::Optimize | Pass::Quantize | Pass::Specialize => ("nodes", "nodes"),
+            Pass::State
+            | Pass::Autodiff
+            | Pass::Dce
+            | Pass::Precision
+            | Pass::Optimize
+            | Pass::Quantize
+            | Pass::Specialize => ("nodes", "nodes"),
         }
     }
 }
@@ -121,6 +134,20 @@ pub enum PassDetail {
         bits: usize,
         bytes_before: u64,
         bytes_after: u64,
+    },
+    /// state: trainable parameters made state, their elements, float weights frozen.
+    State {
+        parameters: usize,
+        elements: u64,
+        frozen: usize,
+    },
+    /// autodiff: the loss and optimizer, the forward values the backward reads, and
+    /// the slots of state the step updates.
+    Autodiff {
+        loss: String,
+        optimizer: String,
+        saved: usize,
+        state_slots: usize,
     },
     /// optimize: weights created by constant folding.
     WeightsFolded(Vec<String>),
@@ -193,6 +220,23 @@ impl fmt::Display for PassDetail {
                 "{weights} weight matrices to int{bits}: {bytes_before} bytes -> {bytes_after} ({:.3}x)",
                 *bytes_after as f64 / (*bytes_before).max(1) as f64
             ),
+            PassDetail::State {
+                parameters,
+                elements,
+                frozen,
+            } => write!(
+                f,
+                "{parameters} trainable parameters ({elements} elements) made state, {frozen} frozen"
+            ),
+            PassDetail::Autodiff {
+                loss,
+                optimizer,
+                saved,
+                state_slots,
+            } => write!(
+                f,
+                "{loss} loss, {optimizer} update; the backward reads {saved} forward values; {state_slots} state slots"
+            ),
             PassDetail::Specialized { dim, value, integers } => {
                 write!(f, "{dim} = {value} in {integers} integers of the shape family")
             }
@@ -248,6 +292,8 @@ mod tests {
     #[test]
     fn pass_names_display_and_serialize_alike() {
         for p in [
+            Pass::State,
+            Pass::Autodiff,
             Pass::Dce,
             Pass::Precision,
             Pass::Optimize,

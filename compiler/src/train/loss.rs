@@ -1,0 +1,112 @@
+//! Losses, in primitives, as PyTorch defines them.
+//!
+//! - `mse`: `mean((pred - target)^2)` over every element (`nn.MSELoss()`).
+//! - `cross-entropy`: over the last axis of the logits with integer labels of the
+//!   leading shape, the mean over the tokens whose label is not `ignore_index`
+//!   (`nn.CrossEntropyLoss(ignore_index=-100)`); with `shift_labels`, as Hugging Face's
+//!   causal-LM loss, `logits[:, :-1]` against `labels[:, 1:]`. The label's log-probability
+//!   is picked with a one-hot compare inside the row reduction (no gather, no
+//!   probability tensor): `loss = -sum_valid (x[label] - max - log sum exp(x - max)) / n_valid`.
+
+use graphc_ir::nn::log_softmax;
+use graphc_ir::{DType, GraphBuilder, Shape, TensorType, Value};
+
+use super::TrainError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossKind {
+    Mse,
+    CrossEntropy,
+}
+
+#[derive(Clone, Debug)]
+pub struct Loss {
+    pub kind: LossKind,
+    /// The step input holding the targets (mse) or labels (cross-entropy).
+    pub target: String,
+    /// Cross-entropy: labels equal to this are not counted (PyTorch's default -100).
+    pub ignore_index: i64,
+    /// Cross-entropy: predict token t+1 from position t (Hugging Face causal LM).
+    pub shift_labels: bool,
+}
+
+impl LossKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKind::Mse => "mse",
+            LossKind::CrossEntropy => "cross-entropy",
+        }
+    }
+}
+
+impl Loss {
+    pub fn new(kind: LossKind, target: impl Into<String>) -> Loss {
+        Loss {
+            kind,
+            target: target.into(),
+            ignore_index: -100,
+            shift_labels: false,
+        }
+    }
+}
+
+pub(super) fn build<'b>(
+    b: &'b GraphBuilder,
+    loss: &Loss,
+    pred: Value<'b>,
+    target_ty: &TensorType,
+) -> Result<Value<'b>, TrainError> {
+    let pt = pred.ty();
+    if !pt.dtype.is_float() {
+        return Err(TrainError::Invalid(format!("the loss reads a {pt} output; it must be float")));
+    }
+    let all = |v: Value<'b>| (0..v.rank() as i64).collect::<Vec<_>>();
+    match loss.kind {
+        LossKind::Mse => {
+            if target_ty.shape != pt.shape || !target_ty.dtype.is_float() {
+                return Err(TrainError::Invalid(format!(
+                    "mse: the target \"{}\" is {target_ty} but the prediction is {pt}",
+                    loss.target
+                )));
+            }
+            let t = b.input(&loss.target, target_ty.dtype, target_ty.shape.clone()).cast(pt.dtype);
+            let d = pred - t;
+            let sq = d * d;
+            Ok(sq.mean(&all(sq), false))
+        }
+        LossKind::CrossEntropy => {
+            let pd = pt.shape.dims().to_vec();
+            if pd.len() < 2 || !matches!(target_ty.dtype, DType::I64 | DType::I32) || target_ty.shape.dims() != &pd[..pd.len() - 1] {
+                return Err(TrainError::Invalid(format!(
+                    "cross-entropy: the labels \"{}\" are {target_ty}; the logits {pt} need integer labels of shape {}",
+                    loss.target,
+                    Shape::from(pd[..pd.len().saturating_sub(1)].to_vec())
+                )));
+            }
+            let labels = b.input(&loss.target, target_ty.dtype, target_ty.shape.clone()).cast(DType::I64);
+            let (logits, labels) = if loss.shift_labels {
+                if pd.len() < 3 || pd[1] < 2 {
+                    return Err(TrainError::Invalid(format!(
+                        "cross-entropy with shifted labels needs logits [batch, seq >= 2, classes], got {pt}"
+                    )));
+                }
+                let s = pd[1] as i64;
+                (pred.slice(1, 0, s - 1, 1), labels.slice(1, 1, s, 1))
+            } else {
+                (pred, labels)
+            };
+            let ld = logits.shape();
+            let r = ld.rank() as i64;
+            let logp = log_softmax(logits, -1);
+            let lab = labels.reshape(Shape::from([labels.shape().dims(), &[1]].concat()));
+            let hit = b.iota(DType::I64, ld.clone(), r - 1).eq(lab.broadcast_to(&ld));
+            let zero = b.scalar(pt.dtype, 0.0).broadcast_to(&ld);
+            let picked = b.select(hit, logp, zero).sum(&[-1], false);
+            let valid = labels.ne(b.scalar(DType::I64, loss.ignore_index as f64));
+            let vf = valid.cast(pt.dtype);
+            let total = (picked * vf).sum(&all(vf), false);
+            let count = vf.sum(&all(vf), false);
+            Ok(-(total / count))
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Training: a forward graph turned into one training-step graph.
+//!
+//! Two stages of [`crate::compile`] (with [`TrainOptions`]):
+//!
+//! 1. [`make_state`] — every trainable parameter (a float weight not matched by
+//!    `freeze`) becomes **state**: an input of the step, bound by the parameter's own
+//!    name, whose initial value the [`State`] holds. The optimizer then never folds
+//!    through it (it is a variable now) but still folds frozen weights and constants.
+//! 2. [`build_step`] — after the forward graph is optimized (so the backward is built
+//!    from the forms the fuser knows: attention, GELU), append the loss ([`loss`]), its
+//!    gradient with respect to every parameter ([`graphc_ir::autodiff`]) and the
+//!    optimizer's update ([`optim`]). The step graph's outputs are `loss` and, for each
+//!    state slot, the slot's next value under the slot's own name: a step reads state
+//!    `s` and writes `s` (the runtime writes it over the old value: a donated buffer,
+//!    as XLA's input/output aliasing).
+//!
+//! Optimizer moments and the step counter are state too, of their own classes
+//! ([`StateClass`]), zero at the start as PyTorch's optimizers create them.
+
+pub mod loss;
+pub mod optim;
+
+use std::collections::{BTreeMap, HashSet};
+
+use graphc_ir::autodiff::gradients;
+use graphc_ir::{DType, Graph, GraphBuilder, GraphError, Node, NodeId, Op, Tensor, TensorType};
+use serde::{Deserialize, Serialize};
+
+pub use loss::{Loss, LossKind};
+pub use optim::{AdamW, Optimizer, Sgd};
+
+/// What a training step computes.
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    pub loss: Loss,
+    pub optimizer: Optimizer,
+    /// Parameters whose name this regular expression matches stay frozen weights.
+    pub freeze: Option<String>,
+    /// The target's (or labels') type: the input `loss.target` of the step.
+    pub target: TensorType,
+    /// Which forward output the loss reads (default: the first).
+    pub output: Option<String>,
+}
+
+/// What a slot of state holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateClass {
+    /// A trainable parameter.
+    Parameter,
+    /// An optimizer moment (SGD's momentum buffer, AdamW's two averages).
+    OptimizerState,
+    /// The optimizer's step counter.
+    Step,
+}
+
+impl StateClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            StateClass::Parameter => "parameters",
+            StateClass::OptimizerState => "optimizer state",
+            StateClass::Step => "step counter",
+        }
+    }
+}
+
+/// One slot of state: an input of the step and the output of the same name that
+/// replaces it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateSlot {
+    pub name: String,
+    pub class: StateClass,
+    /// The value before the first step.
+    pub init: Tensor,
+}
+
+/// The state of a training step, in a fixed order: parameters (in graph order), then
+/// the optimizer's slots.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct State {
+    pub slots: Vec<StateSlot>,
+}
+
+impl State {
+    pub fn parameters(&self) -> impl Iterator<Item = &StateSlot> {
+        self.slots.iter().filter(|s| s.class == StateClass::Parameter)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&StateSlot> {
+        self.slots.iter().find(|s| s.name == name)
+    }
+
+    /// Bytes by class.
+    pub fn bytes_by_class(&self) -> BTreeMap<StateClass, u64> {
+        let mut m = BTreeMap::new();
+        for s in &self.slots {
+            *m.entry(s.class).or_default() += s.init.ty().size_bytes() as u64;
+        }
+        m
+    }
+}
+
+/// What the training stages did, for reports.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrainReport {
+    /// Trainable parameters (names, in state order) and their element count.
+    pub trainable: Vec<String>,
+    pub trainable_elements: u64,
+    /// Float weights left frozen by `freeze`.
+    pub frozen: Vec<String>,
+    /// Forward values the backward pass reads (names where known), before optimization.
+    pub saved: Vec<String>,
+    /// Nodes of the forward graph, and of the whole step, before optimization.
+    pub forward_nodes: usize,
+    pub step_nodes: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("--freeze: {0}")]
+    Freeze(String),
+    #[error("{0}")]
+    Graph(#[from] GraphError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Stage 1: trainable parameters become inputs of the graph (state), in table order.
+pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, TrainReport), TrainError> {
+    let freeze = match &opts.freeze {
+        Some(re) => Some(regex_lite::Regex::new(re).map_err(|e| TrainError::Freeze(e.to_string()))?),
+        None => None,
+    };
+    let input_names: HashSet<&str> = graph.inputs().iter().filter_map(|&i| graph.input_name(i)).collect();
+    let mut out = Graph::new();
+    let mut state = State::default();
+    let mut report = TrainReport::default();
+    for node in graph.nodes() {
+        let mut node = node.clone();
+        if let Op::Parameter { name, ty } = &node.op {
+            let trainable = ty.dtype.is_float() && !freeze.as_ref().is_some_and(|re| re.is_match(name));
+            if trainable {
+                if input_names.contains(name.as_str()) {
+                    return Err(TrainError::Invalid(format!(
+                        "parameter \"{name}\" has the name of an input of the model"
+                    )));
+                }
+                let init = graph
+                    .weight(name)
+                    .cloned()
+                    .ok_or_else(|| TrainError::Invalid(format!("parameter \"{name}\" has no weight data")))?;
+                report.trainable_elements += ty.numel() as u64;
+                report.trainable.push(name.clone());
+                state.slots.push(StateSlot {
+                    name: name.clone(),
+                    class: StateClass::Parameter,
+                    init,
+                });
+                node = Node {
+                    op: Op::Input {
+                        name: name.clone(),
+                        ty: ty.clone(),
+                    },
+                    ..node
+                };
+            } else if ty.dtype.is_float() {
+                report.frozen.push(name.clone());
+            }
+        }
+        out.push(node);
+    }
+    for o in graph.outputs() {
+        out.add_output(o.name.clone(), o.node);
+    }
+    for (name, w) in graph.weights() {
+        if state.get(name).is_none() {
+            out.set_weight(name.clone(), w.clone());
+        }
+    }
+    // The model's inputs first, in their order, then the parameters.
+    let mut order: Vec<NodeId> = graph.inputs().to_vec();
+    order.extend(out.inputs().iter().filter(|i| !graph.inputs().contains(i)));
+    out.set_input_order(order);
+    out.verify()?;
+    if state.slots.is_empty() {
+        return Err(TrainError::Invalid(match &opts.freeze {
+            Some(re) => format!("nothing to train: every float weight matches --freeze {re:?}"),
+            None => "nothing to train: the model has no float weights".into(),
+        }));
+    }
+    report.forward_nodes = out.len();
+    Ok((out, state, report))
+}
+
+/// Stage 2: the loss, its gradients and the optimizer's update appended to the
+/// (optimized) forward graph whose trainable parameters are `state`'s inputs.
+pub fn build_step(
+    forward: &Graph,
+    state: &mut State,
+    opts: &TrainOptions,
+    report: &mut TrainReport,
+) -> Result<Graph, TrainError> {
+    let pred = match &opts.output {
+        Some(name) => forward
+            .outputs()
+            .iter()
+            .find(|o| &o.name == name)
+            .ok_or_else(|| TrainError::Invalid(format!("the model has no output \"{name}\"")))?,
+        None => forward
+            .outputs()
+            .first()
+            .ok_or_else(|| TrainError::Invalid("the model has no output".into()))?,
+    }
+    .node;
+    let names: HashSet<String> = forward
+        .inputs()
+        .iter()
+        .filter_map(|&i| forward.input_name(i).map(str::to_string))
+        .collect();
+    if names.contains(&opts.loss.target) && state.get(&opts.loss.target).is_none() {
+        return Err(TrainError::Invalid(format!(
+            "the target \"{}\" has the name of an input of the model",
+            opts.loss.target
+        )));
+    }
+    // Parameter inputs by name (the optimizer may have dropped one the loss no longer
+    // reads: its gradient is then zero).
+    let mut graph = forward.clone();
+    graph.set_outputs(Vec::new());
+    let b = GraphBuilder::from_graph(graph);
+    let mut params = Vec::new();
+    for slot in state.parameters() {
+        let id = b.with_graph(|g| {
+            g.inputs()
+                .iter()
+                .copied()
+                .find(|&i| g.input_name(i) == Some(slot.name.as_str()))
+        });
+        let id = match id {
+            Some(id) => id,
+            None => b.input(&slot.name, slot.init.dtype(), slot.init.shape().clone()).id(),
+        };
+        params.push(id);
+    }
+    let pred = b.value(pred).ok_or_else(|| TrainError::Invalid("bad output node".into()))?;
+    let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target))?;
+    let grads = gradients(&b, loss.id(), &params)?;
+    report.saved = b.with_graph(|g| {
+        grads
+            .saved
+            .iter()
+            .map(|&s| g.node(s).name.clone().unwrap_or_else(|| format!("{s} ({})", g.node(s).op.name())))
+            .collect()
+    });
+    b.output("loss", loss);
+    let updates = b.scope("update", || optim::build(&b, &opts.optimizer, state, &params, &grads.grads))?;
+    for (name, v) in updates {
+        b.output(&name, v);
+    }
+    let (graph, err) = b.into_parts();
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    graph.verify()?;
+    report.step_nodes = graph.len();
+    Ok(graph)
+}
+
+/// Zero of a type (optimizer moments start at zero).
+pub(crate) fn zeros(ty: &TensorType) -> Tensor {
+    Tensor::zeros(ty)
+}
+
+/// The step counter's type.
+pub const STEP_DTYPE: DType = DType::I64;

@@ -1,0 +1,120 @@
+//! Training from Rust: compile a whole training step ([`graphc_compiler::train`]:
+//! parameters as state, the loss, reverse-mode gradients, the optimizer's update) and
+//! run it step after step on the CPU, cuda-sim or a GPU, state kept between steps
+//! ([`graphc_runtime::state::Stateful`]).
+//!
+//! ```
+//! use graphc::models::{mlp, MlpConfig};
+//! use graphc::train::{self, Loss, LossKind, Optimizer, Sgd, TrainOptions};
+//! use graphc_ir::{DType, Tensor, TensorType};
+//! let graph = mlp(&MlpConfig::default()).unwrap();
+//! let x = Tensor::random(&TensorType::new(DType::F32, [8, 64]), 1);
+//! let y = Tensor::random(&TensorType::new(DType::F32, [8, 64]), 2);
+//! let opts = TrainOptions {
+//!     loss: Loss::new(LossKind::Mse, "y"),
+//!     optimizer: Optimizer::Sgd(Sgd::new(0.1)),
+//!     freeze: None,
+//!     target: y.ty(),
+//!     output: None,
+//! };
+//! let step = train::compile_step(&graph, opts, &Default::default()).unwrap();
+//! let mut session = train::cpu_session(&step).unwrap();
+//! let batch = [("x".to_string(), x), ("y".to_string(), y)].into();
+//! let first = train::step_loss(&mut session, &batch).unwrap();
+//! let second = train::step_loss(&mut session, &batch).unwrap();
+//! assert!(second < first);
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+
+pub use graphc_compiler::train::{AdamW, Loss, LossKind, Optimizer, Sgd, StateClass, TrainOptions};
+use graphc_compiler::{CompileOptions, Compiled};
+use graphc_ir::{Graph, Tensor};
+pub use graphc_runtime::state::{CpuStep, StateError, Stateful, StepRunner};
+use graphc_runtime::RunError;
+
+use crate::Error;
+
+/// Compile `graph`'s training step with `opts` (budget, planner options from `base`).
+pub fn compile_step(graph: &Graph, train: TrainOptions, base: &CompileOptions) -> Result<Compiled, Error> {
+    let opts = CompileOptions {
+        train: Some(train),
+        ..base.clone()
+    };
+    crate::compile_with(graph, &opts)
+}
+
+/// A session of the step on the CPU executor.
+pub fn cpu_session(step: &Compiled) -> Result<Stateful<CpuStep<'_>>, Error> {
+    Ok(Stateful::new(step, CpuStep(step)).map_err(state_error)?)
+}
+
+/// cuda-sim as a step runner: every kernel's CUDA C run on the host.
+pub struct SimStep<'m> {
+    pub session: crate::cuda::sim::SimSession,
+    pub weights: &'m BTreeMap<String, Tensor>,
+}
+
+impl StepRunner for SimStep<'_> {
+    fn run_step(&mut self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RunError> {
+        Ok(self.session.run(self.weights, inputs)?)
+    }
+}
+
+/// A session of the step on cuda-sim.
+pub fn sim_session<'m>(
+    step: &'m Compiled,
+    opts: &crate::cuda::sim::SimOptions,
+) -> Result<Stateful<SimStep<'m>>, Error> {
+    let session = crate::cuda::sim::SimSession::new(step, opts)?;
+    let runner = SimStep {
+        session,
+        weights: step.graph.weights(),
+    };
+    Ok(Stateful::new(step, runner).map_err(state_error)?)
+}
+
+/// A CUDA session as a step runner (state uploaded with each step's inputs and read
+/// back with its outputs).
+pub struct CudaStep(pub crate::cuda::Session);
+
+impl StepRunner for CudaStep {
+    fn run_step(&mut self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RunError> {
+        Ok(self.0.run(inputs)?)
+    }
+}
+
+/// A session of the step on a GPU.
+pub fn cuda_session(step: &Compiled, opts: crate::cuda::SessionOptions) -> Result<Stateful<CudaStep>, Error> {
+    let session = crate::cuda::Session::new(step, opts)?;
+    Ok(Stateful::new(step, CudaStep(session)).map_err(state_error)?)
+}
+
+/// One step; the loss (before the step's update) as f64.
+pub fn step_loss<R: StepRunner>(session: &mut Stateful<R>, batch: &HashMap<String, Tensor>) -> Result<f64, Error> {
+    let out = session.step(batch).map_err(state_error)?;
+    let loss = out
+        .iter()
+        .find(|(n, _)| n == "loss")
+        .ok_or_else(|| Error::Train("the step has no loss output".into()))?;
+    Ok(loss.1.to_f64_vec().first().copied().unwrap_or(f64::NAN))
+}
+
+/// The trainable parameters of a session's state, by model name, in state order.
+pub fn parameters<R: StepRunner>(step: &Compiled, session: &Stateful<R>) -> Vec<(String, Tensor)> {
+    let Some(training) = &step.train else {
+        return Vec::new();
+    };
+    training
+        .state
+        .parameters()
+        .filter_map(|s| session.state().get(&s.name).map(|t| (s.name.clone(), t.clone())))
+        .collect()
+}
+
+fn state_error(e: StateError) -> Error {
+    match e {
+        StateError::Run(r) => Error::Run(r),
+        other => Error::Train(other.to_string()),
+    }
+}
