@@ -199,7 +199,7 @@ fn run_make_state(
         details: vec![PassDetail::State {
             parameters: report.trainable.len(),
             elements: report.trainable_elements,
-            frozen: report.frozen.len(),
+            frozen: report.frozen.len() + report.buffers.len(),
         }],
     };
     check(&out, Pass::State, opts)?;

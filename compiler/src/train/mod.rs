@@ -108,6 +108,8 @@ pub struct TrainReport {
     pub trainable_elements: u64,
     /// Float weights left frozen by `freeze`.
     pub frozen: Vec<String>,
+    /// Float initializers that are a module's buffers, never trained ([`is_buffer`]).
+    pub buffers: Vec<String>,
     /// Forward values the backward pass reads (names where known), before optimization.
     pub saved: Vec<String>,
     /// Nodes of the forward graph, and of the whole step, before optimization.
@@ -125,6 +127,25 @@ pub enum TrainError {
     Invalid(String),
 }
 
+/// Whether an initializer is one of PyTorch's well-known module *buffers* (state that
+/// is not a parameter: BatchNorm's running statistics, rotary embeddings' inverse
+/// frequencies, position ids), by the last part of its name. An ONNX file does not
+/// tell parameters from buffers; these are never trained (`--freeze` excludes more).
+pub fn is_buffer(name: &str) -> bool {
+    let last = name.rsplit(['.', '/', ':']).next().unwrap_or(name);
+    matches!(
+        last,
+        "running_mean"
+            | "running_var"
+            | "num_batches_tracked"
+            | "inv_freq"
+            | "original_inv_freq"
+            | "position_ids"
+            | "token_type_ids"
+            | "masked_bias"
+    )
+}
+
 /// Stage 1: trainable parameters become inputs of the graph (state), in table order.
 pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, TrainReport), TrainError> {
     let freeze = match &opts.freeze {
@@ -138,7 +159,9 @@ pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, T
     for node in graph.nodes() {
         let mut node = node.clone();
         if let Op::Parameter { name, ty } = &node.op {
-            let trainable = ty.dtype.is_float() && !freeze.as_ref().is_some_and(|re| re.is_match(name));
+            let buffer = is_buffer(name);
+            let trainable =
+                ty.dtype.is_float() && !buffer && !freeze.as_ref().is_some_and(|re| re.is_match(name));
             if trainable {
                 if input_names.contains(name.as_str()) {
                     return Err(TrainError::Invalid(format!(
@@ -163,6 +186,8 @@ pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, T
                     },
                     ..node
                 };
+            } else if buffer {
+                report.buffers.push(name.clone());
             } else if ty.dtype.is_float() {
                 report.frozen.push(name.clone());
             }

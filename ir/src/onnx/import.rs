@@ -84,7 +84,7 @@ pub fn list_unsupported(path: &Path) -> Result<Vec<UnsupportedNode>, OnnxError> 
             stack.extend(f.proto.node.iter().rev().map(|inner| (inner, Some(&**f))));
             continue;
         }
-        if !is_default_domain(&n.domain) || ops::find(&n.op_type).is_none() {
+        if !is_default_domain(&n.domain) || (ops::find(&n.op_type).is_none() && !is_sequence_op(&n.op_type)) {
             let empty = Opsets::new();
             let opset = super::functions::node_opset(n, within.map_or(&empty, |f| &f.opsets), &opsets);
             out.push(UnsupportedNode {
@@ -118,6 +118,15 @@ fn prepare(model: &ModelProto) -> Result<(&GraphProto, Opsets, Functions), OnnxE
     Ok((graph, opsets, functions))
 }
 
+/// Ops on ONNX sequences, lowered by the importer itself (sequences are lists of IR
+/// values, known in length at import).
+fn is_sequence_op(op_type: &str) -> bool {
+    matches!(
+        op_type,
+        "SplitToSequence" | "SequenceAt" | "SequenceConstruct" | "SequenceLength" | "ConcatFromSequence"
+    )
+}
+
 /// Import a decoded model. `base_dir` is the folder external data paths are relative to.
 pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<Graph, OnnxError> {
     let (graph, opsets, functions) = prepare(model)?;
@@ -127,6 +136,7 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
     let mut imp = Importer {
         b: &b,
         values: HashMap::new(),
+        sequences: HashMap::new(),
         known: HashMap::new(),
         examined: 0,
         known_large_bytes: 0,
@@ -230,6 +240,8 @@ pub struct Importer<'b> {
     pub b: &'b GraphBuilder,
     /// ONNX value name → IR value.
     values: HashMap<String, Value<'b>>,
+    /// ONNX sequence values (of tensors known at import by count), by name.
+    sequences: HashMap<String, Vec<Value<'b>>>,
     /// IR nodes whose value is known at import.
     known: HashMap<NodeId, Tensor>,
     /// IR nodes below this index have been examined for known values.
@@ -353,6 +365,15 @@ impl<'b> Importer<'b> {
         crate::work::add_len(crate::work::Stage::Import, 1 + node.input.len() + node.output.len());
         let err = |message: String| node_error(node, index, opset.unwrap_or(0), message);
         attrs::validate(node).map_err(&err)?;
+        if is_default_domain(&node.domain) && is_sequence_op(&node.op_type) && self.functions.get(node).is_none() {
+            let label = if node.name.is_empty() { node.op_type.clone() } else { node.name.clone() };
+            self.b.scope(&label, || self.lower_sequence_op(node)).map_err(&err)?;
+            if let Some(e) = self.b.take_error() {
+                return Err(err(e.to_string()));
+            }
+            self.examine_new_nodes();
+            return Ok(());
+        }
         let mut inputs = Vec::with_capacity(node.input.len());
         for name in &node.input {
             if name.is_empty() {
@@ -409,6 +430,133 @@ impl<'b> Importer<'b> {
         self.bind_outputs(node, outs.into_iter().map(Some).collect())
             .map_err(&err)?;
         self.examine_new_nodes();
+        Ok(())
+    }
+
+    /// The sequence ops, on sequences whose length is known at import (as an exporter
+    /// writes them for a split into q, k and v): `SplitToSequence`, `SequenceAt`,
+    /// `SequenceConstruct`, `SequenceLength`, `ConcatFromSequence`.
+    fn lower_sequence_op(&mut self, node: &NodeProto) -> Result<(), String> {
+        let tensor = |imp: &Self, i: usize| -> Result<Value<'b>, String> {
+            let name = node.input.get(i).filter(|n| !n.is_empty()).ok_or(format!("operand {i} is required"))?;
+            imp.values
+                .get(name)
+                .copied()
+                .ok_or_else(|| format!("operand `{name}` is not a tensor defined before this node"))
+        };
+        let sequence = |imp: &Self, i: usize| -> Result<Vec<Value<'b>>, String> {
+            let name = node.input.get(i).filter(|n| !n.is_empty()).ok_or(format!("operand {i} is required"))?;
+            imp.sequences
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("operand `{name}` is not a sequence defined before this node"))
+        };
+        let attrs = Attrs::new(node);
+        let out = node.output.first().filter(|n| !n.is_empty()).ok_or("the node has no output")?;
+        if node.output.len() != 1 {
+            return Err(format!("{} has one output, got {}", node.op_type, node.output.len()));
+        }
+        let defined = self.values.contains_key(out) || self.sequences.contains_key(out);
+        if defined {
+            return Err(format!("output `{out}` is already defined (each value must be assigned once)"));
+        }
+        match node.op_type.as_str() {
+            "SplitToSequence" => {
+                let x = tensor(self, 0)?;
+                let rank = x.rank();
+                let axis = crate::shape::normalize_axis(attrs.int("axis", 0)?, rank)
+                    .ok_or_else(|| format!("axis out of range for rank {rank}"))?;
+                let d = x.shape().dims()[axis];
+                let split = match node.input.get(1).filter(|n| !n.is_empty()) {
+                    Some(_) => Some(self.static_ints(tensor(self, 1)?, "split")?),
+                    None => None,
+                };
+                let scalar_split = node
+                    .input
+                    .get(1)
+                    .filter(|n| !n.is_empty())
+                    .map(|_| tensor(self, 1).map(|v| v.rank() == 0))
+                    .transpose()?
+                    .unwrap_or(false);
+                let no_split = split.is_none();
+                let sizes: Vec<usize> = match split {
+                    None => vec![1; d],
+                    Some(s) if scalar_split => {
+                        let c = usize::try_from(s[0]).ok().filter(|&c| c > 0).ok_or("split must be positive")?;
+                        (0..d.div_ceil(c)).map(|i| c.min(d - i * c)).collect()
+                    }
+                    Some(s) => {
+                        let sizes: Vec<usize> = s
+                            .iter()
+                            .map(|&v| usize::try_from(v).map_err(|_| format!("split {s:?} has a negative part")))
+                            .collect::<Result<_, _>>()?;
+                        if sizes.iter().sum::<usize>() != d {
+                            return Err(format!("split {s:?} does not sum to the extent {d} of axis {axis}"));
+                        }
+                        sizes
+                    }
+                };
+                let squeeze = no_split && attrs.int("keepdims", 1)? == 0;
+                let mut parts = Vec::with_capacity(sizes.len());
+                let mut at = 0i64;
+                for len in sizes {
+                    let mut p = x.slice(axis as i64, at, at + len as i64, 1);
+                    if squeeze {
+                        let mut dims = p.shape().dims().to_vec();
+                        dims.remove(axis);
+                        p = p.reshape(dims);
+                    }
+                    parts.push(p);
+                    at += len as i64;
+                }
+                self.sequences.insert(out.clone(), parts);
+            }
+            "SequenceAt" => {
+                let seq = sequence(self, 0)?;
+                let pos = self.static_ints(tensor(self, 1)?, "position")?;
+                let [p] = pos.as_slice() else {
+                    return Err("position must be one integer".into());
+                };
+                let n = seq.len() as i64;
+                let i = if *p < 0 { p + n } else { *p };
+                let v = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| seq.get(i).copied())
+                    .ok_or_else(|| format!("position {p} is out of range for a sequence of {n}"))?;
+                self.values.insert(out.clone(), v);
+            }
+            "SequenceConstruct" => {
+                let parts = (0..node.input.len()).map(|i| tensor(self, i)).collect::<Result<Vec<_>, _>>()?;
+                self.sequences.insert(out.clone(), parts);
+            }
+            "SequenceLength" => {
+                let seq = sequence(self, 0)?;
+                let v = self.b.constant(Tensor::scalar(crate::DType::I64, seq.len() as f64));
+                self.values.insert(out.clone(), v);
+            }
+            "ConcatFromSequence" => {
+                let seq = sequence(self, 0)?;
+                let first = *seq.first().ok_or("concat of an empty sequence")?;
+                let new_axis = attrs.int("new_axis", 0)? == 1;
+                let rank = first.rank() + usize::from(new_axis);
+                let axis = crate::shape::normalize_axis(attrs.int("axis", 0)?, rank)
+                    .ok_or_else(|| format!("axis out of range for rank {rank}"))?;
+                let parts: Vec<Value<'b>> = if new_axis {
+                    seq.iter()
+                        .map(|p| {
+                            let mut dims = p.shape().dims().to_vec();
+                            dims.insert(axis, 1);
+                            p.reshape(dims)
+                        })
+                        .collect()
+                } else {
+                    seq
+                };
+                let v = self.b.concat(&parts, axis as i64);
+                self.values.insert(out.clone(), v);
+            }
+            other => return Err(format!("{other} is not a sequence op")),
+        }
         Ok(())
     }
 

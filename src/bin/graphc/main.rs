@@ -22,6 +22,7 @@ mod ptx;
 mod random_inputs;
 mod run;
 mod selftest;
+mod train;
 
 use std::process::ExitCode;
 
@@ -59,6 +60,9 @@ enum Command {
     /// Exit codes: 0 success; 1 an error (the message names the place); 3 `--device
     /// cuda` on a machine without a CUDA driver or GPU.
     Run(run::RunArgs),
+    /// Train: compile the whole training step (loss, backward, optimizer update) and
+    /// run it on one batch, printing `step N loss X`; write the trained parameters.
+    Train(train::TrainCmdArgs),
     /// Time the model: warm-up runs, then the median of timed runs (CUDA events on the
     /// GPU, inputs already on the device; wall clock on the CPU).
     Bench(bench::BenchArgs),
@@ -125,6 +129,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Cuda(args) => cuda::run(args),
         Command::Ptx(args) => ptx::run(args),
         Command::Run(args) => run::run(args),
+        Command::Train(args) => train::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Selftest(args) => selftest::run(args),
         Command::Launches(args) => launches::run(args),

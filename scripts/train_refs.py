@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""PyTorch references for graphc's training steps.
+
+Usage (the virtualenv of scripts/README.md: torch, transformers, onnx, onnxscript):
+
+    python scripts/train_refs.py [--out tests/fixtures/train] [NAME ...]
+
+For each NAME (mlp, gpt2, gpt2_sdpa, bert, llama; all by default) this builds a tiny
+model with fixed-seed random weights, exports its forward graph to ONNX so that every
+parameter stays its own initializer (torch.onnx.export(dynamo=True, optimize=False):
+the default optimization drops zero biases and merges equal LayerNorm parameters),
+then trains a copy in PyTorch for 3 SGD steps and another for 3 AdamW steps on one
+batch, and writes OUT/NAME/:
+
+    model.onnx      the forward graph (parameters as initializers, named as in the
+                    model's named_parameters())
+    inputs.npz      the model's inputs and the target array
+    sgd.npz         losses [3] (each before its step's update) and every parameter
+    adamw.npz       after the 3 steps, by initializer name
+    meta.json       the loss and optimizer options (graphc train's flags), versions
+
+Losses: mse (mean); cross-entropy as torch.nn.functional.cross_entropy over the last
+axis (mean over labels != -100); for causal LMs the logits[:, :-1] / labels[:, 1:]
+shift Hugging Face applies. Dropout is 0, so train and eval modes agree.
+"""
+import argparse
+import copy
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+import transformers
+
+SEED = 0
+B, S, V = 2, 16, 128
+
+
+class Logits(torch.nn.Module):
+    def __init__(self, m, **kw):
+        super().__init__()
+        self.m = m
+        self.kw = kw
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, return_dict=True, **self.kw).logits
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc0 = torch.nn.Linear(16, 32)
+        self.fc1 = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc1(F.gelu(self.fc0(x)))
+
+
+def perturb(model, seed):
+    """Every parameter distinct (HF init leaves norm scales at 1, biases at 0)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def ids(g):
+    return torch.randint(0, V, (B, S), generator=g)
+
+
+def mlp(g):
+    model = Mlp()
+    x = torch.randn(4, 16, generator=g)
+    y = torch.randn(4, 8, generator=g)
+    return model, {"x": x}, ("y", y), dict(loss="mse", shift=False)
+
+
+def gpt2(g, attn="eager"):
+    cfg = transformers.GPT2Config(
+        vocab_size=V, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, attn_implementation=attn,
+    )
+    model = Logits(transformers.GPT2LMHeadModel(cfg), use_cache=False)
+    x = ids(g)
+    return model, {"input_ids": x}, ("labels", x.clone()), dict(loss="cross-entropy", shift=True)
+
+
+def bert(g):
+    cfg = transformers.BertConfig(
+        vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=32, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    model = Logits(transformers.BertForMaskedLM(cfg))
+    x = ids(g)
+    labels = torch.full((B, S), -100)
+    pick = torch.rand(B, S, generator=g) < 0.3
+    pick[:, 0] = True
+    labels[pick] = x[pick]
+    return model, {"input_ids": x}, ("labels", labels), dict(loss="cross-entropy", shift=False)
+
+
+def llama(g):
+    cfg = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        use_cache=False, attention_dropout=0.0,
+    )
+    model = Logits(transformers.LlamaForCausalLM(cfg), use_cache=False)
+    x = ids(g)
+    return model, {"input_ids": x}, ("labels", x.clone()), dict(loss="cross-entropy", shift=True)
+
+
+MODELS = {
+    "mlp": mlp,
+    "gpt2": gpt2,
+    "gpt2_sdpa": lambda g: gpt2(g, "sdpa"),
+    "bert": bert,
+    "llama": llama,
+}
+
+OPTIMIZERS = {
+    "sgd": dict(optimizer="sgd", lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01),
+    "adamw": dict(optimizer="adamw", lr=1e-3, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.01),
+}
+
+
+def loss_of(out, target, how):
+    if how["loss"] == "mse":
+        return F.mse_loss(out, target)
+    if how["shift"]:
+        out, target = out[:, :-1], target[:, 1:]
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1), ignore_index=-100)
+
+
+def make_optimizer(params, o):
+    if o["optimizer"] == "sgd":
+        return torch.optim.SGD(params, lr=o["lr"], momentum=o["momentum"], dampening=o["dampening"],
+                               weight_decay=o["weight_decay"])
+    return torch.optim.AdamW(params, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
+                             weight_decay=o["weight_decay"])
+
+
+def one(name, root):
+    torch.manual_seed(SEED)
+    g = torch.Generator().manual_seed(SEED)
+    model, inputs, (tname, target), how = MODELS[name](g)
+    perturb(model, SEED + 1)
+    out = root / name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    model.eval()
+    with torch.no_grad():
+        torch.onnx.export(model, (), kwargs=inputs, f=str(out / "model.onnx"), dynamo=True,
+                          optimize=False,
+                          input_names=list(inputs), output_names=["out"], external_data=False)
+    proto = onnx.load(str(out / "model.onnx"))
+    inits = {i.name for i in proto.graph.initializer}
+    # Each parameter by the name its initializer has (a tied weight, as GPT-2's
+    # embedding and LM head, is one initializer under one of its names).
+    aliases = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(p), []).append(n)
+    names = {}
+    for n, p in model.named_parameters():
+        found = [a for a in aliases[id(p)] if a in inits]
+        if not found:
+            raise RuntimeError(f"{name}: parameter {n} is not exported as an initializer")
+        names[found[0]] = n
+    np.savez(out / "inputs.npz", **{k: v.numpy() for k, v in inputs.items()}, **{tname: target.numpy()})
+    meta = {"target": tname, **how, "optimizers": OPTIMIZERS, "torch": torch.__version__,
+            "transformers": transformers.__version__, "parameters": list(names)}
+    for oname, o in OPTIMIZERS.items():
+        m = copy.deepcopy(model)
+        m.train()
+        opt = make_optimizer(m.parameters(), o)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = loss_of(m(**inputs), target, how)
+            losses.append(loss.item())
+            loss.backward()
+            opt.step()
+        arrays = {"losses": np.array(losses, dtype=np.float64)}
+        params = dict(m.named_parameters())
+        for init_name, n in names.items():
+            arrays[init_name] = params[n].detach().numpy().astype(np.float32)
+        np.savez(out / f"{oname}.npz", **arrays)
+        meta[f"{oname}_losses"] = losses
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in out.iterdir())
+    print(f"{name}: {len(names)} parameters, losses sgd {meta['sgd_losses']}, adamw {meta['adamw_losses']}; {size} bytes")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="tests/fixtures/train")
+    ap.add_argument("names", nargs="*")
+    a = ap.parse_args()
+    for n in a.names or list(MODELS):
+        one(n, Path(a.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

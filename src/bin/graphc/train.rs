@@ -1,0 +1,251 @@
+//! `graphc train`: compile a whole training step (parameters as state, the loss, its
+//! gradients, the optimizer's update) and run it `--steps` times on one batch,
+//! printing `step N loss X` (the loss before step N's update); `--output` writes every
+//! trainable parameter after the last step under its model name.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use graphc::ir::{Graph, Tensor};
+use graphc::train::{AdamW, Loss, LossKind, Optimizer, Sgd, TrainOptions};
+
+use crate::args::{BudgetArgs, Device, DeviceArgs, ModelArgs};
+
+/// What a training step computes (shared by `train` and `plan --train`).
+#[derive(clap::Args, Clone)]
+pub struct TrainArgs {
+    /// The loss: `mse` (mean squared error against --target) or `cross-entropy` (over
+    /// the last axis of the logits, integer labels in --target).
+    #[arg(long, value_enum)]
+    pub loss: Option<LossArg>,
+    /// The array of --inputs holding the targets (mse) or labels (cross-entropy).
+    #[arg(long, value_name = "NAME")]
+    pub target: Option<String>,
+    /// Cross-entropy: predict token t+1 at position t (logits[:, :-1] against
+    /// labels[:, 1:]), as Hugging Face's causal-LM loss.
+    #[arg(long)]
+    pub shift_labels: bool,
+    /// Cross-entropy: labels equal to this are not counted.
+    #[arg(long, default_value_t = -100, allow_negative_numbers = true)]
+    pub ignore_index: i64,
+    /// The optimizer, with PyTorch's semantics and defaults.
+    #[arg(long, value_enum, default_value_t = OptimizerArg::Adamw)]
+    pub optimizer: OptimizerArg,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// SGD: momentum.
+    #[arg(long, default_value_t = 0.0)]
+    pub momentum: f64,
+    /// SGD: dampening of the momentum.
+    #[arg(long, default_value_t = 0.0)]
+    pub dampening: f64,
+    /// SGD: Nesterov momentum.
+    #[arg(long)]
+    pub nesterov: bool,
+    /// Weight decay (default: 0 for SGD, 0.01 decoupled for AdamW).
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// AdamW: B1,B2.
+    #[arg(long, value_name = "B1,B2", value_parser = parse_betas, default_value = "0.9,0.999")]
+    pub betas: (f64, f64),
+    /// AdamW: eps (added outside the square root).
+    #[arg(long, default_value_t = 1e-8)]
+    pub eps: f64,
+    /// Parameters whose name this regular expression matches are not trained.
+    #[arg(long, value_name = "REGEX")]
+    pub freeze: Option<String>,
+    /// The model output the loss reads (default: the first).
+    #[arg(long = "loss-output", value_name = "NAME")]
+    pub loss_output: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum LossArg {
+    Mse,
+    CrossEntropy,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizerArg {
+    Sgd,
+    Adamw,
+}
+
+fn parse_betas(s: &str) -> Result<(f64, f64), String> {
+    let (a, b) = s.split_once(',').ok_or("expected B1,B2")?;
+    let p = |x: &str| x.trim().parse::<f64>().map_err(|e| format!("{x:?}: {e}"));
+    Ok((p(a)?, p(b)?))
+}
+
+impl TrainArgs {
+    /// The step's options, the target's type taken from `target`.
+    pub fn options(&self, target: &Tensor) -> Result<TrainOptions> {
+        let (Some(loss), Some(name)) = (self.loss, &self.target) else {
+            bail!("a training step needs --loss mse|cross-entropy and --target NAME");
+        };
+        let kind = match loss {
+            LossArg::Mse => LossKind::Mse,
+            LossArg::CrossEntropy => LossKind::CrossEntropy,
+        };
+        let optimizer = match self.optimizer {
+            OptimizerArg::Sgd => Optimizer::Sgd(Sgd {
+                lr: self.lr,
+                momentum: self.momentum,
+                dampening: self.dampening,
+                weight_decay: self.weight_decay.unwrap_or(0.0),
+                nesterov: self.nesterov,
+            }),
+            OptimizerArg::Adamw => Optimizer::AdamW(AdamW {
+                lr: self.lr,
+                betas: self.betas,
+                eps: self.eps,
+                weight_decay: self.weight_decay.unwrap_or(1e-2),
+            }),
+        };
+        Ok(TrainOptions {
+            loss: Loss {
+                kind,
+                target: name.clone(),
+                ignore_index: self.ignore_index,
+                shift_labels: self.shift_labels,
+            },
+            optimizer,
+            freeze: self.freeze.clone(),
+            target: target.ty(),
+            output: self.loss_output.clone(),
+        })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct TrainCmdArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The batch: one array per model input, by name, and the --target array.
+    #[arg(long, value_name = "IN.npz")]
+    pub inputs: PathBuf,
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Steps to run (each on the same batch).
+    #[arg(long, default_value_t = 1)]
+    pub steps: u64,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Write every trainable parameter after the last step here (.npz, by model name).
+    #[arg(long, value_name = "OUT.npz")]
+    pub output: Option<PathBuf>,
+}
+
+/// The batch of `path` split into the model's inputs and the target.
+pub fn read_batch(path: &Path, graph: &Graph, target: Option<&str>) -> Result<(HashMap<String, Tensor>, Tensor)> {
+    let Some(target) = target else {
+        bail!("a training step needs --target NAME (an array of --inputs)");
+    };
+    let arrays = graphc::npz::read_arrays(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut batch = HashMap::new();
+    let mut tgt = None;
+    let inputs: HashMap<&str, _> = graph
+        .inputs()
+        .iter()
+        .filter_map(|&i| match &graph.node(i).op {
+            graphc::ir::Op::Input { name, ty } => Some((name.as_str(), ty.clone())),
+            _ => None,
+        })
+        .collect();
+    for (name, t) in arrays {
+        if name == target {
+            tgt = Some(t);
+        } else if let Some(ty) = inputs.get(name.as_str()) {
+            if &t.ty() != ty {
+                bail!("{}: input \"{name}\" should be {ty}, got {}", path.display(), t.ty());
+            }
+            batch.insert(name, t);
+        } else {
+            bail!(
+                "{}: \"{name}\" is neither an input of the model nor the target \"{target}\"",
+                path.display()
+            );
+        }
+    }
+    if let Some(missing) = inputs.keys().find(|n| !batch.contains_key(**n)) {
+        bail!("{}: no array for the model input \"{missing}\"", path.display());
+    }
+    let tgt = tgt.with_context(|| format!("{}: no array \"{target}\" (the --target)", path.display()))?;
+    Ok((batch, tgt))
+}
+
+pub fn run(args: TrainCmdArgs) -> Result<()> {
+    args.device.check()?;
+    if args.steps == 0 {
+        bail!("--steps must be at least 1");
+    }
+    let graph = args.model.load()?;
+    let (batch, target) = read_batch(&args.inputs, &graph, args.train.target.as_deref())?;
+    let opts = args.train.options(&target)?;
+    let target_name = opts.loss.target.clone();
+    let progress = crate::common::Progress::new("compiling the training step");
+    let step = graphc::train::compile_step(&graph, opts, &args.budget.options())?;
+    drop(progress);
+    graphc::check_budget_on(&step, &args.model.rerun(&args.budget), args.device.device.planned_for())?;
+    if let Some(t) = &step.train {
+        println!(
+            "train    {} parameters ({} elements) trained, {} frozen, {} buffers; {} state slots; {} kernels",
+            t.report.trainable.len(),
+            t.report.trainable_elements,
+            t.report.frozen.len(),
+            t.report.buffers.len(),
+            t.state.slots.len(),
+            step.program.kernels.len()
+        );
+    }
+    let mut batch = batch;
+    batch.insert(target_name, target);
+    let params = match args.device.device {
+        Device::Cpu => {
+            graphc::check_host_memory(&step)?;
+            let mut s = graphc::train::cpu_session(&step)?;
+            run_steps(&mut s, &batch, args.steps)?;
+            graphc::train::parameters(&step, &s)
+        }
+        Device::CudaSim => {
+            let mut s = graphc::train::sim_session(&step, &args.device.sim.options())?;
+            run_steps(&mut s, &batch, args.steps)?;
+            graphc::train::parameters(&step, &s)
+        }
+        Device::Cuda | Device::Auto => match graphc::train::cuda_session(&step, args.device.gpu.options()) {
+            Ok(mut s) => {
+                run_steps(&mut s, &batch, args.steps)?;
+                graphc::train::parameters(&step, &s)
+            }
+            Err(graphc::Error::Cuda(e)) if e.is_unavailable() && args.device.device == Device::Auto => {
+                println!("device   no usable GPU here, so the CPU: {e}");
+                graphc::check_host_memory(&step)?;
+                let mut s = graphc::train::cpu_session(&step)?;
+                run_steps(&mut s, &batch, args.steps)?;
+                graphc::train::parameters(&step, &s)
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    if let Some(out) = args.output {
+        graphc::npz::write_npz(&out, &params).with_context(|| format!("writing {}", out.display()))?;
+        println!("wrote    {} parameters to {}", params.len(), out.display());
+    }
+    Ok(())
+}
+
+fn run_steps<R: graphc::train::StepRunner>(
+    s: &mut graphc::train::Stateful<R>,
+    batch: &HashMap<String, Tensor>,
+    steps: u64,
+) -> Result<()> {
+    for n in 1..=steps {
+        let loss = graphc::train::step_loss(s, batch)?;
+        println!("step {n} loss {}", loss as f32);
+    }
+    Ok(())
+}
