@@ -46,7 +46,7 @@ pub fn compile_step(graph: &Graph, train: TrainOptions, base: &CompileOptions) -
 
 /// A session of the step on the CPU executor.
 pub fn cpu_session(step: &Compiled) -> Result<Stateful<CpuStep<'_>>, Error> {
-    Ok(Stateful::new(step, CpuStep(step)).map_err(state_error)?)
+    Stateful::new(step, CpuStep(step)).map_err(state_error)
 }
 
 /// cuda-sim as a step runner: every kernel's CUDA C run on the host.
@@ -71,7 +71,7 @@ pub fn sim_session<'m>(
         session,
         weights: step.graph.weights(),
     };
-    Ok(Stateful::new(step, runner).map_err(state_error)?)
+    Stateful::new(step, runner).map_err(state_error)
 }
 
 /// A CUDA session as a step runner (state uploaded with each step's inputs and read
@@ -87,7 +87,7 @@ impl StepRunner for CudaStep {
 /// A session of the step on a GPU.
 pub fn cuda_session(step: &Compiled, opts: crate::cuda::SessionOptions) -> Result<Stateful<CudaStep>, Error> {
     let session = crate::cuda::Session::new(step, opts)?;
-    Ok(Stateful::new(step, CudaStep(session)).map_err(state_error)?)
+    Stateful::new(step, CudaStep(session)).map_err(state_error)
 }
 
 /// One step; the loss (before the step's update) as f64.

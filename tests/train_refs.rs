@@ -19,7 +19,9 @@ use serde_json::Value;
 const MODELS: [&str; 5] = ["mlp", "gpt2", "gpt2_sdpa", "bert", "llama"];
 
 fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/train").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/train")
+        .join(name)
 }
 
 fn arrays(path: PathBuf) -> HashMap<String, Tensor> {
@@ -110,8 +112,19 @@ fn check<R: StepRunner>(
         );
     }
     let params = graphc::train::parameters(step, &s);
-    let names: Vec<&str> = f.meta["parameters"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(params.len(), names.len(), "{what}: trained {} parameters, PyTorch {}", params.len(), names.len());
+    let names: Vec<&str> = f.meta["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        params.len(),
+        names.len(),
+        "{what}: trained {} parameters, PyTorch {}",
+        params.len(),
+        names.len()
+    );
     let mut worst = 0.0f64;
     let mut noise = 0;
     let grad_top = want
@@ -120,7 +133,9 @@ fn check<R: StepRunner>(
         .flat_map(|(_, t)| t.to_f64_vec())
         .fold(0.0f64, |m, x| m.max(x.abs()));
     for (name, got) in &params {
-        let w = want.get(name).unwrap_or_else(|| panic!("{what}: PyTorch has no parameter {name}"));
+        let w = want
+            .get(name)
+            .unwrap_or_else(|| panic!("{what}: PyTorch has no parameter {name}"));
         let mut gv = got.to_f64_vec();
         let mut wv = w.to_f64_vec();
         // AdamW divides by the gradient's own size, so where the gradient is 0 in exact
@@ -168,7 +183,13 @@ fn three_sgd_and_three_adamw_steps_match_pytorch_on_the_cpu_and_cuda_sim() {
             let want = arrays(dir(name).join(format!("{opt}.npz")));
             let step = graphc::train::compile_step(&f.graph, options(&f, opt), &Default::default())
                 .unwrap_or_else(|e| panic!("{name} {opt}: {e}"));
-            check(&format!("{name} {opt} cpu"), &step, graphc::train::cpu_session(&step).unwrap(), &f, &want);
+            check(
+                &format!("{name} {opt} cpu"),
+                &step,
+                graphc::train::cpu_session(&step).unwrap(),
+                &f,
+                &want,
+            );
             if cxx {
                 let s = graphc::train::sim_session(&step, &Default::default()).unwrap();
                 check(&format!("{name} {opt} cuda-sim"), &step, s, &f, &want);
@@ -192,13 +213,19 @@ fn state_classes_freeze_and_buffers() {
     // Two moments per parameter and one step counter.
     assert_eq!(t.state.slots.len(), 3 * params + 1);
     let by = t.state.bytes_by_class();
-    assert_eq!(by[&graphc::train::StateClass::OptimizerState], 2 * by[&graphc::train::StateClass::Parameter]);
+    assert_eq!(
+        by[&graphc::train::StateClass::OptimizerState],
+        2 * by[&graphc::train::StateClass::Parameter]
+    );
 
     opts.freeze = Some("embed_tokens|layers\\.0\\.".into());
     let step = graphc::train::compile_step(&f.graph, opts.clone(), &Default::default()).unwrap();
     let t = step.train.as_ref().unwrap();
     assert!(t.report.frozen.iter().any(|n| n.contains("embed_tokens")));
-    assert!(t.state.parameters().all(|s| !s.name.contains("layers.0.") && !s.name.contains("embed_tokens")));
+    assert!(t
+        .state
+        .parameters()
+        .all(|s| !s.name.contains("layers.0.") && !s.name.contains("embed_tokens")));
     let mut s = graphc::train::cpu_session(&step).unwrap();
     let l1 = graphc::train::step_loss(&mut s, &f.batch).unwrap();
     let l2 = graphc::train::step_loss(&mut s, &f.batch).unwrap();

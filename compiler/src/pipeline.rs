@@ -27,8 +27,8 @@ use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
 use crate::passes::dce::eliminate_dead_code;
 use crate::passes::precision::{apply_precision_with, Outputs, Precision, PrecisionReport};
 use crate::passes::quantize::{quantize_weights, QuantReport, WeightQuant};
-use crate::train::{State, TrainOptions, TrainReport};
 use crate::plan::{plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
+use crate::train::{State, TrainOptions, TrainReport};
 
 pub use report::{Pass, PassDetail, PassReport};
 

@@ -189,7 +189,10 @@ fn infer_scatter_add(axis: usize, size: usize, upd: &TensorType, idx: &TensorTyp
             upd.shape
         )
     })?;
-    if ud[axis..end] != *id {
+    let (Some(before), Some(held), Some(after)) = (ud.get(..axis), ud.get(axis..end), ud.get(end..)) else {
+        return Err(format!("scatter_add axis {axis} is out of range for {}", upd.shape));
+    };
+    if held != id {
         return Err(format!(
             "scatter_add updates {} do not hold indices {} at axis {axis}",
             upd.shape, idx.shape
@@ -198,9 +201,9 @@ fn infer_scatter_add(axis: usize, size: usize, upd: &TensorType, idx: &TensorTyp
     if size == 0 && id.iter().product::<usize>() > 0 {
         return Err("scatter_add into an empty axis".to_string());
     }
-    let mut dims = ud[..axis].to_vec();
+    let mut dims = before.to_vec();
     dims.push(size);
-    dims.extend_from_slice(&ud[end..]);
+    dims.extend_from_slice(after);
     Ok(TensorType::new(upd.dtype, dims))
 }
 

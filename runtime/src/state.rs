@@ -25,7 +25,12 @@ pub struct CpuStep<'m>(pub &'m Compiled);
 
 impl StepRunner for CpuStep<'_> {
     fn run_step(&mut self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RunError> {
-        Ok(run_planned(&self.0.program, &self.0.plan, self.0.graph.weights(), inputs)?)
+        Ok(run_planned(
+            &self.0.program,
+            &self.0.plan,
+            self.0.graph.weights(),
+            inputs,
+        )?)
     }
 }
 

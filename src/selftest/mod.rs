@@ -464,13 +464,17 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         b.output("e", e * 3.0);
         b.output("arg", e.argmax(-1, false));
     })?;
-    c.add("op scatter_add (embedding gradient, repeated rows) f32 + bf16".into(), 50, &|b| {
-        let ids = b.input("ids", DType::I64, [4, 7]);
-        let g = b.input("g", DType::F32, [4, 7, 32]);
-        b.output("d", g.scatter_add(ids, 0, 50));
-        let h = b.input("h", DType::BF16, [3, 4, 7, 5]);
-        b.output("dh", h.scatter_add(ids, 1, 50));
-    })?;
+    c.add(
+        "op scatter_add (embedding gradient, repeated rows) f32 + bf16".into(),
+        50,
+        &|b| {
+            let ids = b.input("ids", DType::I64, [4, 7]);
+            let g = b.input("g", DType::F32, [4, 7, 32]);
+            b.output("d", g.scatter_add(ids, 0, 50));
+            let h = b.input("h", DType::BF16, [3, 4, 7, 5]);
+            b.output("dh", h.scatter_add(ids, 1, 50));
+        },
+    )?;
     // Attention, small: softmax(q k^T / 8) v over [2, 4 heads, 32, 16].
     c.add("attention bf16 [2,4,32,16]".into(), 0, &|b| {
         let q = b.input("q", DType::BF16, [2, 4, 32, 16]);

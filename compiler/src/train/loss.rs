@@ -58,7 +58,9 @@ pub(super) fn build<'b>(
 ) -> Result<Value<'b>, TrainError> {
     let pt = pred.ty();
     if !pt.dtype.is_float() {
-        return Err(TrainError::Invalid(format!("the loss reads a {pt} output; it must be float")));
+        return Err(TrainError::Invalid(format!(
+            "the loss reads a {pt} output; it must be float"
+        )));
     }
     let all = |v: Value<'b>| (0..v.rank() as i64).collect::<Vec<_>>();
     match loss.kind {
@@ -69,21 +71,28 @@ pub(super) fn build<'b>(
                     loss.target
                 )));
             }
-            let t = b.input(&loss.target, target_ty.dtype, target_ty.shape.clone()).cast(pt.dtype);
+            let t = b
+                .input(&loss.target, target_ty.dtype, target_ty.shape.clone())
+                .cast(pt.dtype);
             let d = pred - t;
             let sq = d * d;
             Ok(sq.mean(&all(sq), false))
         }
         LossKind::CrossEntropy => {
             let pd = pt.shape.dims().to_vec();
-            if pd.len() < 2 || !matches!(target_ty.dtype, DType::I64 | DType::I32) || target_ty.shape.dims() != &pd[..pd.len() - 1] {
+            if pd.len() < 2
+                || !matches!(target_ty.dtype, DType::I64 | DType::I32)
+                || target_ty.shape.dims() != &pd[..pd.len() - 1]
+            {
                 return Err(TrainError::Invalid(format!(
                     "cross-entropy: the labels \"{}\" are {target_ty}; the logits {pt} need integer labels of shape {}",
                     loss.target,
                     Shape::from(pd[..pd.len().saturating_sub(1)].to_vec())
                 )));
             }
-            let labels = b.input(&loss.target, target_ty.dtype, target_ty.shape.clone()).cast(DType::I64);
+            let labels = b
+                .input(&loss.target, target_ty.dtype, target_ty.shape.clone())
+                .cast(DType::I64);
             let (logits, labels) = if loss.shift_labels {
                 if pd.len() < 3 || pd[1] < 2 {
                     return Err(TrainError::Invalid(format!(

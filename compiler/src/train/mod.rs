@@ -160,8 +160,7 @@ pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, T
         let mut node = node.clone();
         if let Op::Parameter { name, ty } = &node.op {
             let buffer = is_buffer(name);
-            let trainable =
-                ty.dtype.is_float() && !buffer && !freeze.as_ref().is_some_and(|re| re.is_match(name));
+            let trainable = ty.dtype.is_float() && !buffer && !freeze.as_ref().is_some_and(|re| re.is_match(name));
             if trainable {
                 if input_names.contains(name.as_str()) {
                     return Err(TrainError::Invalid(format!(
@@ -267,18 +266,27 @@ pub fn build_step(
         };
         params.push(id);
     }
-    let pred = b.value(pred).ok_or_else(|| TrainError::Invalid("bad output node".into()))?;
+    let pred = b
+        .value(pred)
+        .ok_or_else(|| TrainError::Invalid("bad output node".into()))?;
     let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target))?;
     let grads = gradients(&b, loss.id(), &params)?;
     report.saved = b.with_graph(|g| {
         grads
             .saved
             .iter()
-            .map(|&s| g.node(s).name.clone().unwrap_or_else(|| format!("{s} ({})", g.node(s).op.name())))
+            .map(|&s| {
+                g.node(s)
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("{s} ({})", g.node(s).op.name()))
+            })
             .collect()
     });
     b.output("loss", loss);
-    let updates = b.scope("update", || optim::build(&b, &opts.optimizer, state, &params, &grads.grads))?;
+    let updates = b.scope("update", || {
+        optim::build(&b, &opts.optimizer, state, &params, &grads.grads)
+    })?;
     for (name, v) in updates {
         b.output(&name, v);
     }

@@ -116,7 +116,10 @@ pub(super) fn build<'b>(
     grads: &[NodeId],
 ) -> Result<Vec<(String, Value<'b>)>, TrainError> {
     opt.check()?;
-    let value = |id: NodeId| b.value(id).ok_or_else(|| TrainError::Invalid(format!("{id} is not a node")));
+    let value = |id: NodeId| {
+        b.value(id)
+            .ok_or_else(|| TrainError::Invalid(format!("{id} is not a node")))
+    };
     let names: Vec<String> = state.parameters().map(|s| s.name.clone()).collect();
     let mut out = Vec::new();
     let mut moments = Vec::new();
@@ -158,7 +161,11 @@ pub(super) fn build<'b>(
                 let pd = p * (1.0 - a.lr * a.weight_decay);
                 let w = 1.0 - b1;
                 // torch.lerp: start + w (end - start) for w < 0.5, else end - (end - start)(1 - w)
-                let m_next = if w < 0.5 { m + (g - m) * w } else { g - (g - m) * (1.0 - w) };
+                let m_next = if w < 0.5 {
+                    m + (g - m) * w
+                } else {
+                    g - (g - m) * (1.0 - w)
+                };
                 let v_next = v * b2 + g * g * (1.0 - b2);
                 let bc1 = 1.0 - b.scalar(ty.dtype, b1).pow(t);
                 let bc2 = 1.0 - b.scalar(ty.dtype, b2).pow(t);

@@ -18,6 +18,10 @@
 //! Backward nodes are named under `backward/` (the builder's scope), so reports can
 //! tell forward from backward work.
 
+// reason: `gradients` verifies the graph first; node ids then index its table (and the
+// per-node vectors sized by it), and operands exist.
+#![allow(clippy::indexing_slicing)]
+
 mod vjp;
 
 use std::collections::HashSet;
@@ -40,12 +44,13 @@ pub struct Gradients {
 /// when an op on the path from a requested node to the loss has no gradient graphc can
 /// build (a reflect or edge pad; the quantized operand of a dequantize).
 pub fn gradients(b: &GraphBuilder, loss: NodeId, wrt: &[NodeId]) -> Result<Gradients, GraphError> {
+    b.with_graph(|g| g.verify())?;
     let forward_len = b.with_graph(|g| g.len());
     let order = b.with_graph(|g| g.topo_order())?;
     let (loss_ty, wrt_ok) = b.with_graph(|g| {
         let bad = wrt
             .iter()
-            .find(|&&w| g.get(w).map_or(true, |n| !n.ty.dtype.is_float()))
+            .find(|&&w| !g.get(w).is_some_and(|n| n.ty.dtype.is_float()))
             .copied();
         (g.get(loss).map(|n| n.ty.clone()), bad)
     });
@@ -147,9 +152,7 @@ fn saved_set(g: &Graph, forward_len: usize) -> Vec<NodeId> {
     let mut saved = HashSet::new();
     for node in &g.nodes()[forward_len..] {
         for &o in &node.inputs {
-            if o.index() < forward_len
-                && !matches!(g.node(o).op, crate::Op::Constant { .. } | crate::Op::Iota { .. })
-            {
+            if o.index() < forward_len && !matches!(g.node(o).op, crate::Op::Constant { .. } | crate::Op::Iota { .. }) {
                 saved.insert(o);
             }
         }
@@ -161,7 +164,10 @@ fn saved_set(g: &Graph, forward_len: usize) -> Vec<NodeId> {
 
 /// The sum of one or more contributions (a left-to-right chain of adds).
 fn sum_all<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Result<Value<'b>, GraphError> {
-    let value = |id: NodeId| b.value(id).ok_or_else(|| GraphError::Graph(format!("{id} is not a node")));
+    let value = |id: NodeId| {
+        b.value(id)
+            .ok_or_else(|| GraphError::Graph(format!("{id} is not a node")))
+    };
     let mut acc = value(parts[0])?;
     for &p in &parts[1..] {
         acc = acc + value(p)?;

@@ -44,7 +44,10 @@ fn check(label: &str, ins: Vec<In>, f: impl for<'b> Fn(&'b GraphBuilder, &[Value
 
 fn check_with(label: &str, ins: Vec<In>, rtol: f64, f: impl for<'b> Fn(&'b GraphBuilder, &[Value<'b>]) -> Value<'b>) {
     let b = GraphBuilder::new();
-    let xs: Vec<Value> = ins.iter().map(|i| b.input(i.name, DType::F64, i.dims.clone())).collect();
+    let xs: Vec<Value> = ins
+        .iter()
+        .map(|i| b.input(i.name, DType::F64, i.dims.clone()))
+        .collect();
     let y = f(&b, &xs);
     let r = b.constant(Tensor::random(&TensorType::new(DType::F64, y.shape()), 99));
     let loss = (y * r).sum(&(0..y.rank() as i64).collect::<Vec<_>>(), false);
@@ -80,11 +83,17 @@ fn check_with(label: &str, ins: Vec<In>, rtol: f64, f: impl for<'b> Fn(&'b Graph
             let mut vals = values.clone();
             let mut plus = base.clone();
             plus[e] += h;
-            vals.insert(i.name.into(), Tensor::from_f64(DType::F64, i.dims.clone(), &plus).unwrap());
+            vals.insert(
+                i.name.into(),
+                Tensor::from_f64(DType::F64, i.dims.clone(), &plus).unwrap(),
+            );
             let lp = loss_of(&vals);
             let mut minus = base.clone();
             minus[e] -= h;
-            vals.insert(i.name.into(), Tensor::from_f64(DType::F64, i.dims.clone(), &minus).unwrap());
+            vals.insert(
+                i.name.into(),
+                Tensor::from_f64(DType::F64, i.dims.clone(), &minus).unwrap(),
+            );
             let lm = loss_of(&vals);
             numeric.push((lp - lm) / (2.0 * h));
         }
@@ -121,7 +130,15 @@ fn unary_ops() {
         check(u.name(), vec![inp_in("x", &[3, 5], 0.3, 2.0, 7)], |_, x| x[0].unary(u));
     }
     // Kinks at 0 kept away from the finite-difference step.
-    let away: Vec<f64> = (0..15).map(|i| if i % 2 == 0 { 0.1 + i as f64 * 0.07 } else { -0.2 - i as f64 * 0.05 }).collect();
+    let away: Vec<f64> = (0..15)
+        .map(|i| {
+            if i % 2 == 0 {
+                0.1 + i as f64 * 0.07
+            } else {
+                -0.2 - i as f64 * 0.05
+            }
+        })
+        .collect();
     for u in [U::Abs, U::Relu] {
         check(
             u.name(),
@@ -135,7 +152,9 @@ fn unary_ops() {
     }
     // Piecewise constant: zero gradient.
     for u in [U::Floor, U::Ceil, U::Round, U::Sign] {
-        check(u.name(), vec![inp_in("x", &[4], 0.1, 0.4, 3)], |_, x| x[0].unary(u) + x[0] * 0.0);
+        check(u.name(), vec![inp_in("x", &[4], 0.1, 0.4, 3)], |_, x| {
+            x[0].unary(u) + x[0] * 0.0
+        });
     }
 }
 
@@ -143,7 +162,9 @@ fn unary_ops() {
 fn binary_ops() {
     use crate::BinaryOp as B;
     for op in [B::Add, B::Sub, B::Mul, B::Max, B::Min] {
-        check(op.name(), vec![inp("a", &[4, 3]), inp("b", &[4, 3])], |_, x| x[0].binary(op, x[1]));
+        check(op.name(), vec![inp("a", &[4, 3]), inp("b", &[4, 3])], |_, x| {
+            x[0].binary(op, x[1])
+        });
     }
     check(
         "div",
@@ -170,7 +191,9 @@ fn select_cast_broadcast_reduce() {
     check("select", vec![inp("a", &[3, 4]), inp("b", &[3, 4])], |b, x| {
         b.select(x[0].gt(x[1]), x[0] * 2.0, x[1] * x[1])
     });
-    check("cast to f64 and back", vec![inp("a", &[3])], |_, x| x[0].cast(DType::F64) * 3.0);
+    check("cast to f64 and back", vec![inp("a", &[3])], |_, x| {
+        x[0].cast(DType::F64) * 3.0
+    });
     check("broadcast", vec![inp("a", &[3, 1]), inp("b", &[4])], |_, x| {
         x[0].broadcast_to(&Shape::from([2, 3, 4])) * x[1].broadcast_to(&Shape::from([2, 3, 4]))
     });
@@ -179,19 +202,27 @@ fn select_cast_broadcast_reduce() {
         check("mean", vec![inp("a", &[2, 3, 4])], |_, x| x[0].mean(&[1], keep));
         check("max", vec![inp("a", &[2, 3, 4])], |_, x| x[0].reduce_max(&[2], keep));
         check("min", vec![inp("a", &[2, 3, 4])], |_, x| x[0].reduce_min(&[0, 1], keep));
-        check("prod", vec![inp_in("a", &[2, 3], 0.5, 1.5, 4)], |_, x| x[0].prod(&[1], keep));
+        check("prod", vec![inp_in("a", &[2, 3], 0.5, 1.5, 4)], |_, x| {
+            x[0].prod(&[1], keep)
+        });
     }
 }
 
 #[test]
 fn matmul_forms() {
-    check("matmul 2-d", vec![inp("a", &[3, 4]), inp("b", &[4, 5])], |_, x| x[0].matmul(x[1]));
-    check("linear: batched x @ w", vec![inp("a", &[2, 3, 4]), inp("b", &[4, 5])], |_, x| {
+    check("matmul 2-d", vec![inp("a", &[3, 4]), inp("b", &[4, 5])], |_, x| {
         x[0].matmul(x[1])
     });
-    check("batched, broadcast batch", vec![inp("a", &[2, 1, 3, 4]), inp("b", &[3, 4, 2])], |_, x| {
-        x[0].matmul(x[1])
-    });
+    check(
+        "linear: batched x @ w",
+        vec![inp("a", &[2, 3, 4]), inp("b", &[4, 5])],
+        |_, x| x[0].matmul(x[1]),
+    );
+    check(
+        "batched, broadcast batch",
+        vec![inp("a", &[2, 1, 3, 4]), inp("b", &[3, 4, 2])],
+        |_, x| x[0].matmul(x[1]),
+    );
 }
 
 #[test]
@@ -199,7 +230,9 @@ fn layout_ops() {
     check("reshape + transpose", vec![inp("a", &[2, 3, 4])], |_, x| {
         x[0].transpose(&[2, 0, 1]).reshape([4, 6])
     });
-    check("slice unit step", vec![inp("a", &[5, 6])], |_, x| x[0].slice(1, 1, 4, 1).slice(0, -3, 100, 1));
+    check("slice unit step", vec![inp("a", &[5, 6])], |_, x| {
+        x[0].slice(1, 1, 4, 1).slice(0, -3, 100, 1)
+    });
     check("slice strided and reversed", vec![inp("a", &[5, 7])], |_, x| {
         x[0].slice_ranges(vec![
             SliceRange {
@@ -214,7 +247,9 @@ fn layout_ops() {
             },
         ])
     });
-    check("concat", vec![inp("a", &[2, 3]), inp("b", &[2, 2])], |b, x| b.concat(&[x[0], x[1], x[0]], 1));
+    check("concat", vec![inp("a", &[2, 3]), inp("b", &[2, 2])], |b, x| {
+        b.concat(&[x[0], x[1], x[0]], 1)
+    });
     check("pad and crop", vec![inp("a", &[3, 4])], |_, x| {
         x[0].pad(&[(1, 2), (-1, 1)], PadMode::Constant, 0.5)
     });
@@ -232,12 +267,20 @@ fn layout_ops() {
 fn composites() {
     check("softmax", vec![inp("a", &[3, 5])], |_, x| softmax(x[0], -1));
     check("log_softmax", vec![inp("a", &[3, 5])], |_, x| log_softmax(x[0], -1));
-    check("layer_norm", vec![inp("a", &[3, 6]), inp("g", &[6]), inp("b", &[6])], |_, x| {
-        layer_norm(x[0], Some(x[1]), Some(x[2]), 1e-5)
+    check(
+        "layer_norm",
+        vec![inp("a", &[3, 6]), inp("g", &[6]), inp("b", &[6])],
+        |_, x| layer_norm(x[0], Some(x[1]), Some(x[2]), 1e-5),
+    );
+    check("rms_norm", vec![inp("a", &[3, 6]), inp("g", &[6])], |_, x| {
+        rms_norm(x[0], Some(x[1]), 1e-6)
     });
-    check("rms_norm", vec![inp("a", &[3, 6]), inp("g", &[6])], |_, x| rms_norm(x[0], Some(x[1]), 1e-6));
-    check("gelu erf spelled out", vec![inp("a", &[7])], |_, x| gelu(x[0], GeluApprox::Erf));
-    check("gelu tanh spelled out", vec![inp("a", &[7])], |_, x| gelu(x[0], GeluApprox::Tanh));
+    check("gelu erf spelled out", vec![inp("a", &[7])], |_, x| {
+        gelu(x[0], GeluApprox::Erf)
+    });
+    check("gelu tanh spelled out", vec![inp("a", &[7])], |_, x| {
+        gelu(x[0], GeluApprox::Tanh)
+    });
     check("silu spelled out", vec![inp("a", &[7])], |_, x| x[0] * x[0].sigmoid());
 }
 
@@ -251,7 +294,11 @@ fn attention_op() {
     for causal in [false, true] {
         check(
             "attention",
-            vec![inp("q", &[2, 2, 3, 4]), inp("k", &[2, 2, 5, 4]), inp("v", &[2, 2, 5, 3])],
+            vec![
+                inp("q", &[2, 2, 3, 4]),
+                inp("k", &[2, 2, 5, 4]),
+                inp("v", &[2, 2, 5, 3]),
+            ],
             |b, x| b.attention_flags((x[0], x[1], x[2]), None, flags(causal, false)),
         );
     }
@@ -269,7 +316,11 @@ fn attention_op() {
     // A fully masked row gives 0 and no gradient.
     check(
         "attention zero_masked_rows",
-        vec![inp("q", &[1, 1, 3, 2]), inp("k", &[1, 1, 3, 2]), inp("v", &[1, 1, 3, 2])],
+        vec![
+            inp("q", &[1, 1, 3, 2]),
+            inp("k", &[1, 1, 3, 2]),
+            inp("v", &[1, 1, 3, 2]),
+        ],
         |b, x| {
             let mut m = vec![0.0; 9];
             m[3..6].fill(f64::NEG_INFINITY);

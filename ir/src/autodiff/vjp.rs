@@ -5,6 +5,11 @@
 //! (None: no gradient flows to that operand). Each rule is checked against central
 //! finite differences in f64 (`autodiff/tests.rs`).
 
+// reason: the rules run on a verified graph (`gradients` verifies it first): every
+// node's type is `infer_type` of its operands', so every attribute axis is < its
+// operand's rank, operand counts are the op's, and shapes agree as the typing rules say.
+#![allow(clippy::indexing_slicing)]
+
 use std::f64::consts::PI;
 
 use crate::op::SliceRange;
@@ -255,7 +260,11 @@ fn reduce<'b>(
 /// dims its operand was broadcast along. A rank-2 right operand under a batched left
 /// one (a linear layer) gets one `[K, rows] @ [rows, N]` product.
 fn matmul<'b>(l: Value<'b>, r: Value<'b>, g: Value<'b>, wl: bool, wr: bool) -> Pair<'b> {
-    let (ld, rd, gd) = (l.shape().dims().to_vec(), r.shape().dims().to_vec(), g.shape().dims().to_vec());
+    let (ld, rd, gd) = (
+        l.shape().dims().to_vec(),
+        r.shape().dims().to_vec(),
+        g.shape().dims().to_vec(),
+    );
     let t = |v: Value<'b>| {
         let n = v.rank();
         let mut perm: Vec<usize> = (0..n).collect();

@@ -366,7 +366,11 @@ impl<'b> Importer<'b> {
         let err = |message: String| node_error(node, index, opset.unwrap_or(0), message);
         attrs::validate(node).map_err(&err)?;
         if is_default_domain(&node.domain) && is_sequence_op(&node.op_type) && self.functions.get(node).is_none() {
-            let label = if node.name.is_empty() { node.op_type.clone() } else { node.name.clone() };
+            let label = if node.name.is_empty() {
+                node.op_type.clone()
+            } else {
+                node.name.clone()
+            };
             self.b.scope(&label, || self.lower_sequence_op(node)).map_err(&err)?;
             if let Some(e) = self.b.take_error() {
                 return Err(err(e.to_string()));
@@ -438,27 +442,41 @@ impl<'b> Importer<'b> {
     /// `SequenceConstruct`, `SequenceLength`, `ConcatFromSequence`.
     fn lower_sequence_op(&mut self, node: &NodeProto) -> Result<(), String> {
         let tensor = |imp: &Self, i: usize| -> Result<Value<'b>, String> {
-            let name = node.input.get(i).filter(|n| !n.is_empty()).ok_or(format!("operand {i} is required"))?;
+            let name = node
+                .input
+                .get(i)
+                .filter(|n| !n.is_empty())
+                .ok_or(format!("operand {i} is required"))?;
             imp.values
                 .get(name)
                 .copied()
                 .ok_or_else(|| format!("operand `{name}` is not a tensor defined before this node"))
         };
         let sequence = |imp: &Self, i: usize| -> Result<Vec<Value<'b>>, String> {
-            let name = node.input.get(i).filter(|n| !n.is_empty()).ok_or(format!("operand {i} is required"))?;
+            let name = node
+                .input
+                .get(i)
+                .filter(|n| !n.is_empty())
+                .ok_or(format!("operand {i} is required"))?;
             imp.sequences
                 .get(name)
                 .cloned()
                 .ok_or_else(|| format!("operand `{name}` is not a sequence defined before this node"))
         };
         let attrs = Attrs::new(node);
-        let out = node.output.first().filter(|n| !n.is_empty()).ok_or("the node has no output")?;
+        let out = node
+            .output
+            .first()
+            .filter(|n| !n.is_empty())
+            .ok_or("the node has no output")?;
         if node.output.len() != 1 {
             return Err(format!("{} has one output, got {}", node.op_type, node.output.len()));
         }
         let defined = self.values.contains_key(out) || self.sequences.contains_key(out);
         if defined {
-            return Err(format!("output `{out}` is already defined (each value must be assigned once)"));
+            return Err(format!(
+                "output `{out}` is already defined (each value must be assigned once)"
+            ));
         }
         match node.op_type.as_str() {
             "SplitToSequence" => {
@@ -466,7 +484,7 @@ impl<'b> Importer<'b> {
                 let rank = x.rank();
                 let axis = crate::shape::normalize_axis(attrs.int("axis", 0)?, rank)
                     .ok_or_else(|| format!("axis out of range for rank {rank}"))?;
-                let d = x.shape().dims()[axis];
+                let d = x.shape().dims().get(axis).copied().unwrap_or(0);
                 let split = match node.input.get(1).filter(|n| !n.is_empty()) {
                     Some(_) => Some(self.static_ints(tensor(self, 1)?, "split")?),
                     None => None,
@@ -482,7 +500,10 @@ impl<'b> Importer<'b> {
                 let sizes: Vec<usize> = match split {
                     None => vec![1; d],
                     Some(s) if scalar_split => {
-                        let c = usize::try_from(s[0]).ok().filter(|&c| c > 0).ok_or("split must be positive")?;
+                        let c = usize::try_from(s.first().copied().unwrap_or(0))
+                            .ok()
+                            .filter(|&c| c > 0)
+                            .ok_or("split must be positive")?;
                         (0..d.div_ceil(c)).map(|i| c.min(d - i * c)).collect()
                     }
                     Some(s) => {
@@ -526,7 +547,9 @@ impl<'b> Importer<'b> {
                 self.values.insert(out.clone(), v);
             }
             "SequenceConstruct" => {
-                let parts = (0..node.input.len()).map(|i| tensor(self, i)).collect::<Result<Vec<_>, _>>()?;
+                let parts = (0..node.input.len())
+                    .map(|i| tensor(self, i))
+                    .collect::<Result<Vec<_>, _>>()?;
                 self.sequences.insert(out.clone(), parts);
             }
             "SequenceLength" => {
