@@ -134,6 +134,12 @@ impl GraphBuilder {
         }
     }
 
+    /// A node of any op on existing values (typed by `infer_type`; a type error is
+    /// recorded as the builder's other methods record them).
+    pub fn op(&self, op: Op, operands: &[NodeId]) -> Value<'_> {
+        self.add(op, operands)
+    }
+
     /// A graph input, bound by `name`.
     pub fn input(&self, name: &str, dtype: DType, shape: impl Into<Shape>) -> Value<'_> {
         let ty = TensorType::new(dtype, shape);

@@ -164,10 +164,66 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             let dims = AttentionDims::of(args)?;
             Ok(TensorType::new(dims.dtype, dims.out_dims()))
         }
+        Op::AttentionLse { .. } => {
+            let (q, k, mask) = match args {
+                [q, k] => (*q, *k, None),
+                [q, k, m] => (*q, *k, Some(*m)),
+                _ => {
+                    return Err(format!(
+                        "attention_lse takes 2 or 3 operands (q, k, mask), got {}",
+                        args.len()
+                    ))
+                }
+            };
+            let mut tys = vec![q, k, k];
+            tys.extend(mask);
+            let dims = AttentionDims::of(&tys)?;
+            let mut out = dims.batch.clone();
+            out.extend([dims.hq, dims.sq]);
+            Ok(TensorType::new(attention_stats_dtype(dims.dtype), out))
+        }
+        Op::AttentionGrad { wrt, .. } => {
+            let (q, k, v, dout, lse, delta, mask) = match args {
+                [q, k, v, o, l, d] => (*q, *k, *v, *o, *l, *d, None),
+                [q, k, v, o, l, d, m] => (*q, *k, *v, *o, *l, *d, Some(*m)),
+                _ => {
+                    return Err(format!(
+                        "attention_grad takes 6 or 7 operands (q, k, v, dout, lse, delta, mask), got {}",
+                        args.len()
+                    ))
+                }
+            };
+            let mut tys = vec![q, k, v];
+            tys.extend(mask);
+            let dims = AttentionDims::of(&tys)?;
+            let out = TensorType::new(dims.dtype, dims.out_dims());
+            if *dout != out {
+                return Err(format!("attention_grad dout must be {out}, got {dout}"));
+            }
+            let mut rows = dims.batch.clone();
+            rows.extend([dims.hq, dims.sq]);
+            let stats = TensorType::new(attention_stats_dtype(dims.dtype), rows);
+            for (what, t) in [("lse", lse), ("delta", delta)] {
+                if *t != stats {
+                    return Err(format!("attention_grad {what} must be {stats}, got {t}"));
+                }
+            }
+            Ok([q, k, v][wrt.index()].clone())
+        }
         Op::Dequantize { bits, group } => {
             let [q, scales] = operands(op, args)?;
             infer_dequantize(*bits, *group, q, scales)
         }
+    }
+}
+
+/// The type of attention's row statistics (log-sum-exp, `delta`): f64 for f64
+/// operands, else f32.
+pub fn attention_stats_dtype(d: DType) -> DType {
+    if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
     }
 }
 

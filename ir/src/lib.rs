@@ -73,7 +73,7 @@ pub use dtype::DType;
 pub use graph::{Graph, GraphError, Node, NodeId, Output};
 pub use infer::{infer_type, AttentionDims};
 pub use interp::{interpret, InterpError};
-pub use op::{ArgReduceOp, BinaryOp, Op, PadMode, ReduceOp, SliceRange, UnaryOp};
+pub use op::{ArgReduceOp, AttentionOperand, BinaryOp, Op, PadMode, ReduceOp, SliceRange, UnaryOp};
 pub use rng::Rng;
 pub use shape::{Shape, TensorType};
 pub use tensor::{MappedFile, Tensor, TensorData};

@@ -259,6 +259,33 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         zero_masked_rows: bool,
     },
+    /// The log-sum-exp of every row of attention's scores, for its backward pass
+    /// (FlashAttention-2's saved statistic): operands `q`, `k` and an optional mask as
+    /// for [`Op::Attention`]; `lse[b.., h, i] = log sum_j exp(s[i, j])` with the scores
+    /// `s` exactly as attention computes them (`-inf` for a row whose every score is
+    /// `-inf`). Shape `[b.., hq, sq]`, in f32 (f64 for f64 operands).
+    AttentionLse {
+        #[serde(with = "exact_f64")]
+        scale: f64,
+        causal: bool,
+    },
+    /// One gradient of [`Op::Attention`] (of `q`, `k` or `v`: `wrt`), from its
+    /// definition without any `[sq, sk]` tensor: operands `q`, `k`, `v`, `dout` (the
+    /// output's gradient), `lse` ([`Op::AttentionLse`]), `delta` (`sum(dout * out)`
+    /// over the last axis, `[b.., hq, sq]`, of `lse`'s type) and the optional mask.
+    /// Per row, `p[i, j] = exp(s[i, j] - lse[i])` (0 on a row whose `lse` is `-inf` with
+    /// `zero_masked_rows`), `ds = p (dout[i] . v[j] - delta[i])`;
+    /// `dq[i] = scale sum_j ds[i, j] k[j]`, `dk[j] = scale sum_i ds[i, j] q[i]`,
+    /// `dv[j] = sum_i p[i, j] dout[i]`, the sums over `i` also over the query heads of a
+    /// kv head's group. The output has the type of the operand `wrt` names.
+    AttentionGrad {
+        wrt: AttentionOperand,
+        #[serde(with = "exact_f64")]
+        scale: f64,
+        causal: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        zero_masked_rows: bool,
+    },
     /// Weight-only dequantization of `q` with `scales`, groups along the last axis.
     /// The output is `[.., k]` of the scales' (float) dtype. With `bits` 8, `q` is
     /// `i8 [.., k]`; with `bits` 4, `q` is `u8 [.., k/2]` (`k` even) holding two signed
@@ -269,6 +296,34 @@ pub enum Op {
         bits: usize,
         group: usize,
     },
+}
+
+/// Which operand of attention an [`Op::AttentionGrad`] is the gradient of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionOperand {
+    Q,
+    K,
+    V,
+}
+
+impl AttentionOperand {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionOperand::Q => "q",
+            AttentionOperand::K => "k",
+            AttentionOperand::V => "v",
+        }
+    }
+
+    /// Its index among attention's operands.
+    pub fn index(self) -> usize {
+        match self {
+            AttentionOperand::Q => 0,
+            AttentionOperand::K => 1,
+            AttentionOperand::V => 2,
+        }
+    }
 }
 
 impl UnaryOp {
@@ -483,12 +538,14 @@ pub enum OpKind {
     ScatterAdd,
     Pad,
     Attention,
+    AttentionLse,
+    AttentionGrad,
     Dequantize,
 }
 
 impl OpKind {
     /// The kinds that take no sub-op.
-    const PLAIN: [OpKind; 17] = [
+    const PLAIN: [OpKind; 19] = [
         OpKind::Input,
         OpKind::Parameter,
         OpKind::Constant,
@@ -505,6 +562,8 @@ impl OpKind {
         OpKind::ScatterAdd,
         OpKind::Pad,
         OpKind::Attention,
+        OpKind::AttentionLse,
+        OpKind::AttentionGrad,
         OpKind::Dequantize,
     ];
 
@@ -542,6 +601,8 @@ impl OpKind {
             OpKind::ScatterAdd => "scatter_add",
             OpKind::Pad => "pad",
             OpKind::Attention => "attention",
+            OpKind::AttentionLse => "attention_lse",
+            OpKind::AttentionGrad => "attention_grad",
             OpKind::Dequantize => "dequantize",
         }
     }
@@ -581,6 +642,8 @@ impl Op {
             Op::ScatterAdd { .. } => OpKind::ScatterAdd,
             Op::Pad { .. } => OpKind::Pad,
             Op::Attention { .. } => OpKind::Attention,
+            Op::AttentionLse { .. } => OpKind::AttentionLse,
+            Op::AttentionGrad { .. } => OpKind::AttentionGrad,
             Op::Dequantize { .. } => OpKind::Dequantize,
         }
     }
@@ -592,7 +655,9 @@ impl Op {
             Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => 0,
             Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Dequantize { .. } => 2,
             Op::Select => 3,
-            Op::Concat { .. } | Op::Attention { .. } => return None,
+            Op::Concat { .. } | Op::Attention { .. } | Op::AttentionLse { .. } | Op::AttentionGrad { .. } => {
+                return None
+            }
             _ => 1,
         })
     }

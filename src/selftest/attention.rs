@@ -259,5 +259,113 @@ pub(super) fn cases(c: &mut Cases) -> Result<(), GraphError> {
             }
         })?;
     }
+    backward_cases(c)
+}
+
+/// Attention's backward kernels (`attention_lse`, `attention_grad` of q, k and v):
+/// grouped-query heads with an additive mask and causal rows; fully masked rows
+/// giving 0 with a strided k and `dout` read through a transposed view; f64.
+fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
+    use graphc_ir::{AttentionOperand, Op};
+    struct Bw {
+        dt: DType,
+        b: usize,
+        hq: usize,
+        hkv: usize,
+        s: usize,
+        d: usize,
+        causal: bool,
+        zero_rows: bool,
+    }
+    let shapes = [
+        Bw {
+            dt: DType::F32,
+            b: 2,
+            hq: 4,
+            hkv: 2,
+            s: 19,
+            d: 24,
+            causal: true,
+            zero_rows: false,
+        },
+        Bw {
+            dt: DType::F32,
+            b: 2,
+            hq: 2,
+            hkv: 2,
+            s: 12,
+            d: 16,
+            causal: false,
+            zero_rows: true,
+        },
+        Bw {
+            dt: DType::F64,
+            b: 1,
+            hq: 2,
+            hkv: 1,
+            s: 9,
+            d: 8,
+            causal: true,
+            zero_rows: false,
+        },
+    ];
+    for a in shapes {
+        let name = format!(
+            "attention backward {} q[{},{},{},{}] kv {} heads{}{}",
+            a.dt,
+            a.b,
+            a.hq,
+            a.s,
+            a.d,
+            a.hkv,
+            if a.causal { " causal" } else { "" },
+            if a.zero_rows {
+                " fully masked rows give 0, k and dout strided"
+            } else {
+                " mask [b,1,1,s]"
+            }
+        );
+        c.add(name, 0, &|b| {
+            let q = b.input("q", a.dt, [a.b, a.hq, a.s, a.d]);
+            let (k, dout) = if a.zero_rows {
+                (
+                    b.input("k", a.dt, [a.b, a.hkv, a.d, a.s]).transpose(&[0, 1, 3, 2]),
+                    b.input("dout", a.dt, [a.b, a.s, a.hq, a.d]).transpose(&[0, 2, 1, 3]),
+                )
+            } else {
+                (
+                    b.input("k", a.dt, [a.b, a.hkv, a.s, a.d]),
+                    b.input("dout", a.dt, [a.b, a.hq, a.s, a.d]),
+                )
+            };
+            let v = b.input("v", a.dt, [a.b, a.hkv, a.s, a.d]);
+            let m = if a.zero_rows {
+                b.constant(masked_rows(a.dt, [a.b, 1, a.s, a.s]))
+            } else {
+                b.input("m", a.dt, [a.b, 1, 1, a.s])
+            };
+            let scale = 1.0 / (a.d as f64).sqrt();
+            let lse = b.op(
+                Op::AttentionLse {
+                    scale,
+                    causal: a.causal,
+                },
+                &[q.id(), k.id(), m.id()],
+            );
+            let stats = if a.dt == DType::F64 { DType::F64 } else { DType::F32 };
+            let delta = b.input("delta", stats, [a.b, a.hq, a.s]);
+            b.output("lse", lse);
+            for wrt in [AttentionOperand::Q, AttentionOperand::K, AttentionOperand::V] {
+                let op = Op::AttentionGrad {
+                    wrt,
+                    scale,
+                    causal: a.causal,
+                    zero_masked_rows: a.zero_rows,
+                };
+                let g = b.op(op, &[q.id(), k.id(), v.id(), dout.id(), lse.id(), delta.id(), m.id()]);
+                b.output(&format!("d{}", wrt.name()), g);
+            }
+        })?;
+    }
     Ok(())
 }

@@ -121,6 +121,37 @@ pub(crate) fn generate(
             causal: *causal,
             zero_masked_rows: *zero_masked_rows,
         })?,
+        Op::AttentionLse { scale, causal } => {
+            super::attention::backward::generate(&super::attention::backward::BackwardArgs {
+                cx,
+                inputs,
+                in_param: &g.in_param,
+                out_param: g.out_param,
+                out: g.out,
+                params_decl: g.params_decl(),
+                wrt: None,
+                scale: *scale,
+                causal: *causal,
+                zero_masked_rows: false,
+            })?
+        }
+        Op::AttentionGrad {
+            wrt,
+            scale,
+            causal,
+            zero_masked_rows,
+        } => super::attention::backward::generate(&super::attention::backward::BackwardArgs {
+            cx,
+            inputs,
+            in_param: &g.in_param,
+            out_param: g.out_param,
+            out: g.out,
+            params_decl: g.params_decl(),
+            wrt: Some(*wrt),
+            scale: *scale,
+            causal: *causal,
+            zero_masked_rows: *zero_masked_rows,
+        })?,
         other => {
             return Err(CodegenError::UnsupportedOp {
                 kernel: cx.kernel.clone(),

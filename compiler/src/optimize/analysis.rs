@@ -303,6 +303,9 @@ fn fold(op: &Op, args: &[&Known], arg_tys: &[&TensorType], ty: &TensorType, from
     if matches!(op, Op::Broadcast { .. }) {
         return None; // a view: its operand is what gets folded
     }
+    if matches!(op, Op::AttentionLse { .. } | Op::AttentionGrad { .. }) {
+        return None; // attention's backward reads the forward pass: never all constant
+    }
     if from_weights
         && matches!(op, Op::Transpose { .. } | Op::Reshape { .. } | Op::Slice { .. })
         && ty.size_bytes() > MAX_FOLDED_VIEW_BYTES

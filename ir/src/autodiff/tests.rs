@@ -313,6 +313,19 @@ fn attention_op() {
         ],
         |b, x| b.attention_flags((x[0], x[1], x[2]), Some(x[3]), flags(false, false)),
     );
+    // The same through the fused backward (a mask that needs no gradient).
+    check(
+        "attention gqa + constant mask, fused backward",
+        vec![
+            inp("q", &[2, 4, 3, 2]),
+            inp("k", &[2, 2, 4, 2]),
+            inp("v", &[2, 2, 4, 3]),
+        ],
+        |b, x| {
+            let m = b.constant(Tensor::random(&TensorType::new(DType::F64, [2, 1, 1, 4]), 5));
+            b.attention_flags((x[0], x[1], x[2]), Some(m), flags(true, false))
+        },
+    );
     // A fully masked row gives 0 and no gradient.
     check(
         "attention zero_masked_rows",

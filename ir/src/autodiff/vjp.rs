@@ -92,7 +92,13 @@ pub(super) fn vjp<'b>(
                 zero_masked_rows,
             },
             args,
-        ) => attention(b, args, *scale, *causal, *zero_masked_rows, g, wanted)?,
+        ) => {
+            if wanted.get(3).copied().unwrap_or(false) {
+                attention(b, args, *scale, *causal, *zero_masked_rows, g, wanted)?
+            } else {
+                attention_fused(b, args, y, *scale, *causal, *zero_masked_rows, g, wanted)
+            }
+        }
         (Op::Dequantize { .. }, [_, _]) => {
             return Err("a dequantized weight (quantized weights are frozen)".into());
         }
@@ -316,6 +322,50 @@ fn slice<'b>(b: &'b GraphBuilder, ranges: &[SliceRange], x: Value<'b>, g: Value<
         out = out.pad(&pads, PadMode::Constant, 0.0);
     }
     out
+}
+
+/// Attention's backward as FlashAttention-2 computes it, with no `[sq, sk]` tensor:
+/// the log-sum-exp of every score row ([`Op::AttentionLse`], from q, k and the mask:
+/// forward values) and `delta = rowsum(dout * out)`, then one [`Op::AttentionGrad`]
+/// per operand wanted, each recomputing the probabilities from them.
+#[allow(clippy::too_many_arguments)]
+fn attention_fused<'b>(
+    b: &'b GraphBuilder,
+    args: &[Value<'b>],
+    out: Value<'b>,
+    scale: f64,
+    causal: bool,
+    zero_masked_rows: bool,
+    g: Value<'b>,
+    wanted: &[bool],
+) -> Grads<'b> {
+    let (q, k, v) = (args[0], args[1], args[2]);
+    let mask = args.get(3).copied();
+    let stats = crate::infer::attention_stats_dtype(q.dtype());
+    let mut lse_args = vec![q.id(), k.id()];
+    lse_args.extend(mask.map(|m| m.id()));
+    let lse = b.op(Op::AttentionLse { scale, causal }, &lse_args);
+    let delta = (g.cast(stats) * out.cast(stats)).sum(&[-1], false);
+    let mut res: Grads<'b> = vec![None; args.len()];
+    for wrt in [
+        crate::AttentionOperand::Q,
+        crate::AttentionOperand::K,
+        crate::AttentionOperand::V,
+    ] {
+        if !wanted.get(wrt.index()).copied().unwrap_or(false) {
+            continue;
+        }
+        let mut operands = vec![q.id(), k.id(), v.id(), g.id(), lse.id(), delta.id()];
+        operands.extend(mask.map(|m| m.id()));
+        let op = Op::AttentionGrad {
+            wrt,
+            scale,
+            causal,
+            zero_masked_rows,
+        };
+        res[wrt.index()] = Some(b.op(op, &operands));
+    }
+    res
 }
 
 /// Attention's backward from its definition, recomputing the probabilities from q, k

@@ -28,6 +28,7 @@ pub trait Real:
     const NAN: Self;
     fn from_f64(x: f64) -> Self;
     fn exp(self) -> Self;
+    fn ln(self) -> Self;
     fn is_nan(self) -> bool;
 }
 
@@ -40,6 +41,9 @@ impl Real for f32 {
     }
     fn exp(self) -> f32 {
         f32::exp(self)
+    }
+    fn ln(self) -> f32 {
+        f32::ln(self)
     }
     fn is_nan(self) -> bool {
         f32::is_nan(self)
@@ -55,6 +59,9 @@ impl Real for f64 {
     }
     fn exp(self) -> f64 {
         f64::exp(self)
+    }
+    fn ln(self) -> f64 {
+        f64::ln(self)
     }
     fn is_nan(self) -> bool {
         f64::is_nan(self)
@@ -231,5 +238,206 @@ pub(crate) fn attention(args: &[&Tensor], flags: Flags, ty: &TensorType) -> Resu
             Ok(TensorData::F64(out))
         }
         _ => Err(format!("attention does not accept {}", ty.dtype)),
+    }
+}
+
+/// One row's scores `s[j]` (query `i` of head `h`, batch `b`), as [`reference`]
+/// computes them.
+#[allow(clippy::too_many_arguments)]
+fn scores_row<T: Real>(
+    dims: &AttentionDims,
+    x: &Operands<'_, T>,
+    scale: T,
+    causal: bool,
+    b: usize,
+    h: usize,
+    i: usize,
+    s: &mut [T],
+) {
+    let (hq, hkv, sq, sk, d) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.d);
+    let g = h / dims.group();
+    let kv = (b * hkv + g) * sk;
+    let qrow = &x.q[((b * hq + h) * sq + i) * d..][..d];
+    for (j, sj) in s.iter_mut().enumerate() {
+        let krow = &x.k[(kv + j) * d..][..d];
+        let mut dot = T::ZERO;
+        for (a, c) in qrow.iter().zip(krow) {
+            dot = dot + *a * *c;
+        }
+        let mut v = dot * scale;
+        if let Some((m, st)) = &x.mask {
+            v = v + m[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+        }
+        if causal && j > i {
+            v = T::NEG_INF;
+        }
+        *sj = v;
+    }
+}
+
+/// [`Op::AttentionLse`](crate::Op::AttentionLse) by definition into `out`
+/// (`[batch.., hq, sq]`): `max + log(sum exp(s - max))`, `-inf` for a row of `-inf`s.
+pub fn lse_reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, scale: f64, causal: bool, out: &mut [T]) {
+    let nb: usize = dims.batch.iter().product();
+    let scale = T::from_f64(scale);
+    let mut s = vec![T::ZERO; dims.sk];
+    for b in 0..nb {
+        for h in 0..dims.hq {
+            for i in 0..dims.sq {
+                scores_row(dims, x, scale, causal, b, h, i, &mut s);
+                let max = s.iter().fold(T::NEG_INF, |m, &v| nan_max(m, v));
+                let mut sum = T::ZERO;
+                for &v in &s {
+                    sum = sum + (v - max).exp();
+                }
+                out[(b * dims.hq + h) * dims.sq + i] = if max == T::NEG_INF { T::NEG_INF } else { max + sum.ln() };
+            }
+        }
+    }
+}
+
+/// The extra operands of attention's backward: the output's gradient and the row
+/// statistics, flat row-major.
+pub struct GradOperands<'a, T> {
+    pub dout: &'a [T],
+    pub lse: &'a [T],
+    pub delta: &'a [T],
+}
+
+/// [`Op::AttentionGrad`](crate::Op::AttentionGrad) by definition into `out` (the
+/// shape of the operand `wrt` names), summing in row-major order of `(h, i)` for the
+/// gradients of `k` and `v`.
+pub fn grad_reference<T: Real>(
+    dims: &AttentionDims,
+    x: &Operands<'_, T>,
+    g: &GradOperands<'_, T>,
+    wrt: crate::AttentionOperand,
+    flags: Flags,
+    out: &mut [T],
+) {
+    let nb: usize = dims.batch.iter().product();
+    let (hq, hkv, sq, sk, d, dv) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.d, dims.dv);
+    let group = dims.group();
+    let scale = T::from_f64(flags.scale);
+    out.fill(T::ZERO);
+    let mut s = vec![T::ZERO; sk];
+    for b in 0..nb {
+        for h in 0..hq {
+            let kvh = h / group;
+            let kv = (b * hkv + kvh) * sk;
+            for i in 0..sq {
+                let row = (b * hq + h) * sq + i;
+                scores_row(dims, x, scale, flags.causal, b, h, i, &mut s);
+                let lse = g.lse[row];
+                let delta = g.delta[row];
+                let masked_row = flags.zero_masked_rows && !(lse > T::NEG_INF);
+                let orow = &g.dout[row * dv..][..dv];
+                let qrow = &x.q[row * d..][..d];
+                for (j, &sj) in s.iter().enumerate() {
+                    let p = if masked_row { T::ZERO } else { (sj - lse).exp() };
+                    let vrow = &x.v[(kv + j) * dv..][..dv];
+                    let krow = &x.k[(kv + j) * d..][..d];
+                    match wrt {
+                        crate::AttentionOperand::V => {
+                            let dst = &mut out[(kv + j) * dv..][..dv];
+                            for (o, c) in dst.iter_mut().zip(orow) {
+                                *o = *o + p * *c;
+                            }
+                        }
+                        crate::AttentionOperand::Q | crate::AttentionOperand::K => {
+                            let mut dp = T::ZERO;
+                            for (a, c) in orow.iter().zip(vrow) {
+                                dp = dp + *a * *c;
+                            }
+                            let ds = p * (dp - delta) * scale;
+                            if wrt == crate::AttentionOperand::Q {
+                                let dst = &mut out[row * d..][..d];
+                                for (o, c) in dst.iter_mut().zip(krow) {
+                                    *o = *o + ds * *c;
+                                }
+                            } else {
+                                let dst = &mut out[(kv + j) * d..][..d];
+                                for (o, c) in dst.iter_mut().zip(qrow) {
+                                    *o = *o + ds * *c;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `eval_op` of [`Op::AttentionLse`](crate::Op::AttentionLse) and
+/// [`Op::AttentionGrad`](crate::Op::AttentionGrad) (`wrt` `None` for the former).
+pub(crate) fn backward_op(
+    args: &[&Tensor],
+    wrt: Option<crate::AttentionOperand>,
+    flags: Flags,
+    ty: &TensorType,
+) -> Result<TensorData, String> {
+    // The attention operands (q, k, v, mask) and the backward's (dout, lse, delta).
+    let (att, extra): (Vec<&Tensor>, Vec<&Tensor>) = match wrt {
+        None => {
+            let mut a = vec![args[0], args[1], args[1]];
+            a.extend(args.get(2));
+            (a, vec![])
+        }
+        Some(_) => {
+            let mut a = vec![args[0], args[1], args[2]];
+            a.extend(args.get(6));
+            (a, vec![args[3], args[4], args[5]])
+        }
+    };
+    let tys: Vec<TensorType> = att.iter().map(|a| a.ty()).collect();
+    let refs: Vec<&TensorType> = tys.iter().collect();
+    let dims = AttentionDims::of(&refs)?;
+    let n = ty.numel();
+    let mask_t = match att.get(3) {
+        Some(m) => Some(flat_batch_mask(&dims, m)?),
+        None => None,
+    };
+    let (q, k, v) = (vals(att[0].data()), vals(att[1].data()), vals(att[2].data()));
+    let m = mask_t.as_ref().map(|(t, st)| (vals(t.data()), *st));
+    let ex: Vec<Vals> = extra.iter().map(|t| vals(t.data())).collect();
+    macro_rules! run {
+        ($q:expr, $k:expr, $v:expr, $variant:ident, $t:ty) => {{
+            let mask = match &m {
+                Some((Vals::$variant(x), st)) => Some((&x[..], *st)),
+                Some(_) => return Err("attention mask of another dtype".into()),
+                None => None,
+            };
+            let x = Operands {
+                q: &$q[..],
+                k: &$k[..],
+                v: &$v[..],
+                mask,
+            };
+            let mut out = vec![<$t as Real>::ZERO; n];
+            match wrt {
+                None => lse_reference(&dims, &x, flags.scale, flags.causal, &mut out),
+                Some(w) => {
+                    let [Vals::$variant(o), Vals::$variant(l), Vals::$variant(dl)] = &ex[..] else {
+                        return Err("attention_grad operands of another dtype".into());
+                    };
+                    let g = GradOperands {
+                        dout: &o[..],
+                        lse: &l[..],
+                        delta: &dl[..],
+                    };
+                    grad_reference(&dims, &x, &g, w, flags, &mut out);
+                }
+            }
+            out
+        }};
+    }
+    match (q, k, v) {
+        (Vals::F32(q), Vals::F32(k), Vals::F32(v)) => {
+            let out = run!(q, k, v, F32, f32);
+            Ok(from_f32(ty.dtype, out))
+        }
+        (Vals::F64(q), Vals::F64(k), Vals::F64(v)) => Ok(TensorData::F64(run!(q, k, v, F64, f64))),
+        _ => Err(format!("attention's backward does not accept {}", ty.dtype)),
     }
 }

@@ -230,6 +230,34 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
             },
             ty,
         )?,
+        (Op::AttentionLse { scale, causal }, _) => attention::backward_op(
+            args,
+            None,
+            attention::Flags {
+                scale: *scale,
+                causal: *causal,
+                zero_masked_rows: false,
+            },
+            ty,
+        )?,
+        (
+            Op::AttentionGrad {
+                wrt,
+                scale,
+                causal,
+                zero_masked_rows,
+            },
+            _,
+        ) => attention::backward_op(
+            args,
+            Some(*wrt),
+            attention::Flags {
+                scale: *scale,
+                causal: *causal,
+                zero_masked_rows: *zero_masked_rows,
+            },
+            ty,
+        )?,
         (Op::Dequantize { bits, group }, [q, s]) => crate::quant::dequantize(q, s, *bits, *group)?,
         _ => return Err(format!("{} cannot take {} operand(s)", op.name(), args.len())),
     };

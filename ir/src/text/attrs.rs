@@ -134,6 +134,29 @@ impl Attrs<'_> {
                     zero_masked_rows: z,
                 }
             }
+            OpKind::AttentionLse => {
+                let v = attrs.required("scale")?;
+                let c = attrs.required("causal")?;
+                Op::AttentionLse {
+                    scale: attrs.f64(&v, "scale")?,
+                    causal: attrs.bool(&c, "causal")?,
+                }
+            }
+            OpKind::AttentionGrad => {
+                let w = attrs.required("wrt")?;
+                let v = attrs.required("scale")?;
+                let c = attrs.required("causal")?;
+                let z = match attrs.take("zero_masked_rows") {
+                    Some(z) => attrs.bool(&z, "zero_masked_rows")?,
+                    None => false,
+                };
+                Op::AttentionGrad {
+                    wrt: attrs.wrt(&w)?,
+                    scale: attrs.f64(&v, "scale")?,
+                    causal: attrs.bool(&c, "causal")?,
+                    zero_masked_rows: z,
+                }
+            }
             OpKind::Dequantize => {
                 let b = attrs.required("bits")?;
                 let g = attrs.required("group")?;
@@ -219,6 +242,16 @@ impl Attrs<'_> {
         match &v.kind {
             ValKind::Ident(s) => s.parse::<DType>().map_err(|_| self.bad(v, key, "a dtype")),
             _ => Err(self.bad(v, key, "a dtype")),
+        }
+    }
+
+    fn wrt(&self, v: &Val) -> Result<crate::op::AttentionOperand, ParseError> {
+        use crate::op::AttentionOperand as A;
+        match &v.kind {
+            ValKind::Ident(s) if s == "q" => Ok(A::Q),
+            ValKind::Ident(s) if s == "k" => Ok(A::K),
+            ValKind::Ident(s) if s == "v" => Ok(A::V),
+            _ => Err(self.bad(v, "wrt", "`q`, `k` or `v`")),
         }
     }
 

@@ -147,6 +147,24 @@ fn attributes(op: &Op, node_name: Option<&str>) -> String {
                 s.push_str(", zero_masked_rows=true");
             }
         }
+        Op::AttentionLse { scale, causal } => {
+            s.push_str("scale=");
+            push_f64(&mut s, *scale);
+            let _ = write!(s, ", causal={causal}");
+        }
+        Op::AttentionGrad {
+            wrt,
+            scale,
+            causal,
+            zero_masked_rows,
+        } => {
+            let _ = write!(s, "wrt={}, scale=", wrt.name());
+            push_f64(&mut s, *scale);
+            let _ = write!(s, ", causal={causal}");
+            if *zero_masked_rows {
+                s.push_str(", zero_masked_rows=true");
+            }
+        }
         Op::Dequantize { bits, group } => {
             let _ = write!(s, "bits={bits}, group={group}");
         }

@@ -17,6 +17,7 @@
 //! multiples of 16. bf16 and f16 with head dims that are go to the tensor-core kernel
 //! in [`mma`].
 
+pub(crate) mod backward;
 mod mma;
 
 use graphc_ir::{AttentionDims, DType, TensorType};

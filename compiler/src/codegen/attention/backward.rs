@@ -1,0 +1,370 @@
+//! Attention's backward kernels ([`Op::AttentionLse`](graphc_ir::Op::AttentionLse),
+//! [`Op::AttentionGrad`](graphc_ir::Op::AttentionGrad)): FlashAttention-2's
+//! decomposition, never storing a `[sq, sk]` tensor.
+//!
+//! One thread per output row, scores recomputed on the fly:
+//!
+//! - `attention_lse`: a query row's log-sum-exp, in two passes over its keys (the max,
+//!   then the sum of exponentials), as the reference computes it.
+//! - `attention_grad` of `q`: a query row's `dq`, accumulated over its keys in order;
+//! - of `k` and `v`: a key row's `dk` or `dv`, accumulated over the query heads that
+//!   read its kv head and their rows, in order (the reference's order of summation).
+//!
+//! Arithmetic in f32 (f64 for f64), every row's accumulator in registers (head dims up
+//! to [`super::MAX_HEAD_DIM`]). These are CUDA-core kernels written for correctness
+//! first: every score is recomputed once per output row (the tiled, tensor-core form of
+//! FlashAttention-2's backward is future work).
+
+use graphc_ir::{AttentionDims, AttentionOperand, DType, TensorType};
+
+use super::super::cuda::{self, Writer};
+use super::super::prelude::Helpers;
+use super::super::{CodegenError, Ctx, GridSize, LaunchConfig, BLOCKS_PER_SM};
+use super::{strides, MAX_HEAD_DIM};
+use crate::kernel::Access;
+
+const BLOCK: u32 = 128;
+
+pub(crate) struct BackwardArgs<'a> {
+    pub cx: &'a Ctx<'a>,
+    pub inputs: &'a [(Access, TensorType)],
+    pub in_param: &'a [usize],
+    pub out_param: usize,
+    pub out: &'a TensorType,
+    pub params_decl: String,
+    /// `None` for the log-sum-exp.
+    pub wrt: Option<AttentionOperand>,
+    pub scale: f64,
+    pub causal: bool,
+    pub zero_masked_rows: bool,
+}
+
+/// Operand roles, in the op's operand order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Q,
+    K,
+    V,
+    Dout,
+    Lse,
+    Delta,
+    Mask,
+}
+
+struct Gen<'a> {
+    a: &'a BackwardArgs<'a>,
+    dims: AttentionDims,
+    d: DType,
+    acc_t: &'static str,
+    /// Operand index of each role present.
+    roles: Vec<(Role, usize)>,
+    st: Vec<Vec<i64>>,
+}
+
+impl Gen<'_> {
+    fn lit(&self, x: f64) -> String {
+        if self.d == DType::F64 {
+            cuda::f64_lit(x)
+        } else {
+            cuda::f32_lit(x as f32)
+        }
+    }
+
+    fn idx(&self, r: Role) -> Option<usize> {
+        self.roles.iter().find(|(x, _)| *x == r).map(|(_, i)| *i)
+    }
+
+    /// The address of an element of operand `n` at batch `b` (flat), head `head`,
+    /// and the trailing coordinates `tail` (row, column: as many as the operand has
+    /// after its head dim).
+    fn addr(&self, n: usize, head: &str, tail: &[&str]) -> String {
+        let nbd = self.dims.batch.len();
+        let st = &self.st[n];
+        let mut terms = vec![format!("{}LL", self.a.inputs[n].0.offset)];
+        for k in 0..nbd {
+            if st[k] != 0 {
+                terms.push(format!("bb{k} * {}LL", st[k]));
+            }
+        }
+        if st[nbd] != 0 {
+            terms.push(format!("{head} * {}LL", st[nbd]));
+        }
+        for (t, c) in tail.iter().enumerate() {
+            let s = st[nbd + 1 + t];
+            if s != 0 {
+                terms.push(format!("({c}) * {}LL", s));
+            }
+        }
+        terms.join(" + ")
+    }
+
+    /// A load of operand `n` as the accumulation type.
+    fn load(&self, h: &mut Helpers, n: usize, head: &str, tail: &[&str]) -> String {
+        let dt = self.a.inputs[n].1.dtype;
+        let v = cuda::load_conv(h, dt, &format!("p{}[{}]", self.a.in_param[n], self.addr(n, head, tail)));
+        format!("({}){v}", self.acc_t)
+    }
+
+    /// `s = q[i] . k[j] * scale (+ mask)`, `-inf` for a causal `j > i`; query head `hq_`
+    /// of kv head `kvh`.
+    fn score(&self, w: &mut Writer, h: &mut Helpers, hq_: &str, kvh: &str) {
+        let acc_t = self.acc_t;
+        w.line(format!("{acc_t} s = {};", self.lit(0.0)));
+        w.open(format!("for (long long c = 0; c < {}LL; ++c)", self.dims.d));
+        let q = self.load(h, 0, hq_, &["i", "c"]);
+        let k = self.load(h, 1, kvh, &["j", "c"]);
+        w.line(format!("s += {q} * {k};"));
+        w.close();
+        w.line(format!("s = s * {};", self.lit(self.a.scale)));
+        if let Some(m) = self.idx(Role::Mask) {
+            let lm = self.load(h, m, hq_, &["i", "j"]);
+            w.line(format!("s = s + {lm};"));
+        }
+        if self.a.causal {
+            w.line(format!("if (j > i) s = {};", self.lit(f64::NEG_INFINITY)));
+        }
+    }
+
+    /// `p = exp(s - lse[i])` (0 on a row whose lse is `-inf`, with zero_masked_rows) and
+    /// `ds = p (dout[i] . v[j] - delta[i]) scale` when `with_ds`.
+    fn probability(&self, w: &mut Writer, h: &mut Helpers, hq_: &str, kvh: &str, with_ds: bool) {
+        let (acc_t, exp) = (self.acc_t, if self.d == DType::F64 { "exp" } else { "expf" });
+        let (lse, delta, dout) = (
+            self.idx(Role::Lse).unwrap_or(4),
+            self.idx(Role::Delta).unwrap_or(5),
+            self.idx(Role::Dout).unwrap_or(3),
+        );
+        let ll = self.load(h, lse, hq_, &["i"]);
+        w.line(format!("const {acc_t} lse = {ll};"));
+        let p = format!("{exp}(s - lse)");
+        if self.a.zero_masked_rows {
+            w.line(format!(
+                "const {acc_t} p = (lse > {}) ? {p} : {};",
+                self.lit(f64::NEG_INFINITY),
+                self.lit(0.0)
+            ));
+        } else {
+            w.line(format!("const {acc_t} p = {p};"));
+        }
+        if with_ds {
+            w.line(format!("{acc_t} dp = {};", self.lit(0.0)));
+            w.open(format!("for (long long c = 0; c < {}LL; ++c)", self.dims.dv));
+            let o = self.load(h, dout, hq_, &["i", "c"]);
+            let v = self.load(h, 2, kvh, &["j", "c"]);
+            w.line(format!("dp += {o} * {v};"));
+            w.close();
+            let dl = self.load(h, delta, hq_, &["i"]);
+            w.line(format!(
+                "const {acc_t} ds = p * (dp - {dl}) * {};",
+                self.lit(self.a.scale)
+            ));
+        }
+    }
+}
+
+pub(crate) fn generate(a: &BackwardArgs<'_>) -> Result<(&'static str, (String, Helpers), LaunchConfig), CodegenError> {
+    let tys: Vec<&TensorType> = a.inputs.iter().map(|(_, t)| t).collect();
+    let (att, roles): (Vec<&TensorType>, Vec<(Role, usize)>) = match a.wrt {
+        None => {
+            let mut att = vec![tys[0], tys[1], tys[1]];
+            let mut roles = vec![(Role::Q, 0), (Role::K, 1)];
+            if let Some(m) = tys.get(2) {
+                att.push(m);
+                roles.push((Role::Mask, 2));
+            }
+            (att, roles)
+        }
+        Some(_) => {
+            if tys.len() < 6 {
+                return Err(a.cx.malformed("attention_grad takes 6 or 7 operands"));
+            }
+            let mut att = vec![tys[0], tys[1], tys[2]];
+            let mut roles = vec![
+                (Role::Q, 0),
+                (Role::K, 1),
+                (Role::V, 2),
+                (Role::Dout, 3),
+                (Role::Lse, 4),
+                (Role::Delta, 5),
+            ];
+            if let Some(m) = tys.get(6) {
+                att.push(m);
+                roles.push((Role::Mask, 6));
+            }
+            (att, roles)
+        }
+    };
+    let dims = AttentionDims::of(&att).map_err(|m| a.cx.malformed(m))?;
+    if dims.d > MAX_HEAD_DIM || dims.dv > MAX_HEAD_DIM {
+        return Err(a.cx.unsupported(format!(
+            "attention's backward with head dim {} / {} (at most {MAX_HEAD_DIM})",
+            dims.d, dims.dv
+        )));
+    }
+    let d = dims.dtype;
+    let acc_t = if d == DType::F64 { "double" } else { "float" };
+    let g = Gen {
+        a,
+        d,
+        acc_t,
+        roles,
+        st: a.inputs.iter().map(|(acc, ty)| strides(acc, ty)).collect(),
+        dims,
+    };
+    let dims = &g.dims;
+    let nb: usize = dims.batch.iter().product();
+    let nbd = dims.batch.len();
+    let (rows, what) = match a.wrt {
+        None | Some(AttentionOperand::Q) => (nb * dims.hq * dims.sq, "query"),
+        Some(_) => (nb * dims.hkv * dims.sk, "key"),
+    };
+    let heads = if what == "query" { dims.hq } else { dims.hkv };
+    let len = if what == "query" { dims.sq } else { dims.sk };
+    let mut h = Helpers::new();
+    let mut w = Writer::new();
+    let name = match a.wrt {
+        None => "attention_lse",
+        Some(_) => "attention_grad",
+    };
+    w.line(format!(
+        "// {name}{}: {nb} x {} heads ({} kv), sq {}, sk {}, d {}, dv {}, scale {}, {}{}; one thread per {what} row",
+        a.wrt.map(|x| format!(" of {}", x.name())).unwrap_or_default(),
+        dims.hq,
+        dims.hkv,
+        dims.sq,
+        dims.sk,
+        dims.d,
+        dims.dv,
+        a.scale,
+        if a.causal { "causal" } else { "not causal" },
+        if dims.masked { ", additive mask" } else { "" },
+    ));
+    w.open(format!(
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({})",
+        cuda::ENTRY_PLACEHOLDER,
+        a.params_decl
+    ));
+    w.open(format!(
+        "for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < {rows}LL; t += (long long)gridDim.x * blockDim.x)"
+    ));
+    w.line(format!("const long long b = t / {}LL;", heads * len));
+    w.line(format!("const long long hd = (t / {len}LL) % {heads}LL;"));
+    w.line(format!("const long long r = t % {len}LL;"));
+    let mut rem = "b".to_string();
+    for k in (0..nbd).rev() {
+        w.line(format!("const long long bb{k} = {rem} % {}LL;", dims.batch[k]));
+        if k > 0 {
+            w.line(format!("const long long b{k} = {rem} / {}LL;", dims.batch[k]));
+            rem = format!("b{k}");
+        }
+    }
+    let group = dims.group();
+    let out_dims = a.out.shape.dims();
+    let od = out_dims.last().copied().unwrap_or(1);
+    let (exp, log) = if d == DType::F64 {
+        ("exp", "log")
+    } else {
+        ("expf", "logf")
+    };
+    let neg_inf = g.lit(f64::NEG_INFINITY);
+    match a.wrt {
+        None => {
+            // Two passes over the row's keys: the max (NaN-propagating), then the sum.
+            w.line("const long long i = r;");
+            w.line(format!("const long long kvh = hd / {group}LL;"));
+            w.line(format!("{acc_t} mx = {neg_inf};"));
+            w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
+            g.score(&mut w, &mut h, "hd", "kvh");
+            w.line("mx = (s != s || mx != mx) ? s + mx : (s > mx ? s : mx);");
+            w.close();
+            w.line(format!("{acc_t} sum = {};", g.lit(0.0)));
+            w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
+            g.score(&mut w, &mut h, "hd", "kvh");
+            w.line(format!("sum += {exp}(s - mx);"));
+            w.close();
+            let val = format!("(mx == {neg_inf}) ? mx : mx + {log}(sum)");
+            w.line(format!(
+                "p{}[(b * {}LL + hd) * {}LL + i] = {};",
+                a.out_param,
+                dims.hq,
+                dims.sq,
+                cuda::store_conv(&mut h, a.out.dtype, &format!("({acc_t})({val})"))
+            ));
+        }
+        Some(AttentionOperand::Q) => {
+            w.line("const long long i = r;");
+            w.line(format!("const long long kvh = hd / {group}LL;"));
+            w.line(format!("{acc_t} acc[{od}];"));
+            w.line(format!("for (int c = 0; c < {od}; ++c) acc[c] = {};", g.lit(0.0)));
+            w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
+            g.score(&mut w, &mut h, "hd", "kvh");
+            g.probability(&mut w, &mut h, "hd", "kvh", true);
+            w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
+            let k = g.load(&mut h, 1, "kvh", &["j", "c"]);
+            w.line(format!("acc[c] += ds * {k};"));
+            w.close();
+            w.close();
+            store_row(&g, &mut w, &mut h, "hd", dims.hq, dims.sq, "i", od);
+        }
+        Some(wrt) => {
+            // A key row: kv head `hd`, key `j`; every query head of its group, every row.
+            w.line("const long long j = r;");
+            w.line("const long long kvh = hd;");
+            w.line(format!("{acc_t} acc[{od}];"));
+            w.line(format!("for (int c = 0; c < {od}; ++c) acc[c] = {};", g.lit(0.0)));
+            w.open(format!("for (long long hh = 0; hh < {group}LL; ++hh)"));
+            w.line(format!("const long long hq_ = kvh * {group}LL + hh;"));
+            w.open(format!("for (long long i = 0; i < {}LL; ++i)", dims.sq));
+            g.score(&mut w, &mut h, "hq_", "kvh");
+            let dout = g.idx(Role::Dout).unwrap_or(3);
+            if wrt == AttentionOperand::V {
+                g.probability(&mut w, &mut h, "hq_", "kvh", false);
+                w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
+                let o = g.load(&mut h, dout, "hq_", &["i", "c"]);
+                w.line(format!("acc[c] += p * {o};"));
+                w.close();
+            } else {
+                g.probability(&mut w, &mut h, "hq_", "kvh", true);
+                w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
+                let q = g.load(&mut h, 0, "hq_", &["i", "c"]);
+                w.line(format!("acc[c] += ds * {q};"));
+                w.close();
+            }
+            w.close();
+            w.close();
+            store_row(&g, &mut w, &mut h, "hd", dims.hkv, dims.sk, "j", od);
+        }
+    }
+    w.close();
+    w.close();
+    let blocks = rows.div_ceil(BLOCK as usize).clamp(1, u32::MAX as usize) as u32;
+    Ok((
+        name,
+        (w.finish(), h),
+        LaunchConfig {
+            block: BLOCK,
+            grid: GridSize::PerSm {
+                blocks_per_sm: BLOCKS_PER_SM,
+                max_blocks: blocks,
+            },
+            shared_mem_bytes: 0,
+        },
+    ))
+}
+
+/// The accumulated row into the (contiguous) output `[b.., heads, len, od]`.
+#[allow(clippy::too_many_arguments)]
+fn store_row(g: &Gen<'_>, w: &mut Writer, h: &mut Helpers, head: &str, heads: usize, len: usize, row: &str, od: usize) {
+    let dt = g.a.out.dtype;
+    let val = match dt {
+        DType::F16 | DType::BF16 => cuda::cast_c(h, DType::F32, dt, "acc[c]"),
+        _ => "acc[c]".to_string(),
+    };
+    let val = cuda::store_conv(h, dt, &val);
+    w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
+    w.line(format!(
+        "p{}[((b * {heads}LL + {head}) * {len}LL + {row}) * {od}LL + c] = {val};",
+        g.a.out_param
+    ));
+    w.close();
+}
