@@ -208,7 +208,11 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
                     return Err(format!("attention_grad {what} must be {stats}, got {t}"));
                 }
             }
-            Ok([q, k, v][wrt.index()].clone())
+            Ok(match wrt {
+                crate::AttentionOperand::Q => q.clone(),
+                crate::AttentionOperand::K => k.clone(),
+                crate::AttentionOperand::V => v.clone(),
+            })
         }
         Op::Dequantize { bits, group } => {
             let [q, scales] = operands(op, args)?;

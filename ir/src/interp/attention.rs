@@ -330,7 +330,8 @@ pub fn grad_reference<T: Real>(
                 scores_row(dims, x, scale, flags.causal, b, h, i, &mut s);
                 let lse = g.lse[row];
                 let delta = g.delta[row];
-                let masked_row = flags.zero_masked_rows && !(lse > T::NEG_INF);
+                let masked_row =
+                    flags.zero_masked_rows && lse.partial_cmp(&T::NEG_INF) != Some(std::cmp::Ordering::Greater);
                 let orow = &g.dout[row * dv..][..dv];
                 let qrow = &x.q[row * d..][..d];
                 for (j, &sj) in s.iter().enumerate() {
