@@ -81,9 +81,9 @@ impl Gen<'_> {
         let nbd = self.dims.batch.len();
         let st = &self.st[n];
         let mut terms = vec![format!("{}LL", self.a.inputs[n].0.offset)];
-        for k in 0..nbd {
-            if st[k] != 0 {
-                terms.push(format!("bb{k} * {}LL", st[k]));
+        for (k, &s) in st.iter().enumerate().take(nbd) {
+            if s != 0 {
+                terms.push(format!("bb{k} * {s}LL"));
             }
         }
         if st[nbd] != 0 {
