@@ -20,6 +20,10 @@ batch, and writes OUT/NAME/:
                     step's gradients as grad.NAME
     meta.json       the loss and optimizer options (graphc train's flags), versions
 
+`gpt2_medium` (on demand only, into an ignored folder: `--out target/models`) exports
+GPT-2-medium's LM with dynamic batch and seq, and writes PyTorch's own accounting of
+its training step (pytorch_accounting.json).
+
 Losses: mse (mean); cross-entropy as torch.nn.functional.cross_entropy over the last
 axis (mean over labels != -100); for causal LMs the logits[:, :-1] / labels[:, 1:]
 shift Hugging Face applies. Dropout is 0, so train and eval modes agree.
@@ -38,7 +42,7 @@ import torch.nn.functional as F
 import transformers
 
 SEED = 0
-B, S, V = 2, 16, 128
+B, S, V = 2, 24, 128
 
 
 class Logits(torch.nn.Module):
@@ -207,13 +211,62 @@ def one(name, root):
     print(f"{name}: {len(names)} parameters, losses sgd {meta['sgd_losses']}, adamw {meta['adamw_losses']}; {size} bytes")
 
 
+def gpt2_medium(root, seq=1024):
+    """On demand (never committed): GPT-2-medium's LM (24 layers, d 1024, 16 heads, the
+    real vocabulary, tied embedding), random weights, exported with dynamic batch and
+    seq and every parameter its own initializer (1.4 GB of external data), for
+    `graphc plan --train`; and PyTorch's own accounting of one training step at batch
+    1: parameter, gradient and AdamW moment bytes, and the bytes autograd saves for the
+    backward pass of one sequence (torch.autograd.graph.saved_tensors_hooks, each
+    storage counted once)."""
+    cfg = transformers.GPT2Config(
+        vocab_size=50257, n_positions=1024, n_embd=1024, n_layer=24, n_head=16, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, attn_implementation="sdpa",
+    )
+    torch.manual_seed(SEED)
+    model = Logits(transformers.GPT2LMHeadModel(cfg), use_cache=False)
+    out = root / "gpt2_medium_lm"
+    out.mkdir(parents=True, exist_ok=True)
+    x = torch.randint(0, cfg.vocab_size, (1, seq))
+    batch, s = torch.export.Dim("batch", max=4096), torch.export.Dim("seq", max=1024)
+    model.eval()
+    with torch.no_grad():
+        torch.onnx.export(model, (), kwargs={"input_ids": x}, f=str(out / "model.onnx"), dynamo=True,
+                          optimize=False, input_names=["input_ids"], output_names=["logits"],
+                          dynamic_shapes={"input_ids": {0: batch, 1: s}}, external_data=True)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    seen, saved = set(), [0]
+
+    def pack(t):
+        key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        if key not in seen:
+            seen.add(key)
+            saved[0] += t.untyped_storage().nbytes()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(input_ids=x)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved_params = sum(n for (ptr, n) in seen if ptr in param_ptrs)
+    meta = {"parameters_bytes": params, "gradients_bytes": params, "adamw_moments_bytes": 2 * params,
+            "saved_for_backward_bytes_per_sequence": saved[0] - saved_params, "seq": seq,
+            "loss": loss.item(), "torch": torch.__version__}
+    (out / "pytorch_accounting.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(json.dumps(meta))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/train")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     for n in a.names or list(MODELS):
-        one(n, Path(a.out))
+        if n == "gpt2_medium":
+            gpt2_medium(Path(a.out))
+        else:
+            one(n, Path(a.out))
 
 
 if __name__ == "__main__":

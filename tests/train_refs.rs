@@ -238,3 +238,70 @@ fn state_classes_freeze_and_buffers() {
     let err = graphc::train::compile_step(&f.graph, opts, &Default::default()).unwrap_err();
     assert!(err.to_string().contains("--freeze"), "{err}");
 }
+
+/// The training plans of the transformer references: no `[.., s, s]` buffer (attention
+/// forward and backward fused), every state slot updated in place (and the plan's
+/// donation check holds), and the bytes by class add up to the plan's total.
+#[test]
+fn training_plans_have_no_score_matrices_and_add_up_by_class() {
+    use graphc_compiler::plan::{report::TrainBytes, Device};
+    for name in ["gpt2", "gpt2_sdpa", "bert", "llama"] {
+        let f = load(name);
+        let seq = f.batch["input_ids"].shape().dims()[1];
+        let step = graphc::train::compile_step(&f.graph, options(&f, "adamw"), &Default::default()).unwrap();
+        let scores: Vec<String> = step
+            .program
+            .buffers
+            .iter()
+            .filter(|b| {
+                let d = b.ty.shape.dims();
+                d.len() >= 3 && d[d.len() - 1] == seq && d[d.len() - 2] == seq
+            })
+            .map(|b| format!("{} {}", b.name.clone().unwrap_or_default(), b.ty))
+            .collect();
+        assert!(
+            scores.is_empty(),
+            "{name}: [.., s, s] buffers in the training plan: {scores:?}"
+        );
+        let t = step.train.as_ref().unwrap();
+        assert_eq!(
+            step.program.donated.len(),
+            t.state.slots.len(),
+            "{name}: every slot in place"
+        );
+        graphc_compiler::train::donate::check(&step.program).unwrap();
+        graphc_compiler::plan::verify_plan(&step.program, &step.plan).unwrap();
+        let by = TrainBytes::of(&step.program, &step.plan, &t.state, Device::Cuda);
+        assert_eq!(by.total, step.plan.total_bytes_for(Device::Cuda), "{name}: {by:?}");
+        assert_eq!(
+            by.saved_activations + by.gradients + by.temporaries + by.gemm_scratch,
+            step.plan.lower_bound_bytes,
+            "{name}: the arena's classes at its peak are its lower bound"
+        );
+        assert_eq!(by.outputs, 4, "{name}: only the loss is written beside its input");
+        let params: u64 = t.state.parameters().map(|s| s.init.ty().size_bytes() as u64).sum();
+        assert_eq!(by.parameters, params);
+        assert_eq!(
+            by.optimizer_state,
+            2 * params + 8,
+            "{name}: two moments and an i64 step"
+        );
+        assert!(by.saved_activations_all > 0 && by.gradients_all > 0);
+    }
+}
+
+/// A donation the schedule breaks is caught: the update moved before a reader of the
+/// parameter it overwrites.
+#[test]
+fn a_broken_donation_is_reported() {
+    let f = load("mlp");
+    let step = graphc::train::compile_step(&f.graph, options(&f, "sgd"), &Default::default()).unwrap();
+    let mut p = step.program.clone();
+    let d = p.donated[0];
+    let w = p.kernels.iter().position(|k| k.writes().contains(&d.output)).unwrap();
+    let r = p.kernels.iter().position(|k| k.reads().contains(&d.input)).unwrap();
+    assert!(r < w, "the first reader runs before the update");
+    p.kernels.swap(r, w);
+    let err = graphc_compiler::train::donate::check(&p).unwrap_err();
+    assert!(err.contains("after kernel"), "{err}");
+}

@@ -20,7 +20,7 @@ use graphc_ir::{Graph, GraphError};
 use serde::{Deserialize, Serialize};
 
 use crate::codegen::{self, CodegenError, CudaKernel};
-use crate::fuse::{fuse_with_report, FuseReport};
+use crate::fuse::{fuse_keeping, FuseReport};
 use crate::kernel::{BufferKind, Program};
 use crate::nvrtc::{self, NvrtcError, NvrtcOptions, OutputKind};
 use crate::optimize::{optimize, OptimizeOptions, OptimizeReport};
@@ -157,8 +157,16 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     };
     let (graph, quantize, report) = run_quantize(&graph, opts)?;
     passes.extend(report);
-    let (program, fusion, report) = run_fuse(&graph, opts)?;
+    let in_place: Vec<String> = training
+        .as_ref()
+        .map(|t| t.state.slots.iter().map(|s| s.name.clone()).collect())
+        .unwrap_or_default();
+    let (mut program, fusion, report) = run_fuse(&graph, &in_place, opts)?;
     passes.push(report);
+    // Training: each state output written over its input (in place), where it can be.
+    if let Some(training) = &training {
+        program.donated = crate::train::donate::donations(&program, &training.state);
+    }
     let (program, schedule, plan, report) = run_plan(program, opts)?;
     passes.push(report);
     let precision = account_precision(precision, &program, &plan);
@@ -376,9 +384,13 @@ fn run_optimize(graph: &Graph, opts: &CompileOptions) -> Result<(Graph, Optimize
 }
 
 /// Fusion of the graph into kernels.
-fn run_fuse(graph: &Graph, opts: &CompileOptions) -> Result<(Program, FuseReport, PassReport), CompileError> {
+fn run_fuse(
+    graph: &Graph,
+    in_place: &[String],
+    opts: &CompileOptions,
+) -> Result<(Program, FuseReport, PassReport), CompileError> {
     let start = Instant::now();
-    let (program, fusion) = fuse_with_report(graph)?;
+    let (program, fusion) = fuse_keeping(graph, in_place)?;
     if cfg!(debug_assertions) || opts.verify_each_pass {
         crate::kernel::verify(&program).map_err(Box::new)?;
     }

@@ -73,6 +73,9 @@ pub struct Groups {
     /// merging joins the lists without a scan; a walk drops the stale ones it reads.
     external: Vec<Vec<usize>>,
     producers: Vec<Vec<usize>>,
+    /// Groups that must stay elementwise kernels (they hold a value written in place
+    /// over an input: a training step's state update, [`Groups::keep_elementwise`]).
+    ew_only: Vec<bool>,
 }
 
 /// Which way a walk over the group graph follows edges.
@@ -119,7 +122,17 @@ impl Groups {
                     sorted_unique(compute.filter(|&p| node.is_compute() && nodes[p].is_compute()))
                 })
                 .collect(),
+            ew_only: vec![false; n],
             consumers,
+        }
+    }
+
+    /// Node `n`'s group stays an elementwise kernel: it never joins a matmul's
+    /// epilogue or a row kernel (its value is written over an input in place, which
+    /// only an elementwise kernel reading that input at the same element can do).
+    pub fn keep_elementwise(&mut self, n: usize) {
+        if let Some(f) = self.ew_only.get_mut(n) {
+            *f = true;
         }
     }
 
@@ -221,6 +234,9 @@ impl Groups {
         let Some((space, levels)) = self.combine(nodes, gp, gc) else {
             return false;
         };
+        if (self.ew_only[gp] || self.ew_only[gc]) && !matches!(space, Space::Elementwise(_)) {
+            return false;
+        }
         let changed: HashMap<usize, Level> = levels.iter().copied().collect();
         let level_of = |n: usize| changed.get(&n).copied().unwrap_or(self.level[n]);
         // Every edge between the two groups must be readable in the kernel (edges inside
@@ -257,6 +273,7 @@ impl Groups {
         }
         let (keep, gone) = (gp.min(gc), gp.max(gc));
         self.parent[gone] = keep;
+        self.ew_only[keep] = self.ew_only[gp] || self.ew_only[gc];
         join(&mut self.members, keep, gone);
         join(&mut self.external, keep, gone);
         join(&mut self.producers, keep, gone);

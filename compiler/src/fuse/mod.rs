@@ -60,12 +60,22 @@ pub struct FuseReport {
 
 /// Fuse, and say what fusion saved.
 pub fn fuse_with_report(graph: &Graph) -> Result<(Program, FuseReport), FuseError> {
+    fuse_keeping(graph, &[])
+}
+
+/// [`fuse_with_report`], with the outputs named in `in_place` computed by elementwise
+/// kernels of their own (a training step's state updates, written over their inputs:
+/// fused into a GEMM epilogue or a row kernel they could not be).
+pub fn fuse_keeping(graph: &Graph, in_place: &[String]) -> Result<(Program, FuseReport), FuseError> {
     graph.verify()?;
     let nodes = nodes::Nodes::build(graph);
     let mut groups = group::Groups::new(&nodes.nodes);
     let mut is_output = vec![false; nodes.nodes.len()];
-    for (_, o) in &nodes.outputs {
+    for (name, o) in &nodes.outputs {
         is_output[o.root] = true;
+        if in_place.contains(name) {
+            groups.keep_elementwise(o.root);
+        }
     }
     groups.fuse(&nodes.nodes, &is_output);
     let program = emit::emit(graph, &nodes, &mut groups);

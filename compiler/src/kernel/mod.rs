@@ -391,6 +391,19 @@ pub struct Program {
     pub inputs: Vec<BufferId>,
     /// Named graph outputs, in order; several names may share a buffer.
     pub outputs: Vec<(String, BufferId)>,
+    /// Outputs written over an input's storage (a training step's state: parameters,
+    /// optimizer moments; XLA's input/output aliasing). The kernel writing `output`
+    /// runs after every other reader of `input` and reads `input` only at the element
+    /// it writes, so the input's storage can take the output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub donated: Vec<Donation>,
+}
+
+/// An output that takes over an input's storage ([`Program::donated`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Donation {
+    pub output: BufferId,
+    pub input: BufferId,
 }
 
 impl Program {

@@ -319,7 +319,7 @@ impl ShapeFamily {
                 integers: self.dependent(),
             }],
         };
-        let (program, fusion, fused) = run_fuse(&graph, opts)?;
+        let (program, fusion, fused) = run_fuse(&graph, &[], opts)?;
         let (program, schedule, plan, planned) = run_plan(program, opts)?;
         let mut passes: Vec<PassReport> = self
             .low

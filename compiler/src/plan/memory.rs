@@ -498,12 +498,17 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
     })
 }
 
-/// The bytes outside the arena: weights (and constants), graph inputs, graph outputs.
+/// The bytes outside the arena: weights (and constants), graph inputs, graph outputs
+/// (donated outputs take their input's storage).
 fn outside_bytes(program: &Program, output_name: &[Option<&str>]) -> (u64, u64, u64) {
     let (mut weights, mut inputs, mut outputs) = (0u64, 0u64, 0u64);
     for (i, b) in program.buffers.iter().enumerate() {
         let bytes = b.ty.size_bytes() as u64;
         let is_output = output_name.get(i).is_some_and(Option::is_some);
+        // A donated output is written over its input's storage: no bytes of its own.
+        if program.donated.iter().any(|d| d.output.index() == i) {
+            continue;
+        }
         match (&b.kind, is_output) {
             (BufferKind::Weight { .. } | BufferKind::Constant { .. }, _) => weights = weights.saturating_add(bytes),
             (BufferKind::Input { .. }, _) => inputs = inputs.saturating_add(bytes),

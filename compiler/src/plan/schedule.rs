@@ -196,6 +196,19 @@ impl Deps {
                 }
             }
         }
+        // A donated output's writer runs after every other reader of its input.
+        for d in &program.donated {
+            let w = writer.get(d.output.index()).copied().unwrap_or(usize::MAX);
+            if w == usize::MAX {
+                continue;
+            }
+            for (r, rd) in reads.iter().enumerate() {
+                if r != w && rd.contains(&d.input.index()) {
+                    preds[w].push(r);
+                    succs[r].push(w);
+                }
+            }
+        }
         for v in preds.iter_mut().chain(succs.iter_mut()) {
             v.sort_unstable();
             v.dedup();

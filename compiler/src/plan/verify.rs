@@ -116,6 +116,7 @@ pub fn verify_plan(program: &Program, plan: &MemoryPlan) -> Result<(), String> {
     }
     let planned = planned_buffers(program, plan, &is_output)?;
     check_steps(program, plan, &planned, &is_output)?;
+    crate::train::donate::check(program)?;
     let scratch_spans = scratch_spans(plan)?;
     let steps_live = check_overlaps(plan, &scratch_spans)?;
     let lb = steps_live.iter().copied().max().unwrap_or(0);

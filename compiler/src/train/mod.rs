@@ -17,6 +17,7 @@
 //! Optimizer moments and the step counter are state too, of their own classes
 //! ([`StateClass`]), zero at the start as PyTorch's optimizers create them.
 
+pub mod donate;
 pub mod loss;
 pub mod optim;
 

@@ -446,9 +446,19 @@ pub fn device_layout(program: &Program, plan: &MemoryPlan) -> Result<DeviceLayou
             message: format!("buffer b{} does not exist", id.0),
         })?;
         let bytes = buffer_bytes(program, *id)?;
-        let addr = match buffers[id.index()] {
-            Some(a) => a,
-            None => {
+        let donated_to = program
+            .donated
+            .iter()
+            .find(|d| d.output == *id)
+            .and_then(|d| buffers.get(d.input.index()).copied().flatten());
+        let addr = match (buffers[id.index()], donated_to) {
+            (Some(a), _) => a,
+            // Written over its input's storage (a training step's state).
+            (None, Some(a)) => {
+                buffers[id.index()] = Some(a);
+                a
+            }
+            (None, None) => {
                 let offset = align_up(io_bytes);
                 io_bytes = offset + bytes;
                 let a = DevAddr::new(Region::Io, offset);
@@ -586,7 +596,9 @@ pub fn plan_launches(
             }
             if p.access == ParamAccess::Write {
                 let output_area = addr.region == Region::Io && addr.offset >= layout.inputs_end;
-                if addr.region != Region::Arena && !output_area {
+                let donated =
+                    matches!(p.target, ParamTarget::Buffer(b) if program.donated.iter().any(|d| d.output == b));
+                if addr.region != Region::Arena && !output_area && !donated {
                     return Err(err(format!(
                         "parameter {i} writes {addr}, which holds an input, weight or constant"
                     )));

@@ -24,13 +24,33 @@ pub struct PlanArgs {
     /// Write the arena over time as an SVG file (only when the plan fits).
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Plan a whole training step (forward, loss, backward, optimizer update) and give
+    /// its bytes by class: parameters, gradients, optimizer state, saved activations,
+    /// temporaries.
+    #[arg(long)]
+    pub train: bool,
+    #[command(flatten)]
+    pub train_opts: crate::train::TrainArgs,
 }
 
 pub fn run(args: PlanArgs) -> Result<()> {
     let graph = args.model.load()?;
     let progress = crate::common::Progress::new("compiling");
-    let compiled = graphc::compile_with(&graph, &args.budget.options())?;
+    let compiled = if args.train {
+        let opts = args.train_opts.options_for(&graph)?;
+        graphc::train::compile_step(&graph, opts, &args.budget.options())?
+    } else {
+        graphc::compile_with(&graph, &args.budget.options())?
+    };
     drop(progress);
+    let train_bytes = compiled.train.as_ref().map(|t| {
+        report::TrainBytes::of(
+            &compiled.program,
+            &compiled.plan,
+            &t.state,
+            graphc_compiler::plan::Device::Cuda,
+        )
+    });
     let (program, plan) = (&compiled.program, &compiled.plan);
     let print_summary = || {
         println!("model          {}", args.model.model.display());
@@ -41,6 +61,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if !compiled.quantize.quantized.is_empty() {
             println!("weights        {}", compiled.quantize.summary());
         }
+        if let Some(t) = &train_bytes {
+            println!();
+            print!("{}", t.text());
+        }
         if args.picture {
             println!();
             print!("{}", report::picture(plan, 64, 16));
@@ -49,7 +73,11 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let rerun = args.model.rerun(&args.budget);
     let json = || {
         let planned = graphc_compiler::plan::Device::Cuda;
-        serde_json::to_string_pretty(&report::PlanJson::new(program, plan, planned, &rerun))
+        let mut v = serde_json::to_value(report::PlanJson::new(program, plan, planned, &rerun))?;
+        if let (Some(t), Some(obj)) = (&train_bytes, v.as_object_mut()) {
+            obj.insert("train".into(), serde_json::to_value(t)?);
+        }
+        serde_json::to_string_pretty(&v)
     };
     if let Err(over) = graphc::check_budget(&compiled, &rerun) {
         // The summary (or the JSON, with the diagnosis as data), then the diagnosis

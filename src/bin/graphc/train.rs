@@ -80,11 +80,40 @@ fn parse_betas(s: &str) -> Result<(f64, f64), String> {
 }
 
 impl TrainArgs {
+    /// The step's options, the target's type as the loss expects it from the model's
+    /// output (mse: the output's type; cross-entropy: i64 labels of its leading dims).
+    pub fn options_for(&self, graph: &Graph) -> Result<TrainOptions> {
+        let out = match &self.loss_output {
+            Some(name) => graph.outputs().iter().find(|o| &o.name == name),
+            None => graph.outputs().first(),
+        }
+        .context("the model has no such output")?;
+        let ty = graph.node(out.node).ty.clone();
+        let target = match self.loss {
+            Some(LossArg::CrossEntropy) => {
+                let d = ty.shape.dims();
+                graphc::ir::TensorType::new(graphc::ir::DType::I64, d[..d.len().saturating_sub(1)].to_vec())
+            }
+            _ => ty,
+        };
+        self.options_of(target)
+    }
+
     /// The step's options, the target's type taken from `target`.
     pub fn options(&self, target: &Tensor) -> Result<TrainOptions> {
-        let (Some(loss), Some(name)) = (self.loss, &self.target) else {
-            bail!("a training step needs --loss mse|cross-entropy and --target NAME");
+        self.options_of(target.ty())
+    }
+
+    fn options_of(&self, target: graphc::ir::TensorType) -> Result<TrainOptions> {
+        let Some(loss) = self.loss else {
+            bail!("a training step needs --loss mse|cross-entropy");
         };
+        // Planning without a batch: the target is an input named as --target says, or
+        // `labels` / `target`.
+        let name = self.target.clone().unwrap_or_else(|| match loss {
+            LossArg::CrossEntropy => "labels".into(),
+            LossArg::Mse => "target".into(),
+        });
         let kind = match loss {
             LossArg::Mse => LossKind::Mse,
             LossArg::CrossEntropy => LossKind::CrossEntropy,
@@ -107,13 +136,13 @@ impl TrainArgs {
         Ok(TrainOptions {
             loss: Loss {
                 kind,
-                target: name.clone(),
+                target: name,
                 ignore_index: self.ignore_index,
                 shift_labels: self.shift_labels,
             },
             optimizer,
             freeze: self.freeze.clone(),
-            target: target.ty(),
+            target,
             output: self.loss_output.clone(),
         })
     }
@@ -193,12 +222,13 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     graphc::check_budget_on(&step, &args.model.rerun(&args.budget), args.device.device.planned_for())?;
     if let Some(t) = &step.train {
         println!(
-            "train    {} parameters ({} elements) trained, {} frozen, {} buffers; {} state slots; {} kernels",
+            "train    {} parameters ({} elements) trained, {} frozen, {} buffers; {} state slots ({} updated in place); {} kernels",
             t.report.trainable.len(),
             t.report.trainable_elements,
             t.report.frozen.len(),
             t.report.buffers.len(),
             t.state.slots.len(),
+            step.program.donated.len(),
             step.program.kernels.len()
         );
     }

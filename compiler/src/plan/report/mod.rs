@@ -18,6 +18,7 @@ mod picture;
 mod rerun;
 mod summary;
 mod svg;
+mod train;
 
 use serde::Serialize;
 
@@ -29,6 +30,7 @@ pub use picture::picture;
 pub use rerun::{shell_word, CommandLine, Rerun};
 pub use summary::{attention_savings, summary, summary_for};
 pub use svg::{svg, xml_escape};
+pub use train::TrainBytes;
 
 use super::{Device, MemoryPlan, PlanStep, PlannedBuffer};
 use crate::kernel::Program;
