@@ -92,7 +92,10 @@ impl TrainArgs {
         let target = match self.loss {
             Some(LossArg::CrossEntropy) => {
                 let d = ty.shape.dims();
-                graphc::ir::TensorType::new(graphc::ir::DType::I64, d[..d.len().saturating_sub(1)].to_vec())
+                graphc::ir::TensorType::new(
+                    graphc::ir::DType::I64,
+                    d.split_last().map(|(_, r)| r.to_vec()).unwrap_or_default(),
+                )
             }
             _ => ty,
         };
