@@ -38,6 +38,8 @@ impl StepRunner for CpuStep<'_> {
 pub enum StateError {
     #[error("the model was not compiled as a training step")]
     NotTraining,
+    #[error("state \"{0}\": {1}")]
+    Init(String, String),
     #[error("state \"{0}\" is not a slot of this step")]
     Unknown(String),
     #[error("state \"{name}\" should be {expected}, got {got}")]
@@ -65,12 +67,11 @@ impl<R: StepRunner> Stateful<R> {
     /// The step's state at its initial values (the model's weights, zero moments).
     pub fn new(model: &Compiled, runner: R) -> Result<Stateful<R>, StateError> {
         let training = model.train.as_ref().ok_or(StateError::NotTraining)?;
-        let state = training
-            .state
-            .slots
-            .iter()
-            .map(|s| (s.name.clone(), s.init.clone()))
-            .collect();
+        let mut state = BTreeMap::new();
+        for s in &training.state.slots {
+            let t = s.init.tensor().map_err(|m| StateError::Init(s.name.clone(), m))?;
+            state.insert(s.name.clone(), t);
+        }
         Ok(Stateful {
             runner,
             state,

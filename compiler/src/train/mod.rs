@@ -72,7 +72,33 @@ pub struct StateSlot {
     pub name: String,
     pub class: StateClass,
     /// The value before the first step.
-    pub init: Tensor,
+    pub init: Init,
+}
+
+/// A state slot's value before the first step: a model's weight (a handle, mapped
+/// from its file), or zeros, made only when a session loads the state (planning a
+/// step never allocates its optimizer's moments).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Init {
+    Value(Tensor),
+    Zeros(TensorType),
+}
+
+impl Init {
+    pub fn ty(&self) -> TensorType {
+        match self {
+            Init::Value(t) => t.ty(),
+            Init::Zeros(ty) => ty.clone(),
+        }
+    }
+
+    /// The value (zeros allocated now, fallibly: an error names the bytes).
+    pub fn tensor(&self) -> Result<Tensor, String> {
+        match self {
+            Init::Value(t) => Ok(t.clone()),
+            Init::Zeros(ty) => Tensor::try_zeros(ty),
+        }
+    }
 }
 
 /// The state of a training step, in a fixed order: parameters (in graph order), then
@@ -177,7 +203,7 @@ pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, T
                 state.slots.push(StateSlot {
                     name: name.clone(),
                     class: StateClass::Parameter,
-                    init,
+                    init: Init::Value(init),
                 });
                 node = Node {
                     op: Op::Input {
@@ -263,7 +289,10 @@ pub fn build_step(
         });
         let id = match id {
             Some(id) => id,
-            None => b.input(&slot.name, slot.init.dtype(), slot.init.shape().clone()).id(),
+            None => {
+                let ty = slot.init.ty();
+                b.input(&slot.name, ty.dtype, ty.shape).id()
+            }
         };
         params.push(id);
     }
@@ -300,9 +329,9 @@ pub fn build_step(
     Ok(graph)
 }
 
-/// Zero of a type (optimizer moments start at zero).
-pub(crate) fn zeros(ty: &TensorType) -> Tensor {
-    Tensor::zeros(ty)
+/// Zeros of a type (optimizer moments start at zero), made when a session loads them.
+pub(crate) fn zeros(ty: &TensorType) -> Init {
+    Init::Zeros(ty.clone())
 }
 
 /// The step counter's type.

@@ -86,6 +86,22 @@ impl Tensor {
         Tensor::full(ty, 0.0)
     }
 
+    /// [`Tensor::zeros`], allocated fallibly and without an f64 copy: an error naming
+    /// the bytes when the host cannot provide them.
+    pub fn try_zeros(ty: &TensorType) -> Result<Tensor, String> {
+        let data = TensorData::try_from_f64_fn(ty.dtype, ty.numel(), || 0.0).ok_or_else(|| {
+            format!(
+                "cannot allocate {} bytes of host memory for a {ty} tensor",
+                ty.size_bytes()
+            )
+        })?;
+        Ok(Tensor {
+            shape: ty.shape.clone(),
+            data: Arc::new(Storage::Owned(data)),
+            hash: Default::default(),
+        })
+    }
+
     /// A rank-0 tensor.
     pub fn scalar(dtype: DType, value: f64) -> Tensor {
         Tensor::full(&TensorType::new(dtype, Shape::scalar()), value)
