@@ -11,6 +11,8 @@
 #    executor on the same inputs), with and without CUDA graphs, for every
 #    examples/models/*.gir, the builder models (write_models), the fusion kernels
 #    (kernel_bench) and the ONNX fixtures;
+# b1. training: graphc train --device cuda against PyTorch's references, and a GPT-2-small
+#     training step against PyTorch eager and torch.compile (bench/train_check.py);
 # c. bench/torch_compare.py: graphc against PyTorch eager and torch.compile;
 # d. $OUT/gpu_check.md: both tables.
 #
@@ -25,7 +27,7 @@
 # (seconds per correctness run), TOTAL_BUDGET (seconds for the whole script),
 # CHECK_BUDGET (seconds after which no more correctness runs start), CHECK_JOBS
 # (correctness runs at once, 6; 1 when the GPU's compute mode is not Default),
-# SKIP_TORCH=1 (skip step c), TORCH_ARGS (extra arguments for torch_compare.py, e.g.
+# SKIP_TRAIN=1 (skip step b1), TRAIN_TIMEOUT (seconds for step b1, 200), SKIP_TORCH=1 (skip step c), TORCH_ARGS (extra arguments for torch_compare.py, e.g.
 # "--small" or "--only gpt_bf16"), PYTHON (default python3).
 
 set -u
@@ -102,6 +104,10 @@ write_md() {
 		echo "## Correctness: CUDA vs graphc's CPU executor (graphc run --device cuda --check)"
 		echo
 		correctness_md
+		echo
+		echo "## Training: graphc train on the GPU vs PyTorch (bench/train_check.py; ${TRAIN_STATUS:-not run})"
+		echo
+		cat "$OUT/train_check.md" 2>/dev/null || echo "(no results)"
 		echo
 		echo "## graphc vs PyTorch (bench/torch_compare.py)"
 		echo
@@ -374,6 +380,21 @@ done
 write_md
 say "correctness done"
 correctness_md
+
+# ---------------------------------------------------------------------------- b1. training
+# graphc train on the GPU against PyTorch's references (tests/fixtures/train), and one
+# GPT-2-small training step against PyTorch eager and torch.compile (bench/train_check.py).
+section "b1. training (bench/train_check.py)"
+if [ "${SKIP_TRAIN:-0}" = 1 ]; then
+	TRAIN_STATUS="skipped (SKIP_TRAIN=1)"
+else
+	timeout -k 10 "${TRAIN_TIMEOUT:-200}" "$PYTHON" "$ROOT/bench/train_check.py" --graphc "$GRAPHC" --out "$OUT" \
+		--scratch "$SCRATCH/train" </dev/null
+	rc=$?
+	TRAIN_STATUS="exit code $rc"
+	say "train_check.py exit code $rc"
+fi
+write_md
 
 # ---------------------------------------------------------------------------- c. torch_compare
 section "c. torch_compare.py"

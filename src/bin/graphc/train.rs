@@ -276,9 +276,21 @@ fn run_steps<R: graphc::train::StepRunner>(
     batch: &HashMap<String, Tensor>,
     steps: u64,
 ) -> Result<()> {
+    let mut times = Vec::with_capacity(steps as usize);
     for n in 1..=steps {
+        let t0 = std::time::Instant::now();
         let loss = graphc::train::step_loss(s, batch)?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
         println!("step {n} loss {}", loss as f32);
     }
+    // The first step builds and loads what the device needs; the median of the others.
+    let rest = if times.len() > 1 { &times[1..] } else { &times[..] };
+    let mut sorted = rest.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    println!(
+        "time     median step {median:.3} ms over {} step(s) after the first (wall clock: the batch and the state go to the device and back each step)",
+        rest.len()
+    );
     Ok(())
 }

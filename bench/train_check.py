@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Training on the GPU (step b1 of gpu_check.sh): graphc's training steps against
+PyTorch's, and a training step's time against PyTorch eager and torch.compile.
+
+1. Correctness: for every reference of tests/fixtures/train (scripts/train_refs.py:
+   an MLP, GPT-2 eager and SDPA, BERT, Llama; 3 SGD and 3 AdamW steps), run
+   `graphc train --device cuda --steps 3 --output ...` and compare each step's loss and
+   every parameter after the third with PyTorch's (relative error 1e-4; AdamW's
+   elements whose first-step gradient is 0 in exact arithmetic, within 1.5 lr a step).
+2. Time: a GPT-2-small-shaped LM (12 layers, d 768, 12 heads, vocab 50257; batch 4,
+   seq 512, f32, AdamW), exported as train_refs.py exports, one training step (forward,
+   cross-entropy, backward, AdamW) in PyTorch eager and under torch.compile (medians of
+   CUDA-event timings), and graphc train's median step (wall clock).
+
+Writes OUT/train_check.{json,md}.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def compare(name, opt, meta, ref, got_npz, losses):
+    out = {"model": name, "optimizer": opt}
+    want = ref["losses"]
+    errs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, want)]
+    out["loss_rel"] = max(errs) if errs else None
+    got = np.load(got_npz)
+    lr = meta["optimizers"]["adamw"]["lr"] if opt == "adamw" else None
+    top = max((np.abs(ref[k]).max() for k in ref.files if k.startswith("grad.")), default=0.0)
+    worst = 0.0
+    for k in meta["parameters"]:
+        g, w = got[k].astype(np.float64).copy(), ref[k].astype(np.float64).copy()
+        if lr is not None and ("grad." + k) in ref.files:
+            noise = np.abs(ref["grad." + k]) <= 1e-6 * top
+            if np.any(np.abs(g[noise] - w[noise]) > 1.5 * lr * 3):
+                worst = float("inf")
+            g[noise] = 0.0
+            w[noise] = 0.0
+        worst = max(worst, float(np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-30)))
+    out["param_rel_l2"] = worst
+    out["ok"] = len(losses) == 3 and out["loss_rel"] <= 1e-4 and worst <= 1e-4
+    return out
+
+
+def correctness(root, graphc, scratch, timeout):
+    rows = []
+    for d in sorted((root / "tests/fixtures/train").iterdir()):
+        meta = json.loads((d / "meta.json").read_text())
+        for opt, o in meta["optimizers"].items():
+            args = [graphc, "train", str(d / "model.onnx"), "--inputs", str(d / "inputs.npz"),
+                    "--loss", meta["loss"], "--target", meta["target"], "--optimizer", opt,
+                    "--lr", str(o["lr"]), "--weight-decay", str(o["weight_decay"]), "--steps", "3",
+                    "--device", os.environ.get("TRAIN_DEVICE", "cuda"), "--output", str(scratch / f"{d.name}_{opt}.npz")]
+            if meta["shift"]:
+                args.append("--shift-labels")
+            if opt == "sgd":
+                args += ["--momentum", str(o["momentum"]), "--dampening", str(o["dampening"])]
+            else:
+                args += ["--betas", f"{o['betas'][0]},{o['betas'][1]}", "--eps", str(o["eps"])]
+            t0 = time.time()
+            try:
+                p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+                losses = [float(l.split()[3]) for l in p.stdout.splitlines() if l.startswith("step ")]
+                if p.returncode != 0:
+                    rows.append({"model": d.name, "optimizer": opt, "ok": False,
+                                 "error": (p.stderr or p.stdout).strip()[-400:]})
+                    continue
+                r = compare(d.name, opt, meta, np.load(d / f"{opt}.npz"), scratch / f"{d.name}_{opt}.npz", losses)
+            except Exception as e:  # noqa: BLE001 - recorded, the next model runs
+                r = {"model": d.name, "optimizer": opt, "ok": False, "error": repr(e)[-400:]}
+            r["seconds"] = round(time.time() - t0, 1)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    return rows
+
+
+def timing(graphc, scratch, timeout, small):
+    import torch
+    import torch.nn.functional as F
+    import transformers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from train_refs import Logits  # noqa: E402
+
+    layers, d, heads, batch, seq = (2, 64, 4, 2, 32) if small else (12, 768, 12, 4, 512)
+    vocab = 128 if small else 50257
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=d, n_layer=layers, n_head=heads,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                                  attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = Logits(transformers.GPT2LMHeadModel(cfg), use_cache=False)
+    x = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(1))
+    onnx_path = scratch / "gpt2_train.onnx"
+    model.eval()
+    with torch.no_grad():
+        torch.onnx.export(model, (), kwargs={"input_ids": x}, f=str(onnx_path), dynamo=True, optimize=False,
+                          input_names=["input_ids"], output_names=["logits"], external_data=True)
+    np.savez(scratch / "gpt2_train_inputs.npz", input_ids=x.numpy(), labels=x.numpy())
+    res = {"shape": dict(layers=layers, d=d, heads=heads, batch=batch, seq=seq, vocab=vocab), "device": dev}
+
+    def step_fn(m, opt):
+        def step():
+            opt.zero_grad(set_to_none=True)
+            logits = m(input_ids=xd)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), xd[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    def median_ms(fn, warm=3, iters=10):
+        for _ in range(warm):
+            fn()
+        ts = []
+        for _ in range(iters):
+            if dev == "cuda":
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                torch.cuda.synchronize()
+                ts.append(a.elapsed_time(b))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t0) * 1e3)
+        return float(np.median(ts))
+
+    xd = x.to(dev)
+    for mode in ["eager", "compile"]:
+        try:
+            m = Logits(transformers.GPT2LMHeadModel(cfg), use_cache=False).to(dev)
+            m.load_state_dict(model.state_dict())
+            m.train()
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+            fn = step_fn(m, opt)
+            if mode == "compile":
+                fn = torch.compile(fn)
+            if dev == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            res[f"torch_{mode}_ms"] = median_ms(fn)
+            if dev == "cuda":
+                res[f"torch_{mode}_peak_bytes"] = torch.cuda.max_memory_allocated()
+        except Exception as e:  # noqa: BLE001
+            res[f"torch_{mode}_error"] = repr(e)[-400:]
+        del m
+    args = [graphc, "train", str(onnx_path), "--inputs", str(scratch / "gpt2_train_inputs.npz"), "--loss",
+            "cross-entropy", "--target", "labels", "--shift-labels", "--optimizer", "adamw", "--lr", "1e-4",
+            "--steps", "6", "--device", "cuda" if dev == "cuda" else "cpu"]
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        res["graphc_stdout"] = p.stdout[-2000:]
+        for line in p.stdout.splitlines():
+            if line.startswith("time ") and "median step" in line:
+                res["graphc_ms"] = float(line.split("median step")[1].split()[0])
+        if p.returncode != 0:
+            res["graphc_error"] = (p.stderr or p.stdout)[-400:]
+    except Exception as e:  # noqa: BLE001
+        res["graphc_error"] = repr(e)[-400:]
+    plan = subprocess.run([graphc, "plan", str(onnx_path), "--train", "--loss", "cross-entropy", "--shift-labels",
+                           "--optimizer", "adamw", "--json"], capture_output=True, text=True, timeout=timeout)
+    try:
+        res["graphc_plan_total_bytes"] = json.loads(plan.stdout)["train"]["total"]
+    except Exception:  # noqa: BLE001
+        res["graphc_plan_error"] = plan.stderr[-400:]
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--graphc", default="target/release/graphc")
+    ap.add_argument("--out", default="target/gpu-check")
+    ap.add_argument("--scratch", default="/tmp/gpu_check/train")
+    ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--small", action="store_true", help="tiny timing model, torch on the CPU if no GPU")
+    ap.add_argument("--skip-correctness", action="store_true")
+    a = ap.parse_args()
+    root = Path(__file__).resolve().parent.parent
+    out, scratch = Path(a.out), Path(a.scratch)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    rows = [] if a.skip_correctness else correctness(root, a.graphc, scratch, a.timeout)
+    result = {"correctness": rows}
+    (out / "train_check.json").write_text(json.dumps(result, indent=1))
+    try:
+        result["timing"] = timing(a.graphc, scratch, a.timeout * 3, a.small)
+    except Exception as e:  # noqa: BLE001 - e.g. no transformers on the machine
+        result["timing"] = {"error": repr(e)[-400:]}
+    (out / "train_check.json").write_text(json.dumps(result, indent=1))
+    md = ["| model | optimizer | result | loss rel | params rel L2 |", "|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['model']} | {r['optimizer']} | {'ok' if r.get('ok') else 'FAIL'} | "
+                  f"{r.get('loss_rel', '-')} | {r.get('param_rel_l2', r.get('error', '-'))} |")
+    t = result["timing"]
+    md += ["", f"training step {t.get('shape')} on {t.get('device')}{(': ' + t['error']) if 'error' in t else ''}:", "",
+           "| graphc (wall, median) | torch eager | torch.compile | graphc plan total | torch eager peak |",
+           "|---|---|---|---|---|",
+           f"| {t.get('graphc_ms', t.get('graphc_error', '-'))} ms | {t.get('torch_eager_ms', '-')} ms | "
+           f"{t.get('torch_compile_ms', t.get('torch_compile_error', '-'))} ms | {t.get('graphc_plan_total_bytes', '-')} | "
+           f"{t.get('torch_eager_peak_bytes', '-')} |"]
+    (out / "train_check.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0 if all(r.get("ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
