@@ -1,4 +1,4 @@
-//! Every kernel of every example model and ONNX fixture compiles with NVRTC for sm_89
+//! Every kernel of every example model, ONNX fixture and training step compiles with NVRTC for sm_89
 //! and sm_90 with no error and no warning, and (where ptxas is available) spills no
 //! registers on sm_89.
 //!
@@ -41,7 +41,11 @@ fn models() -> Vec<(String, Graph)> {
     // The attention kernel at every shape the self-test runs (dtypes, head dims to 256,
     // masks, grouped-query heads).
     for case in graphc::selftest::cases().unwrap() {
-        if case.name.starts_with("attention") || case.name.starts_with("qgemm") || case.name.starts_with("dequantize") {
+        if case.name.starts_with("attention")
+            || case.name.starts_with("qgemm")
+            || case.name.starts_with("dequantize")
+            || case.name.starts_with("op scatter_add")
+        {
             v.push((format!("selftest {}", case.name), case.graph));
         }
     }
@@ -71,6 +75,30 @@ fn kernels() -> Vec<CudaKernel> {
                 compiled_models.push((format!("{name} int4 {precision}"), c));
             }
         }
+    }
+    // Training steps (forward, backward with attention's, AdamW updates) of two of the
+    // PyTorch references.
+    for name in ["gpt2_sdpa", "llama"] {
+        let dir = repo_path(&format!("tests/fixtures/train/{name}"));
+        let g = graphc::load_model(&dir.join("model.onnx"), &[]).unwrap();
+        let labels = graphc::npz::read_arrays(&dir.join("inputs.npz"))
+            .unwrap()
+            .into_iter()
+            .find(|(n, _)| n == "labels")
+            .unwrap()
+            .1;
+        let opts = graphc::train::TrainOptions {
+            loss: graphc::train::Loss {
+                shift_labels: true,
+                ..graphc::train::Loss::new(graphc::train::LossKind::CrossEntropy, "labels")
+            },
+            optimizer: graphc::train::Optimizer::AdamW(Default::default()),
+            freeze: None,
+            target: labels.ty(),
+            output: None,
+        };
+        let step = graphc::train::compile_step(&g, opts, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        compiled_models.push((format!("{name} training step"), step));
     }
     for (name, compiled) in compiled_models {
         let ks = generate_all(&compiled.program).unwrap_or_else(|e| panic!("{name}: {e}"));
