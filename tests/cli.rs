@@ -4,6 +4,8 @@
 mod common;
 #[path = "cli/hints.rs"]
 mod hints;
+#[path = "cli/train.rs"]
+mod train;
 
 use std::path::Path;
 use std::process::{Command, Output};

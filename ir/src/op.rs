@@ -734,7 +734,7 @@ mod tests {
         }
         assert_eq!(
             names.len(),
-            16 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
+            19 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
         );
         assert_eq!(OpKind::from_name("no_such_op"), None);
     }

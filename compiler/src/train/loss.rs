@@ -4,7 +4,8 @@
 //! - `cross-entropy`: over the last axis of the logits with integer labels of the
 //!   leading shape, the mean over the tokens whose label is not `ignore_index`
 //!   (`nn.CrossEntropyLoss(ignore_index=-100)`); with `shift_labels`, as Hugging Face's
-//!   causal-LM loss, `logits[:, :-1]` against `labels[:, 1:]`. The label's log-probability
+//!   causal-LM loss, `logits[:, :-1]` against `labels[:, 1:]` (computed as the whole
+//!   logits against the labels moved left, the last position ignored: the same loss). The label's log-probability
 //!   is picked with a one-hot compare inside the row reduction (no gather, no
 //!   probability tensor): `loss = -sum_valid (x[label] - max - log sum exp(x - max)) / n_valid`.
 
@@ -93,6 +94,10 @@ pub(super) fn build<'b>(
             let labels = b
                 .input(&loss.target, target_ty.dtype, target_ty.shape.clone())
                 .cast(DType::I64);
+            // Shifted labels: position t predicts token t+1. The logits stay whole and
+            // the labels move instead (the last position gets `ignore_index`), which
+            // is the same loss without a sliced copy of the logits or a padded copy of
+            // their gradient.
             let (logits, labels) = if loss.shift_labels {
                 if pd.len() < 3 || pd[1] < 2 {
                     return Err(TrainError::Invalid(format!(
@@ -100,7 +105,12 @@ pub(super) fn build<'b>(
                     )));
                 }
                 let s = pd[1] as i64;
-                (pred.slice(1, 0, s - 1, 1), labels.slice(1, 1, s, 1))
+                let mut tail = labels.shape().dims().to_vec();
+                tail[1] = 1;
+                let ignored = b
+                    .scalar(DType::I64, loss.ignore_index as f64)
+                    .broadcast_to(&Shape::from(tail));
+                (pred, b.concat(&[labels.slice(1, 1, s, 1), ignored], 1))
             } else {
                 (pred, labels)
             };

@@ -284,7 +284,7 @@ fn run_steps<R: graphc::train::StepRunner>(
         println!("step {n} loss {}", loss as f32);
     }
     // The first step builds and loads what the device needs; the median of the others.
-    let rest = if times.len() > 1 { &times[1..] } else { &times[..] };
+    let rest = times.get(1..).filter(|r| !r.is_empty()).unwrap_or(&times);
     let mut sorted = rest.to_vec();
     sorted.sort_by(f64::total_cmp);
     let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);

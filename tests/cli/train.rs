@@ -1,0 +1,131 @@
+//! `graphc train` and `graphc plan --train`: the PyTorch MLP reference trained from the
+//! command line, and clean errors for a batch that does not fit the step.
+
+use super::{fails_with, graphc, stderr, stdout};
+use crate::common::temp_dir;
+
+const MLP: &str = "tests/fixtures/train/mlp/model.onnx";
+const MLP_IN: &str = "tests/fixtures/train/mlp/inputs.npz";
+
+#[test]
+fn train_prints_pytorchs_losses_and_writes_the_parameters() {
+    let dir = temp_dir("cli_train");
+    let out = dir.join("params.npz");
+    let o = graphc(&[
+        "train",
+        MLP,
+        "--inputs",
+        MLP_IN,
+        "--loss",
+        "mse",
+        "--target",
+        "y",
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.05",
+        "--momentum",
+        "0.9",
+        "--dampening",
+        "0.1",
+        "--weight-decay",
+        "0.01",
+        "--steps",
+        "3",
+        "--device",
+        "cpu",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let losses: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("step "))
+        .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+        .collect();
+    let want = [1.2100363969802856, 1.1346204280853271, 1.0132218599319458];
+    assert_eq!(losses.len(), 3, "{text}");
+    for (g, w) in losses.iter().zip(want) {
+        assert!((g - w).abs() <= 1e-5 * w, "{g} vs PyTorch {w}\n{text}");
+    }
+    assert!(text.contains("4 parameters (808 elements) trained"), "{text}");
+    let params = graphc::npz::read_arrays(&out).unwrap();
+    let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias"]);
+}
+
+#[test]
+fn plan_train_gives_bytes_by_class_adding_up_to_the_total() {
+    let o = graphc(&["plan", MLP, "--train", "--loss", "mse", "--optimizer", "adamw"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for class in [
+        "parameters",
+        "optimizer state",
+        "saved activations",
+        "gradients",
+        "temporaries",
+    ] {
+        assert!(text.contains(&format!("  {class} ")), "no {class} row:\n{text}");
+    }
+    let o = graphc(&[
+        "plan",
+        MLP,
+        "--train",
+        "--loss",
+        "mse",
+        "--optimizer",
+        "adamw",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["train"]["total"], v["total_bytes"]);
+    assert_eq!(v["train"]["parameters"], 808 * 4);
+    assert_eq!(v["train"]["optimizer_state"], 2 * 808 * 4 + 8);
+}
+
+#[test]
+fn a_batch_that_does_not_fit_the_step_is_an_error_naming_it() {
+    let dir = temp_dir("cli_train_errors");
+    let out = dir.join("never.npz");
+    let base = |extra: &[&str]| {
+        let mut a = vec![
+            "train",
+            MLP,
+            "--inputs",
+            MLP_IN,
+            "--optimizer",
+            "sgd",
+            "--device",
+            "cpu",
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        a.extend_from_slice(extra);
+        graphc(&a)
+    };
+    fails_with(
+        &base(&["--loss", "mse", "--target", "z"]),
+        "\"y\" is neither an input of the model nor the target \"z\"",
+    );
+    fails_with(&base(&["--loss", "mse"]), "--target NAME");
+    // Float targets where cross-entropy wants integer labels of the leading shape.
+    fails_with(
+        &base(&["--loss", "cross-entropy", "--target", "y"]),
+        "need integer labels",
+    );
+    fails_with(&base(&["--loss", "mse", "--target", "y", "--freeze", "("]), "--freeze");
+    fails_with(
+        &base(&["--loss", "mse", "--target", "y", "--freeze", "fc"]),
+        "nothing to train",
+    );
+    fails_with(&base(&["--loss", "mse", "--target", "y", "--steps", "0"]), "--steps");
+    fails_with(&base(&["--loss", "mse", "--target", "y", "--lr=-1"]), "lr -1");
+    fails_with(
+        &base(&["--loss", "mse", "--target", "y", "--precision", "bf16"]),
+        "compiles in fp32",
+    );
+    assert!(!out.exists(), "no output after an error");
+}
