@@ -110,48 +110,16 @@ pub(crate) fn generate(
             scale,
             causal,
             zero_masked_rows,
-        } => super::attention::generate(&super::attention::Args {
-            cx,
-            inputs,
-            in_param: &g.in_param,
-            out_param: g.out_param,
-            out: g.out,
-            params_decl: g.params_decl(),
-            scale: *scale,
-            causal: *causal,
-            zero_masked_rows: *zero_masked_rows,
-        })?,
+        } => super::attention::generate(&g.attention_args(*scale, *causal, *zero_masked_rows))?,
         Op::AttentionLse { scale, causal } => {
-            super::attention::backward::generate(&super::attention::backward::BackwardArgs {
-                cx,
-                inputs,
-                in_param: &g.in_param,
-                out_param: g.out_param,
-                out: g.out,
-                params_decl: g.params_decl(),
-                wrt: None,
-                scale: *scale,
-                causal: *causal,
-                zero_masked_rows: false,
-            })?
+            super::attention::backward::generate(&g.attention_args(*scale, *causal, false), None)?
         }
         Op::AttentionGrad {
             wrt,
             scale,
             causal,
             zero_masked_rows,
-        } => super::attention::backward::generate(&super::attention::backward::BackwardArgs {
-            cx,
-            inputs,
-            in_param: &g.in_param,
-            out_param: g.out_param,
-            out: g.out,
-            params_decl: g.params_decl(),
-            wrt: Some(*wrt),
-            scale: *scale,
-            causal: *causal,
-            zero_masked_rows: *zero_masked_rows,
-        })?,
+        } => super::attention::backward::generate(&g.attention_args(*scale, *causal, *zero_masked_rows), Some(*wrt))?,
         other => {
             return Err(CodegenError::UnsupportedOp {
                 kernel: cx.kernel.clone(),
@@ -233,6 +201,21 @@ impl Gen<'_> {
                 shared_mem_bytes: 0,
             },
         ))
+    }
+
+    /// The arguments of the attention kernels (forward and backward) for this op.
+    fn attention_args(&self, scale: f64, causal: bool, zero_masked_rows: bool) -> super::attention::Args<'_> {
+        super::attention::Args {
+            cx: self.cx,
+            inputs: self.inputs,
+            in_param: &self.in_param,
+            out_param: self.out_param,
+            out: self.out,
+            params_decl: self.params_decl(),
+            scale,
+            causal,
+            zero_masked_rows,
+        }
     }
 
     fn params_decl(&self) -> String {

@@ -106,7 +106,7 @@ pub fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, flags: Flag
         zero_masked_rows,
     } = flags;
     let nb: usize = dims.batch.iter().product();
-    let (hq, hkv, sq, sk, d, dv) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.d, dims.dv);
+    let (hq, hkv, sq, sk, dv) = (dims.hq, dims.hkv, dims.sq, dims.sk, dims.dv);
     let group = dims.group();
     let scale = T::from_f64(scale);
     let mut s = vec![T::ZERO; sk];
@@ -115,24 +115,8 @@ pub fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, flags: Flag
             let g = h / group;
             let kv = (b * hkv + g) * sk;
             for i in 0..sq {
-                let qrow = &x.q[((b * hq + h) * sq + i) * d..][..d];
-                let mut max = T::NEG_INF;
-                for (j, sj) in s.iter_mut().enumerate() {
-                    let krow = &x.k[(kv + j) * d..][..d];
-                    let mut dot = T::ZERO;
-                    for (a, c) in qrow.iter().zip(krow) {
-                        dot = dot + *a * *c;
-                    }
-                    let mut v = dot * scale;
-                    if let Some((m, st)) = &x.mask {
-                        v = v + m[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
-                    }
-                    if causal && j > i {
-                        v = T::NEG_INF;
-                    }
-                    *sj = v;
-                    max = nan_max(max, v);
-                }
+                scores_row(dims, x, scale, causal, b, h, i, &mut s);
+                let max = s.iter().fold(T::NEG_INF, |m, &v| nan_max(m, v));
                 let mut sum = T::ZERO;
                 for sj in s.iter_mut() {
                     *sj = (*sj - max).exp();

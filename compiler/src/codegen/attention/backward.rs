@@ -19,25 +19,10 @@ use graphc_ir::{AttentionDims, AttentionOperand, DType, TensorType};
 
 use super::super::cuda::{self, Writer};
 use super::super::prelude::Helpers;
-use super::super::{CodegenError, Ctx, GridSize, LaunchConfig, BLOCKS_PER_SM};
-use super::{strides, MAX_HEAD_DIM};
-use crate::kernel::Access;
+use super::super::{CodegenError, GridSize, LaunchConfig, BLOCKS_PER_SM};
+use super::{strides, Args, MAX_HEAD_DIM};
 
 const BLOCK: u32 = 128;
-
-pub(crate) struct BackwardArgs<'a> {
-    pub cx: &'a Ctx<'a>,
-    pub inputs: &'a [(Access, TensorType)],
-    pub in_param: &'a [usize],
-    pub out_param: usize,
-    pub out: &'a TensorType,
-    pub params_decl: String,
-    /// `None` for the log-sum-exp.
-    pub wrt: Option<AttentionOperand>,
-    pub scale: f64,
-    pub causal: bool,
-    pub zero_masked_rows: bool,
-}
 
 /// Operand roles, in the op's operand order.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -52,7 +37,7 @@ enum Role {
 }
 
 struct Gen<'a> {
-    a: &'a BackwardArgs<'a>,
+    a: &'a Args<'a>,
     dims: AttentionDims,
     d: DType,
     acc_t: &'static str,
@@ -162,9 +147,14 @@ impl Gen<'_> {
     }
 }
 
-pub(crate) fn generate(a: &BackwardArgs<'_>) -> Result<(&'static str, (String, Helpers), LaunchConfig), CodegenError> {
+/// The kernel of `attention_lse` (`wrt` None) or of `attention_grad` of `wrt`, with
+/// `a`'s operands, scale and flags (`zero_masked_rows` unused by the former).
+pub(crate) fn generate(
+    a: &Args<'_>,
+    wrt: Option<AttentionOperand>,
+) -> Result<(&'static str, (String, Helpers), LaunchConfig), CodegenError> {
     let tys: Vec<&TensorType> = a.inputs.iter().map(|(_, t)| t).collect();
-    let (att, roles): (Vec<&TensorType>, Vec<(Role, usize)>) = match a.wrt {
+    let (att, roles): (Vec<&TensorType>, Vec<(Role, usize)>) = match wrt {
         None => {
             let mut att = vec![tys[0], tys[1], tys[1]];
             let mut roles = vec![(Role::Q, 0), (Role::K, 1)];
@@ -214,7 +204,7 @@ pub(crate) fn generate(a: &BackwardArgs<'_>) -> Result<(&'static str, (String, H
     let dims = &g.dims;
     let nb: usize = dims.batch.iter().product();
     let nbd = dims.batch.len();
-    let (rows, what) = match a.wrt {
+    let (rows, what) = match wrt {
         None | Some(AttentionOperand::Q) => (nb * dims.hq * dims.sq, "query"),
         Some(_) => (nb * dims.hkv * dims.sk, "key"),
     };
@@ -222,13 +212,13 @@ pub(crate) fn generate(a: &BackwardArgs<'_>) -> Result<(&'static str, (String, H
     let len = if what == "query" { dims.sq } else { dims.sk };
     let mut h = Helpers::new();
     let mut w = Writer::new();
-    let name = match a.wrt {
+    let name = match wrt {
         None => "attention_lse",
         Some(_) => "attention_grad",
     };
     w.line(format!(
         "// {name}{}: {nb} x {} heads ({} kv), sq {}, sk {}, d {}, dv {}, scale {}, {}{}; one thread per {what} row",
-        a.wrt.map(|x| format!(" of {}", x.name())).unwrap_or_default(),
+        wrt.map(|x| format!(" of {}", x.name())).unwrap_or_default(),
         dims.hq,
         dims.hkv,
         dims.sq,
@@ -267,7 +257,7 @@ pub(crate) fn generate(a: &BackwardArgs<'_>) -> Result<(&'static str, (String, H
         ("expf", "logf")
     };
     let neg_inf = g.lit(f64::NEG_INFINITY);
-    match a.wrt {
+    match wrt {
         None => {
             // Two passes over the row's keys: the max (NaN-propagating), then the sum.
             w.line("const long long i = r;");
