@@ -241,24 +241,24 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
         Device::Cpu => {
             graphc::check_host_memory(&step)?;
             let mut s = graphc::train::cpu_session(&step)?;
-            run_steps(&mut s, &batch, args.steps)?;
+            run_steps(&mut s, &batch, args.steps, HOST_NOTE)?;
             graphc::train::parameters(&step, &s)
         }
         Device::CudaSim => {
             let mut s = graphc::train::sim_session(&step, &args.device.sim.options())?;
-            run_steps(&mut s, &batch, args.steps)?;
+            run_steps(&mut s, &batch, args.steps, DEVICE_NOTE)?;
             graphc::train::parameters(&step, &s)
         }
         Device::Cuda | Device::Auto => match graphc::train::cuda_session(&step, args.device.gpu.options()) {
             Ok(mut s) => {
-                run_steps(&mut s, &batch, args.steps)?;
+                run_steps(&mut s, &batch, args.steps, DEVICE_NOTE)?;
                 graphc::train::parameters(&step, &s)
             }
             Err(graphc::Error::Cuda(e)) if e.is_unavailable() && args.device.device == Device::Auto => {
                 println!("device   no usable GPU here, so the CPU: {e}");
                 graphc::check_host_memory(&step)?;
                 let mut s = graphc::train::cpu_session(&step)?;
-                run_steps(&mut s, &batch, args.steps)?;
+                run_steps(&mut s, &batch, args.steps, HOST_NOTE)?;
                 graphc::train::parameters(&step, &s)
             }
             Err(e) => return Err(e.into()),
@@ -271,10 +271,15 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     Ok(())
 }
 
+/// What one step's wall-clock time holds beyond the step, by device.
+const HOST_NOTE: &str = "wall clock";
+const DEVICE_NOTE: &str = "wall clock: the batch and the state go to the device and back each step";
+
 fn run_steps<R: graphc::train::StepRunner>(
     s: &mut graphc::train::Stateful<R>,
     batch: &HashMap<String, Tensor>,
     steps: u64,
+    note: &str,
 ) -> Result<()> {
     let mut times = Vec::with_capacity(steps as usize);
     for n in 1..=steps {
@@ -289,7 +294,7 @@ fn run_steps<R: graphc::train::StepRunner>(
     sorted.sort_by(f64::total_cmp);
     let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
     println!(
-        "time     median step {median:.3} ms over {} step(s) after the first (wall clock: the batch and the state go to the device and back each step)",
+        "time     median step {median:.3} ms over {} step(s) after the first ({note})",
         rest.len()
     );
     Ok(())
