@@ -142,3 +142,6 @@ pub fn print(graph: &Graph) -> String {
 pub fn parse(src: &str) -> Result<Graph, ParseError> {
     parse_module(src).map(|(g, _)| g)
 }
+
+#[cfg(test)]
+mod tests;
