@@ -53,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("step {n} loss {loss:.6}");
         }
     }
-    for (name, t) in train::parameters(&step, &session) {
+    for (name, t) in train::parameters(&step, &mut session)? {
         println!("# {name}: {}", t.ty());
     }
     Ok(())

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 pub use graphc_compiler::train::{AdamW, Loss, LossKind, Optimizer, Sgd, StateClass, TrainOptions};
 use graphc_compiler::{CompileOptions, Compiled};
 use graphc_ir::{Graph, Tensor};
-pub use graphc_runtime::state::{CpuStep, StateError, Stateful, StepRunner};
+pub use graphc_runtime::state::{CpuStep, KeptState, StateError, Stateful, StepRunner, Transfers};
 use graphc_runtime::RunError;
 
 use crate::Error;
@@ -74,13 +74,32 @@ pub fn sim_session<'m>(
     Stateful::new(step, runner).map_err(state_error)
 }
 
-/// A CUDA session as a step runner (state uploaded with each step's inputs and read
-/// back with its outputs).
+/// A CUDA session as a step runner: the state is kept in device memory between steps
+/// (uploaded once, updated in place by each step, read back when asked for); each
+/// step uploads the batch and downloads the loss.
 pub struct CudaStep(pub crate::cuda::Session);
 
 impl StepRunner for CudaStep {
     fn run_step(&mut self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RunError> {
         Ok(self.0.run(inputs)?)
+    }
+
+    fn kept(&mut self) -> Option<&mut dyn KeptState> {
+        Some(self)
+    }
+}
+
+impl KeptState for CudaStep {
+    fn write(&mut self, values: &[(&str, &Tensor)]) -> Result<(), RunError> {
+        Ok(self.0.write_inputs(values)?)
+    }
+
+    fn run(&mut self, batch: &HashMap<String, Tensor>, state: &[&str]) -> Result<Vec<(String, Tensor)>, RunError> {
+        Ok(self.0.run_kept(batch, state)?)
+    }
+
+    fn read(&mut self, names: &[&str]) -> Result<Vec<(String, Tensor)>, RunError> {
+        Ok(self.0.read_inputs(names)?)
     }
 }
 
@@ -100,16 +119,18 @@ pub fn step_loss<R: StepRunner>(session: &mut Stateful<R>, batch: &HashMap<Strin
     Ok(loss.1.to_f64_vec().first().copied().unwrap_or(f64::NAN))
 }
 
-/// The trainable parameters of a session's state, by model name, in state order.
-pub fn parameters<R: StepRunner>(step: &Compiled, session: &Stateful<R>) -> Vec<(String, Tensor)> {
+/// The trainable parameters of a session's state, by model name, in state order
+/// (read back from the device when the session keeps the state there).
+pub fn parameters<R: StepRunner>(step: &Compiled, session: &mut Stateful<R>) -> Result<Vec<(String, Tensor)>, Error> {
     let Some(training) = &step.train else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    training
+    let state = session.state().map_err(state_error)?;
+    Ok(training
         .state
         .parameters()
-        .filter_map(|s| session.state().get(&s.name).map(|t| (s.name.clone(), t.clone())))
-        .collect()
+        .filter_map(|s| state.get(&s.name).map(|t| (s.name.clone(), t.clone())))
+        .collect())
 }
 
 fn state_error(e: StateError) -> Error {

@@ -111,7 +111,7 @@ fn check<R: StepRunner>(
             rel(got, w)
         );
     }
-    let params = graphc::train::parameters(step, &s);
+    let params = graphc::train::parameters(step, &mut s).unwrap();
     let names: Vec<&str> = f.meta["parameters"]
         .as_array()
         .unwrap()
@@ -287,7 +287,76 @@ fn training_plans_have_no_score_matrices_and_add_up_by_class() {
             "{name}: two moments and an i64 step"
         );
         assert!(by.saved_activations_all > 0 && by.gradients_all > 0);
+        // The updates run as a few multi-tensor launches, which keep the peak the
+        // schedule chose (holding gradients only where the live bytes are below it).
+        let live = graphc_compiler::plan::live_bytes(&step.program);
+        assert_eq!(
+            live.iter().copied().max(),
+            Some(step.schedule.peak),
+            "{name}: merging the updates keeps the schedule's peak"
+        );
+        let parts: usize = step
+            .program
+            .kernels
+            .iter()
+            .filter_map(|k| match &k.kind {
+                graphc_compiler::kernel::KernelKind::MultiTensor(m) => Some(m.parts.len()),
+                _ => None,
+            })
+            .sum();
+        let n = t.state.parameters().count();
+        assert!(
+            parts >= n / 2 && by.update_kernels <= n / 4,
+            "{name}: {n} parameters, {parts} updates in multi-tensor launches, {} update kernels",
+            by.update_kernels
+        );
     }
+}
+
+/// A multi-tensor launch whose parts are not independent is rejected by the kernel
+/// verifier, and a part reading another part's donated input by the donation check.
+#[test]
+fn dependent_parts_of_a_multi_tensor_launch_are_rejected() {
+    use graphc_compiler::kernel::{verify, KernelKind, KernelVerifyError};
+    let f = load("mlp");
+    let step = graphc::train::compile_step(&f.graph, options(&f, "adamw"), &Default::default()).unwrap();
+    let k = step
+        .program
+        .kernels
+        .iter()
+        .position(|k| matches!(k.kind, KernelKind::MultiTensor(_)))
+        .expect("the MLP's updates in one launch");
+    let mut p = step.program.clone();
+    let KernelKind::MultiTensor(m) = &mut p.kernels[k].kind else {
+        unreachable!()
+    };
+    let written = m.parts[0].stores[0].access.buffer;
+    let donated_input = step.program.donated.iter().find(|d| d.output == written).unwrap().input;
+    // Part 1 reads what part 0 writes.
+    let mut bad = m.clone();
+    let rank = bad.parts[1].space.len();
+    bad.parts[1].inputs.push(graphc_compiler::kernel::Access {
+        buffer: written,
+        offset: 0,
+        strides: vec![0; rank],
+    });
+    let mut q = step.program.clone();
+    q.kernels[k].kind = KernelKind::MultiTensor(bad);
+    let err = verify(&q).unwrap_err();
+    assert!(
+        matches!(err, KernelVerifyError::PartConflict { part: 1, other: 0, .. }),
+        "{err}"
+    );
+    // Part 1 reads the input part 0 overwrites in place (same type: a valid kernel).
+    let rank = m.parts[1].space.len();
+    m.parts[1].inputs.push(graphc_compiler::kernel::Access {
+        buffer: donated_input,
+        offset: 0,
+        strides: vec![0; rank],
+    });
+    verify(&p).unwrap();
+    let err = graphc_compiler::train::donate::check(&p).unwrap_err();
+    assert!(err.contains("only at the elements it stores"), "{err}");
 }
 
 /// A donation the schedule breaks is caught: the update moved before a reader of the

@@ -417,6 +417,9 @@ fn run_plan(
     let start = Instant::now();
     let order = schedule(&program);
     let program = order.apply(program);
+    // Training: the parameters' update kernels merged into multi-tensor launches where
+    // that keeps the schedule's peak (the schedule's order is of the program before).
+    let (program, _) = crate::train::multi::merge_updates(program);
     let mut plan = plan_memory(&program, &opts.memory)?;
     plan.schedule = order.name;
     if cfg!(debug_assertions) || opts.verify_each_pass {

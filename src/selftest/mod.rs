@@ -28,6 +28,9 @@ pub struct Case {
     pub name: String,
     pub graph: Graph,
     pub inputs: HashMap<String, Tensor>,
+    /// A training step of `graph` (its inputs then include the state), compiled with
+    /// [`crate::train::compile_step`].
+    pub train: Option<crate::train::TrainOptions>,
 }
 
 /// The outcome of one case.
@@ -111,7 +114,11 @@ pub fn run_case(
         pass: false,
         no_device: None,
     };
-    let compiled = match crate::compile(&case.graph) {
+    let compiled = match &case.train {
+        Some(t) => crate::train::compile_step(&case.graph, t.clone(), &Default::default()),
+        None => crate::compile(&case.graph),
+    };
+    let compiled = match compiled {
         Ok(c) => c,
         Err(e) => {
             r.error = Some(format!("compile: {e}"));
@@ -208,7 +215,12 @@ impl Cases {
             };
             inputs.insert(name, t);
         }
-        self.0.push(Case { name, graph, inputs });
+        self.0.push(Case {
+            name,
+            graph,
+            inputs,
+            train: None,
+        });
         Ok(())
     }
 }
@@ -220,6 +232,7 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
     quant_cases(&mut c)?;
     kernel_cases(&mut c)?;
     model_cases(&mut c)?;
+    train_cases(&mut c)?;
     Ok(c.0)
 }
 
@@ -494,6 +507,7 @@ fn model_cases(c: &mut Cases) -> Result<(), GraphError> {
         name: "model: transformer block f32".into(),
         graph: block,
         inputs,
+        train: None,
     });
     let g = crate::models::gpt(&crate::models::GptConfig {
         layers: 2,
@@ -505,7 +519,86 @@ fn model_cases(c: &mut Cases) -> Result<(), GraphError> {
         name: "model: 2-layer GPT bf16".into(),
         graph: g,
         inputs,
+        train: None,
     });
+    Ok(())
+}
+
+/// Whole training steps of an MLP (odd widths: vector loops with tails): the loss,
+/// the backward and every parameter's update, the updates run by multi-tensor
+/// launches, each parameter and moment written over its input (donated). The
+/// moments start non-zero (AdamW's second moment non-negative) and the step counter
+/// at 3, so every term of the update counts.
+fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
+    use crate::train::{AdamW, Loss, LossKind, Optimizer, Sgd, StateClass, TrainOptions};
+    let cfg = crate::models::MlpConfig {
+        batch: 8,
+        widths: vec![13, 40, 6],
+        ..Default::default()
+    };
+    let optimizers = [
+        (
+            "adamw",
+            Optimizer::AdamW(AdamW {
+                lr: 1e-2,
+                weight_decay: 0.1,
+                ..AdamW::default()
+            }),
+        ),
+        (
+            "sgd nesterov",
+            Optimizer::Sgd(Sgd {
+                lr: 0.1,
+                momentum: 0.9,
+                dampening: 0.0,
+                weight_decay: 0.01,
+                nesterov: true,
+            }),
+        ),
+    ];
+    for (i, (label, optimizer)) in optimizers.into_iter().enumerate() {
+        let graph = crate::models::mlp(&cfg)?;
+        let seed = 5000 + 16 * i as u64;
+        let x = random(TensorType::new(DType::F32, [cfg.batch, 13]), seed);
+        let y = random(TensorType::new(DType::F32, [cfg.batch, 6]), seed + 1);
+        let opts = TrainOptions {
+            loss: Loss::new(LossKind::Mse, "y"),
+            optimizer,
+            freeze: None,
+            target: y.ty(),
+            output: None,
+        };
+        let step = crate::train::compile_step(&graph, opts.clone(), &Default::default())
+            .map_err(|e| GraphError::Graph(format!("training step {label}: {e}")))?;
+        let Some(training) = &step.train else {
+            return Err(GraphError::Graph(format!("training step {label}: no state")));
+        };
+        let mut inputs: HashMap<String, Tensor> = [("x".to_string(), x), ("y".to_string(), y)].into();
+        for (k, slot) in training.state.slots.iter().enumerate() {
+            let t = match slot.class {
+                StateClass::OptimizerState => {
+                    let r = random(slot.init.ty(), seed + 2 + k as u64).to_f64_vec();
+                    let v: Vec<f64> = r.iter().map(|x| 0.01 * x.abs()).collect();
+                    Tensor::new(slot.init.ty().shape, TensorData::from_f64(slot.init.ty().dtype, &v))
+                        .map_err(|e| e.to_string())
+                }
+                StateClass::Step => {
+                    let ty = slot.init.ty();
+                    Tensor::new(ty.shape.clone(), TensorData::from_f64(ty.dtype, &vec![3.0; ty.numel()]))
+                        .map_err(|e| e.to_string())
+                }
+                StateClass::Parameter => slot.init.tensor(),
+            }
+            .map_err(|e| GraphError::Graph(format!("training step {label}: state {}: {e}", slot.name)))?;
+            inputs.insert(slot.name.clone(), t);
+        }
+        c.0.push(Case {
+            name: format!("training step {label}: mlp, multi-tensor update"),
+            graph,
+            inputs,
+            train: Some(opts),
+        });
+    }
     Ok(())
 }
 
@@ -560,6 +653,34 @@ mod tests {
         );
     }
 
+    /// The training cases run the parameters' updates in one multi-tensor launch.
+    #[test]
+    fn training_cases_run_their_updates_as_one_multi_tensor_kernel() {
+        let cases: Vec<Case> = cases().unwrap().into_iter().filter(|c| c.train.is_some()).collect();
+        assert_eq!(cases.len(), 2);
+        for case in cases {
+            let step =
+                crate::train::compile_step(&case.graph, case.train.clone().unwrap(), &Default::default()).unwrap();
+            let multi: Vec<usize> = step
+                .program
+                .kernels
+                .iter()
+                .filter_map(|k| match &k.kind {
+                    graphc_compiler::kernel::KernelKind::MultiTensor(m) => Some(m.parts.len()),
+                    _ => None,
+                })
+                .collect();
+            // The first update runs at the schedule's peak (its gradient is the last
+            // one the backward makes before the peak): held, it would raise it.
+            assert!(
+                !multi.is_empty() && multi.len() <= 2 && multi.iter().sum::<usize>() >= 3,
+                "{}: the 4 parameters' updates but one in one or two launches: {multi:?}",
+                case.name
+            );
+            assert_eq!(step.program.donated.len(), step.train.unwrap().state.slots.len());
+        }
+    }
+
     #[test]
     fn a_missing_device_is_kept_typed() {
         let case = Case {
@@ -571,6 +692,7 @@ mod tests {
                 b.finish().unwrap()
             },
             inputs: [("x".to_string(), random(TensorType::new(DType::F32, [4]), 1))].into(),
+            train: None,
         };
         let mut no_gpu = |_: &Compiled, _: &HashMap<String, Tensor>| -> Outputs {
             Err(crate::Error::Cuda(crate::cuda::CudaError::NoDevice("no GPU".into())))

@@ -58,7 +58,6 @@ struct Setup<'a> {
     /// The inputs read (loads and gathers), sorted.
     used: Vec<usize>,
     gathers: bool,
-    params: Params,
     in_param: Vec<usize>,
     store_param: Vec<usize>,
     numel: usize,
@@ -66,12 +65,15 @@ struct Setup<'a> {
 }
 
 impl<'a> Setup<'a> {
+    /// The kernel's buffers are added to `params` (shared by the parts of a
+    /// multi-tensor kernel).
     fn new(
         cx: &Ctx,
         space: &'a [usize],
         inputs: &'a [Access],
         body: &'a Body,
         stores: &'a [Store],
+        params: &mut Params,
     ) -> Result<Setup<'a>, CodegenError> {
         let rank = space.len();
         for (i, a) in inputs.iter().enumerate() {
@@ -106,7 +108,6 @@ impl<'a> Setup<'a> {
             .iter()
             .any(|&id| matches!(body.exprs[id.index()].0, Expr::Gather { .. }));
 
-        let mut params = Params::new();
         let mut in_param = vec![usize::MAX; inputs.len()];
         for &n in &used {
             in_param[n] = params.add(cx, inputs[n].buffer, ParamAccess::Read)?;
@@ -131,7 +132,6 @@ impl<'a> Setup<'a> {
             live,
             used,
             gathers,
-            params,
             in_param,
             store_param,
             numel,
@@ -391,22 +391,20 @@ pub(crate) fn generate(
     body: &Body,
     stores: &[Store],
 ) -> Result<CudaKernel, CodegenError> {
-    let s = Setup::new(cx, space, inputs, body, stores)?;
+    let mut params = Params::new();
+    let s = Setup::new(cx, space, inputs, body, stores, &mut params)?;
     let mut h = Helpers::new();
     let mut w = Writer::new();
     let t = s.ix.ty();
     w.line(format!(
         "extern \"C\" __global__ void __launch_bounds__({ELEMENTWISE_BLOCK}) {}({}) {{",
         cuda::ENTRY_PLACEHOLDER,
-        s.params.c_decl()
+        params.c_decl()
     ));
     let mut inner = Writer::new();
     inner.line(format!("const {t} tid = ({t})blockIdx.x * blockDim.x + threadIdx.x;"));
     inner.line(format!("const {t} nthreads = ({t})gridDim.x * blockDim.x;"));
-    let work = match s.fast_plan(cx)? {
-        Some(f) => fast_path(cx, &s, &f, &mut inner, &mut h)?,
-        None => general_path(cx, &s, &mut inner, &mut h)?,
-    };
+    let work = loops(cx, &s, &mut inner, &mut h)?;
     for l in inner.finish().lines() {
         w.line(format!("  {l}"));
     }
@@ -418,13 +416,92 @@ pub(crate) fn generate(
         name: String::new(),
         source,
         entry,
-        params: s.params.list,
+        params: params.list,
         launch: LaunchConfig {
             block: ELEMENTWISE_BLOCK,
             grid: GridSize::PerSm {
                 blocks_per_sm: BLOCKS_PER_SM,
                 max_blocks: if numel == 0 { 0 } else { blocks },
             },
+            shared_mem_bytes: 0,
+        },
+        gemm: None,
+    })
+}
+
+/// The loops of one elementwise kernel over `tid` and `nthreads` (declared by the
+/// caller): the fast path when it applies, else the general path. Returns the work
+/// items (vector steps or elements).
+fn loops(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<usize, CodegenError> {
+    match s.fast_plan(cx)? {
+        Some(f) => fast_path(cx, s, &f, w, h),
+        None => general_path(cx, s, w, h),
+    }
+}
+
+/// The most blocks one part of a multi-tensor kernel gets (a bigger part loops).
+pub(crate) const MULTI_PART_MAX_BLOCKS: usize = 1024;
+
+/// A multi-tensor kernel ([`crate::kernel::MultiTensorKernel`]): one launch whose
+/// blocks are split among the parts, each part a range of blocks running that part's
+/// elementwise loops (the same code its own kernel would run) over its own buffers.
+/// The grid is the sum of the parts' blocks, each part's
+/// `min(ceil(work / block), MULTI_PART_MAX_BLOCKS)`.
+pub(crate) fn generate_multi(cx: &Ctx, parts: &[crate::kernel::ElementwiseKernel]) -> Result<CudaKernel, CodegenError> {
+    let mut params = Params::new();
+    let mut setups = Vec::with_capacity(parts.len());
+    for p in parts {
+        setups.push(Setup::new(cx, &p.space, &p.inputs, &p.body, &p.stores, &mut params)?);
+    }
+    let mut h = Helpers::new();
+    let mut w = Writer::new();
+    w.line(format!(
+        "extern \"C\" __global__ void __launch_bounds__({ELEMENTWISE_BLOCK}) {}({}) {{",
+        cuda::ENTRY_PLACEHOLDER,
+        params.c_decl()
+    ));
+    let mut first = 0usize;
+    for (i, s) in setups.iter().enumerate() {
+        if s.numel == 0 {
+            continue;
+        }
+        let t = s.ix.ty();
+        let mut inner = Writer::new();
+        let work = loops(cx, s, &mut inner, &mut h)?;
+        let blocks = work
+            .div_ceil(ELEMENTWISE_BLOCK as usize)
+            .clamp(1, MULTI_PART_MAX_BLOCKS);
+        let end = first + blocks;
+        if end > u32::MAX as usize {
+            return Err(cx.unsupported(format!("{end} blocks in one multi-tensor launch")));
+        }
+        let branch = if first == 0 { "if" } else { "} else if" };
+        w.line(format!(
+            "  {branch} (blockIdx.x < {end}u) {{  // part {i}: {:?}",
+            s.space
+        ));
+        w.line(format!(
+            "    const {t} tid = ({t})(blockIdx.x - {first}u) * blockDim.x + threadIdx.x;"
+        ));
+        w.line(format!("    const {t} nthreads = ({t}){blocks} * blockDim.x;"));
+        for l in inner.finish().lines() {
+            w.line(format!("    {l}"));
+        }
+        first = end;
+    }
+    if first > 0 {
+        w.line("  }");
+    }
+    w.line("}");
+    let (source, entry) = finish("multi", &h, &w.finish());
+    Ok(CudaKernel {
+        name: String::new(),
+        source,
+        entry,
+        params: params.list,
+        launch: LaunchConfig {
+            block: ELEMENTWISE_BLOCK,
+            grid: GridSize::Fixed { blocks: first as u32 },
             shared_mem_bytes: 0,
         },
         gemm: None,

@@ -202,6 +202,7 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         KernelKind::Row(r) => row::generate(&cx, r)?,
         KernelKind::MatMul(mm) => matmul::generate(&cx, mm)?,
         KernelKind::Op(o) => op_kernels::generate(&cx, &o.op, &o.inputs, o.output)?,
+        KernelKind::MultiTensor(m) => elementwise::generate_multi(&cx, &m.parts)?,
     };
     out.name = name;
     Ok(out)

@@ -76,6 +76,9 @@ pub struct Groups {
     /// Groups that must stay elementwise kernels (they hold a value written in place
     /// over an input: a training step's state update, [`Groups::keep_elementwise`]).
     ew_only: Vec<bool>,
+    /// Groups of a training step's optimizer update ([`Groups::set_update_region`]):
+    /// they merge only with each other.
+    update: Vec<bool>,
 }
 
 /// Which way a walk over the group graph follows edges.
@@ -123,6 +126,7 @@ impl Groups {
                 })
                 .collect(),
             ew_only: vec![false; n],
+            update: vec![false; n],
             consumers,
         }
     }
@@ -133,6 +137,30 @@ impl Groups {
     pub fn keep_elementwise(&mut self, n: usize) {
         if let Some(f) = self.ew_only.get_mut(n) {
             *f = true;
+        }
+    }
+
+    /// Mark a training step's optimizer update: the elementwise nodes computed only
+    /// for the state outputs in `roots` (every consumer of such a node is one too, or
+    /// it is a root). They fuse only with each other, so each parameter's update is
+    /// one elementwise kernel reading its gradient as stored (its `(1 - beta) * g`
+    /// never lands in the gradient's GEMM epilogue or row kernel as an extra stored
+    /// value), and the kernels of different parameters are alike (one multi-tensor
+    /// launch can run them, [`crate::train::multi`]). Call before [`Groups::fuse`].
+    pub fn set_update_region(&mut self, nodes: &[FNode], roots: &[usize], stored: &[bool]) {
+        let n = nodes.len();
+        let mut root = vec![false; n];
+        for &r in roots {
+            if let Some(x) = root.get_mut(r) {
+                *x = true;
+            }
+        }
+        // Consumers come after their operands: decide from the last node back.
+        for i in (0..n).rev() {
+            let elementwise = matches!(nodes[i].kind, FKind::Ew(_) | FKind::Copy);
+            let only_for_update =
+                !stored[i] && !self.consumers[i].is_empty() && self.consumers[i].iter().all(|&(c, _)| self.update[c]);
+            self.update[i] = elementwise && (root[i] || only_for_update);
         }
     }
 
@@ -229,6 +257,9 @@ impl Groups {
     fn try_merge(&mut self, nodes: &[FNode], p: usize, c: usize) -> bool {
         let (gp, gc) = (self.find(p), self.find(c));
         if gp == gc {
+            return false;
+        }
+        if self.update[gp] != self.update[gc] {
             return false;
         }
         let Some((space, levels)) = self.combine(nodes, gp, gc) else {

@@ -71,11 +71,16 @@ pub fn fuse_keeping(graph: &Graph, in_place: &[String]) -> Result<(Program, Fuse
     let nodes = nodes::Nodes::build(graph);
     let mut groups = group::Groups::new(&nodes.nodes);
     let mut is_output = vec![false; nodes.nodes.len()];
+    let mut roots = Vec::new();
     for (name, o) in &nodes.outputs {
         is_output[o.root] = true;
         if in_place.contains(name) {
             groups.keep_elementwise(o.root);
+            roots.push(o.root);
         }
+    }
+    if !roots.is_empty() {
+        groups.set_update_region(&nodes.nodes, &roots, &is_output);
     }
     groups.fuse(&nodes.nodes, &is_output);
     let program = emit::emit(graph, &nodes, &mut groups);

@@ -230,6 +230,15 @@ pub struct ElementwiseKernel {
     pub stores: Vec<Store>,
 }
 
+/// Independent elementwise kernels run by one launch, each over its own space and
+/// buffers (a training step's optimizer update over many parameters, as PyTorch's
+/// multi-tensor `foreach` kernels): no part reads a buffer another part writes, so the
+/// parts may run in any order or at once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiTensorKernel {
+    pub parts: Vec<ElementwiseKernel>,
+}
+
 /// A row kernel over `outer ++ inner`: `stages` reduce over `inner` in order (a stage
 /// may use earlier stages' results through [`Expr::Stage`]), then `row_stores`
 /// write per-row values (space `outer`; they use stages and row-level loads only)
@@ -316,6 +325,7 @@ pub enum KernelKind {
     Row(RowKernel),
     MatMul(MatMulKernel),
     Op(OpKernel),
+    MultiTensor(MultiTensorKernel),
 }
 
 /// One kernel: what it computes, plus which IR nodes it came from (for reports).
@@ -342,6 +352,7 @@ impl Kernel {
                 .chain(inputs.iter().map(|x| x.buffer))
                 .collect(),
             KernelKind::Op(OpKernel { inputs, .. }) => inputs.iter().map(|(a, _)| a.buffer).collect(),
+            KernelKind::MultiTensor(m) => m.parts.iter().flat_map(|p| p.inputs.iter().map(|a| a.buffer)).collect(),
         };
         v.sort();
         v.dedup();
@@ -357,6 +368,11 @@ impl Kernel {
                 row_stores.iter().chain(stores).map(|s| s.access.buffer).collect()
             }
             KernelKind::Op(OpKernel { output, .. }) => vec![*output],
+            KernelKind::MultiTensor(m) => m
+                .parts
+                .iter()
+                .flat_map(|p| p.stores.iter().map(|s| s.access.buffer))
+                .collect(),
         }
     }
 
@@ -367,6 +383,7 @@ impl Kernel {
             KernelKind::Row(_) => "row",
             KernelKind::MatMul(_) => "matmul",
             KernelKind::Op(o) => o.op.name(),
+            KernelKind::MultiTensor(_) => "multi_tensor",
         }
     }
 }
@@ -432,6 +449,11 @@ impl Program {
                 reads.extend(mm.inputs.iter().map(|x| (x, dims(mm.m, mm.n))));
             }
             KernelKind::Op(o) => reads.extend(o.inputs.iter().map(|(a, t)| (a, t.shape.dims().to_vec()))),
+            KernelKind::MultiTensor(m) => {
+                for p in &m.parts {
+                    reads.extend(p.inputs.iter().map(|a| (a, p.space.clone())));
+                }
+            }
         }
         if let KernelKind::MatMul(MatMulKernel { quant: Some(q), .. }) = &kernel.kind {
             // The scales are read once each; `b` counts the packed bytes (the logical

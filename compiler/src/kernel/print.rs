@@ -107,6 +107,20 @@ pub fn print_program(p: &Program) -> String {
                 }
                 let _ = writeln!(s, "    out = b{}", output.0);
             }
+            KernelKind::MultiTensor(m) => {
+                let _ = writeln!(s, " {} parts nodes [{}]", m.parts.len(), nodes.join(" "));
+                for (i, part) in m.parts.iter().enumerate() {
+                    let _ = writeln!(s, "  part {i} {:?}", part.space);
+                    print_inputs(&mut s, &part.inputs);
+                    match m.parts[..i].iter().position(|q| q.body == part.body) {
+                        Some(j) => {
+                            let _ = writeln!(s, "    body of part {j}");
+                        }
+                        None => print_body(&mut s, &part.body),
+                    }
+                    print_stores(&mut s, "store", &part.stores);
+                }
+            }
         }
     }
     s

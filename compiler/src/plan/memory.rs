@@ -723,6 +723,11 @@ fn view_reads(program: &Program, kernel: &crate::kernel::Kernel) -> usize {
                 + mm.inputs.iter().filter(|a| !plain(a, &dims(mm.m, mm.n))).count()
         }
         KernelKind::Op(o) => o.inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
+        KernelKind::MultiTensor(m) => m
+            .parts
+            .iter()
+            .map(|p| p.inputs.iter().filter(|a| !plain(a, &p.space)).count())
+            .sum(),
     }
 }
 

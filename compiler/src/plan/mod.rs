@@ -53,5 +53,5 @@ pub use offsets::{
 pub use report::{
     check_budget, check_budget_for, diagnose, over_budget_diagnosis, Diagnosis, OverBudget, PlanJson, Remedy, Rerun,
 };
-pub use schedule::{apply_schedule, candidate_orders, schedule, Schedule, Scheduler};
+pub use schedule::{apply_schedule, candidate_orders, live_bytes, schedule, Schedule, Scheduler};
 pub use verify::{verify, verify_plan};

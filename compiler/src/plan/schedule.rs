@@ -103,7 +103,9 @@ impl std::str::FromStr for Scheduler {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// Kernel indices of the input program, in the order to run them: `order[pos]` is
-    /// the original index of the kernel that runs at position `pos`.
+    /// the original index of the kernel that runs at position `pos`. (A training step's
+    /// program then has its updates merged, `crate::train::multi`: its kernels are
+    /// fewer than this order's.)
     pub order: Vec<usize>,
     /// The winning candidate.
     pub name: Scheduler,
@@ -244,6 +246,11 @@ impl Deps {
     /// The peak of live arena bytes when kernels run in `order`: a temp is live from the
     /// step that writes it through the last step that reads it.
     fn peak(&self, order: &[usize]) -> u64 {
+        self.live(order).into_iter().max().unwrap_or(0)
+    }
+
+    /// The live arena bytes at each step of `order` ([`Deps::peak`]'s count).
+    fn live(&self, order: &[usize]) -> Vec<u64> {
         let n = self.bytes.len();
         let (mut first, mut last) = (vec![usize::MAX; n], vec![0usize; n]);
         for (t, &i) in order.iter().enumerate() {
@@ -263,12 +270,14 @@ impl Deps {
                 delta[last[b] + 1] -= i128::from(self.bytes[b]);
             }
         }
-        let (mut live, mut peak) = (0i128, 0i128);
-        for d in delta {
-            live += d;
-            peak = peak.max(live);
-        }
-        peak as u64
+        let mut live = 0i128;
+        delta[..order.len()]
+            .iter()
+            .map(|d| {
+                live += d;
+                live.max(0) as u64
+            })
+            .collect()
     }
 
     /// Depth-first post-order from the kernels no other kernel depends on (in program
@@ -496,6 +505,14 @@ pub fn schedule(program: &Program) -> Schedule {
         peak,
         candidates: tried,
     }
+}
+
+/// The live arena bytes at each step of `program` run in its own order (a temp that
+/// is not an output is live from the step that writes it through its last reader),
+/// whose maximum is the peak [`schedule`] minimizes.
+pub fn live_bytes(program: &Program) -> Vec<u64> {
+    let deps = Deps::new(program);
+    deps.live(&(0..program.kernels.len()).collect::<Vec<_>>())
 }
 
 /// `program` with its kernels in `order` (a permutation of its kernel indices: `order[pos]`

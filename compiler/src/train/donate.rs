@@ -85,6 +85,24 @@ fn same_element(program: &Program, k: usize, input: usize, out: usize) -> bool {
             }
             (r.space(), &r.inputs, &r.stores)
         }
+        // The part that stores it; the other parts run at the same time, so none may
+        // read the input.
+        KernelKind::MultiTensor(m) => {
+            let stores_out =
+                |p: &crate::kernel::ElementwiseKernel| p.stores.iter().any(|s| s.access.buffer.index() == out);
+            let Some(part) = m.parts.iter().find(|p| stores_out(p)) else {
+                return false;
+            };
+            let others_read = m
+                .parts
+                .iter()
+                .filter(|p| !stores_out(p))
+                .any(|p| p.inputs.iter().any(|a| a.buffer.index() == input));
+            if others_read {
+                return false;
+            }
+            (part.space.clone(), &part.inputs, &part.stores)
+        }
         _ => return false,
     };
     let Some(store) = stores.iter().find(|s| s.access.buffer.index() == out) else {

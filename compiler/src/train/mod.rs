@@ -19,6 +19,7 @@
 
 pub mod donate;
 pub mod loss;
+pub mod multi;
 pub mod optim;
 
 use std::collections::{BTreeMap, HashSet};

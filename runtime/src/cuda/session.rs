@@ -256,7 +256,156 @@ impl Session {
     pub fn run(&mut self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, CudaError> {
         self.upload_inputs(inputs)?;
         self.forward()?;
-        self.download_outputs()
+        self.download_outputs(&|_| false)
+    }
+
+    /// Run with the inputs named in `kept` left as they are on the device (written by
+    /// [`Session::write_inputs`] or by the previous run) and only `batch` uploaded: a
+    /// training step's state stays on the GPU between steps. An output named like a
+    /// kept input is that input's next value: written over it (a donated output
+    /// already is; any other is copied on the device after the run) and not
+    /// downloaded. Returns the other outputs, in order.
+    pub fn run_kept(
+        &mut self,
+        batch: &HashMap<String, Tensor>,
+        kept: &[&str],
+    ) -> Result<Vec<(String, Tensor)>, CudaError> {
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        let layout = &self.launch_plan.layout;
+        let is_kept = |n: &str| kept.contains(&n);
+        for k in kept {
+            if !layout.inputs.iter().any(|x| x.name == *k) {
+                return Err(KernelError::UnknownInput((*k).to_string()).into());
+            }
+        }
+        let mut names: Vec<&String> = batch.keys().collect();
+        names.sort();
+        if let Some(n) = names.iter().find(|n| is_kept(n)) {
+            return Err(KernelError::UnknownInput(format!("{n} (kept on the device)")).into());
+        }
+        let uploads: Vec<(&str, &Tensor)> = layout
+            .inputs
+            .iter()
+            .filter(|x| !is_kept(&x.name))
+            .map(|x| {
+                batch
+                    .get(&x.name)
+                    .map(|t| (x.name.as_str(), t))
+                    .ok_or_else(|| KernelError::MissingInput(x.name.clone()))
+            })
+            .collect::<Result<_, _>>()?;
+        if let Some(n) = names.iter().find(|n| !layout.inputs.iter().any(|x| &x.name == **n)) {
+            return Err(KernelError::UnknownInput((*n).clone()).into());
+        }
+        let uploads: Vec<(String, Tensor)> = uploads.into_iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+        let refs: Vec<(&str, &Tensor)> = uploads.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        self.copy_inputs_in(&refs)?;
+        self.forward()?;
+        // State outputs not written in place: copied over their inputs on the stream.
+        let layout = &self.launch_plan.layout;
+        for o in layout.outputs.iter().filter(|o| is_kept(&o.name)) {
+            let Some(x) = layout.inputs.iter().find(|x| x.name == o.name) else {
+                continue;
+            };
+            if o.addr == x.addr || o.bytes == 0 {
+                continue;
+            }
+            let (dst, src) = (
+                self.regions.base(x.addr.region) + x.addr.offset,
+                self.regions.base(o.addr.region) + o.addr.offset,
+            );
+            // SAFETY: two device ranges of `bytes` inside their allocations.
+            unsafe { drv::memcpy_dtod_async(dst, src, o.bytes as usize, self.stream.cu_stream()) }
+                .map_err(driver("cuMemcpyDtoDAsync (state)"))?;
+        }
+        self.download_outputs(&|n| is_kept(n))
+    }
+
+    /// Upload the named inputs' values (each of its input's exact type), for
+    /// [`Session::run_kept`].
+    pub fn write_inputs(&mut self, values: &[(&str, &Tensor)]) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        self.copy_inputs_in(values)?;
+        self.stream.synchronize().map_err(|e| CudaError::Async {
+            at: "writing inputs".to_string(),
+            code: code(e),
+        })
+    }
+
+    /// The current values of the named inputs on the device (a kept state's).
+    pub fn read_inputs(&mut self, names: &[&str]) -> Result<Vec<(String, Tensor)>, CudaError> {
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        let layout = &self.launch_plan.layout;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let x = layout
+                .inputs
+                .iter()
+                .find(|x| x.name == *name)
+                .ok_or_else(|| KernelError::UnknownInput((*name).to_string()))?;
+            let mut bytes = vec![0u8; x.bytes as usize];
+            if !bytes.is_empty() {
+                let src = self.regions.base(x.addr.region) + x.addr.offset;
+                // SAFETY: a host destination of exactly the tensor's bytes; synchronized below.
+                unsafe { drv::memcpy_dtoh_async(&mut bytes[..], src, self.stream.cu_stream()) }
+                    .map_err(driver("cuMemcpyDtoHAsync (inputs)"))?;
+                self.stream.synchronize().map_err(|e| CudaError::Async {
+                    at: format!("reading input {name}"),
+                    code: code(e),
+                })?;
+            }
+            let t = TensorData::from_le_bytes(x.ty.dtype, &bytes, x.ty.numel())
+                .and_then(|d| Tensor::new(x.ty.shape.clone(), d).ok())
+                .ok_or_else(|| KernelError::Output {
+                    name: x.name.clone(),
+                    message: format!("cannot decode {}", x.ty),
+                })?;
+            out.push((x.name.clone(), t));
+        }
+        Ok(out)
+    }
+
+    /// Copy these inputs (checked: known, of their input's type) through their place in
+    /// the pinned staging to the device, each its own range (asynchronously).
+    fn copy_inputs_in(&mut self, values: &[(&str, &Tensor)]) -> Result<(), CudaError> {
+        let layout = &self.launch_plan.layout;
+        let mut at = Vec::with_capacity(values.len());
+        for (name, t) in values {
+            let x = layout
+                .inputs
+                .iter()
+                .find(|x| x.name == *name)
+                .ok_or_else(|| KernelError::UnknownInput((*name).to_string()))?;
+            if t.ty() != x.ty {
+                return Err(KernelError::InputType {
+                    name: x.name.clone(),
+                    expected: x.ty.clone(),
+                    got: t.ty(),
+                }
+                .into());
+            }
+            at.push((x.addr, x.bytes as usize, *t));
+        }
+        // The previous run's copies out of staging are complete (runs synchronize).
+        let io = self.regions.io.ptr;
+        for (addr, bytes, t) in at {
+            let lo = addr.offset as usize;
+            let staging = self.pinned_in.slice_mut();
+            encode(t.data(), &mut staging[lo..lo + bytes]);
+            if bytes == 0 {
+                continue;
+            }
+            // SAFETY: pinned source of the input's bytes, inside the io allocation.
+            unsafe {
+                drv::memcpy_htod_async(
+                    io + addr.offset,
+                    &self.pinned_in.slice()[lo..lo + bytes],
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(driver("cuMemcpyHtoDAsync (inputs)"))?;
+        }
+        Ok(())
     }
 
     /// Copy inputs into pinned staging and on to the device (asynchronously).
@@ -299,13 +448,14 @@ impl Session {
         Ok(())
     }
 
-    /// Copy outputs back through pinned staging, wait, decode.
-    fn download_outputs(&mut self) -> Result<Vec<(String, Tensor)>, CudaError> {
+    /// Copy outputs back through pinned staging, wait, decode (all but those `skip`
+    /// names).
+    fn download_outputs(&mut self, skip: &dyn Fn(&str) -> bool) -> Result<Vec<(String, Tensor)>, CudaError> {
         let layout = &self.launch_plan.layout;
         let base = |r: Region| self.regions.base(r);
         let out = self.pinned_out.slice_mut();
         for (o, &off) in layout.outputs.iter().zip(&self.out_offsets) {
-            if o.bytes == 0 {
+            if o.bytes == 0 || skip(&o.name) {
                 continue;
             }
             let dst = &mut out[off..off + o.bytes as usize];
@@ -320,6 +470,9 @@ impl Session {
         let out = self.pinned_out.slice();
         let mut result = Vec::with_capacity(layout.outputs.len());
         for (o, &off) in layout.outputs.iter().zip(&self.out_offsets) {
+            if skip(&o.name) {
+                continue;
+            }
             let n = o.ty.numel();
             let t = TensorData::from_le_bytes(o.ty.dtype, &out[off..off + o.bytes as usize], n)
                 .and_then(|d| Tensor::new(o.ty.shape.clone(), d).ok())

@@ -350,6 +350,11 @@ pub(crate) fn exec_kernel<'r>(
         KernelKind::Row(r) => row::run(&ctx, r),
         KernelKind::MatMul(mm) => matmul::run(&ctx, mm),
         KernelKind::Op(o) => op::run(&ctx, &o.op, &o.inputs, o.output),
+        // The parts are independent (verified): each runs as its own elementwise kernel.
+        KernelKind::MultiTensor(m) => m.parts.iter().try_fold(Vec::new(), |mut all, p| {
+            all.extend(elementwise::run(&ctx, &p.space, &p.inputs, &p.body, &p.stores)?);
+            Ok(all)
+        }),
     };
     let writes = result.map_err(|m| kernel_error(program, index, m))?;
     // Two stores of one kernel to the same buffer are rejected by validation; check

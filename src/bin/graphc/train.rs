@@ -242,24 +242,24 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
             graphc::check_host_memory(&step)?;
             let mut s = graphc::train::cpu_session(&step)?;
             run_steps(&mut s, &batch, args.steps, HOST_NOTE)?;
-            graphc::train::parameters(&step, &s)
+            graphc::train::parameters(&step, &mut s)?
         }
         Device::CudaSim => {
             let mut s = graphc::train::sim_session(&step, &args.device.sim.options())?;
-            run_steps(&mut s, &batch, args.steps, DEVICE_NOTE)?;
-            graphc::train::parameters(&step, &s)
+            run_steps(&mut s, &batch, args.steps, SIM_NOTE)?;
+            graphc::train::parameters(&step, &mut s)?
         }
         Device::Cuda | Device::Auto => match graphc::train::cuda_session(&step, args.device.gpu.options()) {
             Ok(mut s) => {
                 run_steps(&mut s, &batch, args.steps, DEVICE_NOTE)?;
-                graphc::train::parameters(&step, &s)
+                graphc::train::parameters(&step, &mut s)?
             }
             Err(graphc::Error::Cuda(e)) if e.is_unavailable() && args.device.device == Device::Auto => {
                 println!("device   no usable GPU here, so the CPU: {e}");
                 graphc::check_host_memory(&step)?;
                 let mut s = graphc::train::cpu_session(&step)?;
                 run_steps(&mut s, &batch, args.steps, HOST_NOTE)?;
-                graphc::train::parameters(&step, &s)
+                graphc::train::parameters(&step, &mut s)?
             }
             Err(e) => return Err(e.into()),
         },
@@ -273,7 +273,9 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
 
 /// What one step's wall-clock time holds beyond the step, by device.
 const HOST_NOTE: &str = "wall clock";
-const DEVICE_NOTE: &str = "wall clock: the batch and the state go to the device and back each step";
+const SIM_NOTE: &str = "wall clock: the batch and the state go to the simulated device and back each step";
+const DEVICE_NOTE: &str =
+    "wall clock: the batch goes to the GPU and the loss comes back each step; the state stays on the GPU";
 
 fn run_steps<R: graphc::train::StepRunner>(
     s: &mut graphc::train::Stateful<R>,

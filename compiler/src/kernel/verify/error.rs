@@ -226,6 +226,14 @@ pub enum KernelVerifyError {
         buffer: String,
         out: TensorType,
     },
+    #[error("{kernel}: part {part} {what} {buffer}, which part {other} writes (the parts of a multi-tensor kernel are independent)")]
+    PartConflict {
+        kernel: KernelAt,
+        part: usize,
+        what: &'static str,
+        buffer: String,
+        other: usize,
+    },
 }
 
 impl KernelVerifyError {
@@ -260,7 +268,8 @@ impl KernelVerifyError {
             | E::MatMulShape { kernel, .. }
             | E::OpOperandType { kernel, .. }
             | E::OpType { kernel, .. }
-            | E::OpOutput { kernel, .. } => kernel.index,
+            | E::OpOutput { kernel, .. }
+            | E::PartConflict { kernel, .. } => kernel.index,
         }
     }
 }

@@ -16,7 +16,9 @@
 //! - matmul operands have the shapes `[batch.., m, k]` and `[batch.., k, n]` and a
 //!   product [`Op::MatMul`] accepts;
 //! - an op kernel's operands have their buffers' dtypes and the op gives exactly its
-//!   output buffer's type.
+//!   output buffer's type;
+//! - every part of a multi-tensor kernel is a valid elementwise kernel, and no part
+//!   reads or writes a buffer another part writes.
 //!
 //! Code generation (`crate::codegen`) and the CPU executor (`graphc-runtime`) run it
 //! before they read a kernel; the compile pipeline runs it after fusion and scheduling
@@ -31,8 +33,8 @@ mod error;
 use graphc_ir::{infer_type, DType, Op, ReduceOp, TensorType};
 
 use super::{
-    Access, Body, Buffer, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, KernelKind, MatMulKernel, OpKernel,
-    Program, QuantB, RowKernel, Stage, Store,
+    Access, Body, Buffer, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, KernelKind, MatMulKernel,
+    MultiTensorKernel, OpKernel, Program, QuantB, RowKernel, Stage, Store,
 };
 
 pub use error::{describe_buffer, ExprAt, KernelAt, KernelVerifyError};
@@ -61,6 +63,7 @@ pub fn verify_kernel(program: &Program, index: usize) -> Result<(), KernelVerify
         KernelKind::Row(r) => v.row(r),
         KernelKind::MatMul(mm) => v.matmul(mm),
         KernelKind::Op(o) => v.op(o),
+        KernelKind::MultiTensor(m) => v.multi_tensor(m),
     }
 }
 
@@ -317,6 +320,39 @@ impl<'p> Verifier<'p> {
         let dtypes = self.inputs(&k.inputs, &k.space)?;
         self.body(&k.body, &k.space, &dtypes, &Extra::None)?;
         self.stores(&k.body, &k.stores, &k.space, "store", &mut Vec::new())
+    }
+
+    fn multi_tensor(&self, m: &MultiTensorKernel) -> R {
+        let mut writer: std::collections::HashMap<BufferId, usize> = std::collections::HashMap::new();
+        for (i, part) in m.parts.iter().enumerate() {
+            self.elementwise(part)?;
+            for s in &part.stores {
+                if let Some(other) = writer.insert(s.access.buffer, i) {
+                    return Err(self.part_conflict(i, "writes", s.access.buffer, other));
+                }
+            }
+        }
+        for (i, part) in m.parts.iter().enumerate() {
+            for a in &part.inputs {
+                if let Some(&other) = writer.get(&a.buffer).filter(|&&w| w != i) {
+                    return Err(self.part_conflict(i, "reads", a.buffer, other));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn part_conflict(&self, part: usize, what: &'static str, buffer: BufferId, other: usize) -> KernelVerifyError {
+        KernelVerifyError::PartConflict {
+            kernel: self.at.clone(),
+            part,
+            what,
+            buffer: match self.program.buffers.get(buffer.index()) {
+                Some(b) => describe_buffer(buffer, b),
+                None => format!("b{}", buffer.0),
+            },
+            other,
+        }
     }
 
     fn row(&self, k: &RowKernel) -> R {

@@ -57,6 +57,10 @@ pub struct TrainBytes {
     pub forward_kernels: usize,
     pub backward_kernels: usize,
     pub update_kernels: usize,
+    /// Update kernels that are multi-tensor launches, and the per-parameter updates
+    /// they run (`crate::train::multi`).
+    pub multi_tensor_kernels: usize,
+    pub multi_tensor_parts: usize,
     /// State slots, and how many are updated in place (donated).
     pub state_slots: usize,
     pub in_place: usize,
@@ -197,6 +201,14 @@ impl TrainBytes {
             + fragmentation
             + workspace;
         let count = |p: Phase| phase.iter().filter(|x| **x == p).count();
+        let multi: Vec<usize> = program
+            .kernels
+            .iter()
+            .filter_map(|k| match &k.kind {
+                crate::kernel::KernelKind::MultiTensor(m) => Some(m.parts.len()),
+                _ => None,
+            })
+            .collect();
         TrainBytes {
             parameters,
             optimizer_state,
@@ -222,6 +234,8 @@ impl TrainBytes {
             forward_kernels: count(Phase::Forward),
             backward_kernels: count(Phase::Backward),
             update_kernels: count(Phase::Update),
+            multi_tensor_kernels: multi.len(),
+            multi_tensor_parts: multi.iter().sum(),
             state_slots: state.slots.len(),
             in_place: program.donated.len(),
         }
@@ -238,8 +252,16 @@ impl TrainBytes {
         };
         let row =
             |name: &str, b: u64, note: &str| format!("  {name:<22}{:>12}  {:>5.1}%  {note}\n", human_bytes(b), pct(b));
+        let multi = if self.multi_tensor_kernels > 0 {
+            format!(
+                " ({} multi-tensor, running {} parameters' updates)",
+                self.multi_tensor_kernels, self.multi_tensor_parts
+            )
+        } else {
+            String::new()
+        };
         let mut s = format!(
-            "training step: {} forward, {} backward and {} update kernels; {} state slots, {} updated in place\n",
+            "training step: {} forward, {} backward and {} update kernels{multi}; {} state slots, {} updated in place\n",
             self.forward_kernels, self.backward_kernels, self.update_kernels, self.state_slots, self.in_place
         );
         s.push_str("bytes by class (the arena's classes at its peak, step ");

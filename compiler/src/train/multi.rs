@@ -1,0 +1,191 @@
+//! Multi-tensor optimizer kernels: a training step's per-parameter update kernels
+//! merged into a few launches ([`MultiTensorKernel`], as PyTorch's `foreach` kernels),
+//! without raising the step's peak memory.
+//!
+//! Fusion gives each parameter's update one elementwise kernel (the update region fuses
+//! only with itself, `crate::fuse::group::Groups::set_update_region`), and the
+//! scheduler runs it as soon as its gradient is ready, so the gradient is freed at once.
+//! Running several updates as one launch at the position of the last of them holds the
+//! earlier ones' gradients (the temps they are the last reader of) until then. After
+//! scheduling, [`merge_updates`] walks the program and grows a group of updates while
+//! holding those bytes keeps the live bytes of every step in between at or under the
+//! schedule's peak: merging never raises the peak the schedule chose. Before the peak
+//! groups stay small; after it (the backward pass frees activations) they grow to the
+//! launch's limits: [`MAX_PARTS`] parts, [`MAX_PARAMS`] pointer arguments (CUDA's 4 KiB
+//! of kernel arguments).
+//!
+//! A merged update still runs after every other reader of its donated input (it only
+//! moves later), no kernel reads what an update writes (donated outputs have no
+//! readers), and the parts of one launch share no written buffer, so the program stays
+//! valid; the pipeline verifies it and the plan again.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::kernel::{BufferId, BufferKind, Kernel, KernelKind, MultiTensorKernel, Program};
+use crate::plan::live_bytes;
+
+/// The most parts one multi-tensor kernel runs.
+pub const MAX_PARTS: usize = 64;
+/// The most distinct buffers (pointer arguments, 8 bytes each) one multi-tensor kernel
+/// takes: 4000 bytes of CUDA's 4 KiB kernel argument space.
+pub const MAX_PARAMS: usize = 500;
+
+/// What [`merge_updates`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MultiTensorReport {
+    /// Update kernels before merging (elementwise kernels that write only donated state).
+    pub updates: usize,
+    /// Multi-tensor kernels made, and the update kernels they run.
+    pub kernels: usize,
+    pub parts: usize,
+}
+
+/// A group being grown: its members (positions in the program), the arena bytes held
+/// by delaying them to the last member, and the buffers its launch takes.
+struct Group {
+    members: Vec<usize>,
+    held: u64,
+    buffers: HashSet<BufferId>,
+}
+
+/// Merge the update kernels of the scheduled training step `program` into multi-tensor
+/// kernels (see the module doc). A program without donated state is returned as it is.
+pub fn merge_updates(program: Program) -> (Program, MultiTensorReport) {
+    let mut report = MultiTensorReport::default();
+    if program.donated.is_empty() {
+        return (program, report);
+    }
+    let k = program.kernels.len();
+    let donated: HashSet<BufferId> = program.donated.iter().map(|d| d.output).collect();
+    let is_update = |kernel: &Kernel| match &kernel.kind {
+        KernelKind::Elementwise(e) => {
+            !e.stores.is_empty() && e.stores.iter().all(|s| donated.contains(&s.access.buffer))
+        }
+        _ => false,
+    };
+    // Arena temps (temps that are not outputs) and the last step that reads each.
+    let outputs: HashSet<BufferId> = program.outputs.iter().map(|(_, b)| *b).collect();
+    let arena_bytes = |b: BufferId| -> u64 {
+        match program.buffers.get(b.index()) {
+            Some(buf) if matches!(buf.kind, BufferKind::Temp) && !outputs.contains(&b) => buf.ty.size_bytes() as u64,
+            _ => 0,
+        }
+    };
+    let mut last_read: HashMap<BufferId, usize> = HashMap::new();
+    for (t, kernel) in program.kernels.iter().enumerate() {
+        for b in kernel.reads() {
+            last_read.insert(b, t);
+        }
+    }
+    let held_by = |t: usize| -> u64 {
+        program.kernels[t]
+            .reads()
+            .into_iter()
+            .filter(|b| last_read.get(b) == Some(&t))
+            .map(arena_bytes)
+            .sum()
+    };
+    let live = live_bytes(&program);
+    let peak = live.iter().copied().max().unwrap_or(0);
+    let mut extra = vec![0u64; k];
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut open: Option<Group> = None;
+    for t in 0..k {
+        if !is_update(&program.kernels[t]) {
+            continue;
+        }
+        report.updates += 1;
+        let mut buffers: HashSet<BufferId> = program.kernels[t].reads().into_iter().collect();
+        buffers.extend(program.kernels[t].writes());
+        let joins = open.as_ref().is_some_and(|g| {
+            let last = *g.members.last().unwrap_or(&t);
+            g.members.len() < MAX_PARTS
+                && g.buffers.union(&buffers).count() <= MAX_PARAMS
+                && (last + 1..=t).all(|x| live[x] + extra[x] + g.held <= peak)
+        });
+        match open.as_mut() {
+            Some(g) if joins => {
+                let last = *g.members.last().unwrap_or(&t);
+                for e in &mut extra[last + 1..=t] {
+                    *e += g.held;
+                }
+                g.members.push(t);
+                g.held += held_by(t);
+                g.buffers.extend(buffers);
+            }
+            _ => {
+                if let Some(g) = open.take() {
+                    groups.push(g.members);
+                }
+                open = Some(Group {
+                    members: vec![t],
+                    held: held_by(t),
+                    buffers,
+                });
+            }
+        }
+    }
+    if let Some(g) = open.take() {
+        groups.push(g.members);
+    }
+    // Each group of two or more runs at its last member's position.
+    let mut merged_at: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut moved = vec![false; k];
+    for members in groups.into_iter().filter(|m| m.len() > 1) {
+        report.kernels += 1;
+        report.parts += members.len();
+        for &m in &members {
+            moved[m] = true;
+        }
+        merged_at.insert(*members.last().unwrap_or(&0), members);
+    }
+    if report.kernels == 0 {
+        return (program, report);
+    }
+    let mut slots: Vec<Option<Kernel>> = program.kernels.iter().cloned().map(Some).collect();
+    let mut kernels = Vec::with_capacity(k - report.parts + report.kernels);
+    for t in 0..k {
+        let pos = kernels.len();
+        if let Some(members) = merged_at.get(&t) {
+            let mut parts = Vec::with_capacity(members.len());
+            let mut nodes = Vec::new();
+            for &m in members {
+                if let Some(Kernel {
+                    kind: KernelKind::Elementwise(e),
+                    nodes: n,
+                    ..
+                }) = slots[m].take()
+                {
+                    parts.push(e);
+                    nodes.extend(n);
+                }
+            }
+            nodes.sort_unstable();
+            nodes.dedup();
+            kernels.push(Kernel {
+                name: format!("k{pos}_multi_tensor"),
+                kind: KernelKind::MultiTensor(MultiTensorKernel { parts }),
+                nodes,
+            });
+        } else if !moved[t] {
+            if let Some(mut kernel) = slots[t].take() {
+                kernel.name = renumber(&kernel.name, pos);
+                kernels.push(kernel);
+            }
+        }
+    }
+    (Program { kernels, ..program }, report)
+}
+
+/// A kernel's name with its position prefix (`k12_...`, as fusion and the scheduler
+/// name kernels) set to `pos`.
+fn renumber(name: &str, pos: usize) -> String {
+    let rest = name
+        .strip_prefix('k')
+        .map(|r| r.trim_start_matches(|c: char| c.is_ascii_digit()))
+        .filter(|r| r.len() < name.len() - 1 && r.starts_with('_'));
+    match rest {
+        Some(r) => format!("k{pos}{r}"),
+        None => format!("k{pos}_{name}"),
+    }
+}
