@@ -49,7 +49,8 @@ pub fn cpu_session(step: &Compiled) -> Result<Stateful<CpuStep<'_>>, Error> {
     Stateful::new(step, CpuStep(step)).map_err(state_error)
 }
 
-/// cuda-sim as a step runner: every kernel's CUDA C run on the host.
+/// cuda-sim as a step runner: every kernel's CUDA C run on the host, the state kept in
+/// the simulated device memory between steps.
 pub struct SimStep<'m> {
     pub session: crate::cuda::sim::SimSession,
     pub weights: &'m BTreeMap<String, Tensor>,
@@ -58,6 +59,25 @@ pub struct SimStep<'m> {
 impl StepRunner for SimStep<'_> {
     fn run_step(&mut self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, RunError> {
         Ok(self.session.run(self.weights, inputs)?)
+    }
+
+    /// The state kept in the simulated device memory, as [`CudaStep`] keeps it on a GPU.
+    fn kept(&mut self) -> Option<&mut dyn KeptState> {
+        Some(self)
+    }
+}
+
+impl KeptState for SimStep<'_> {
+    fn write(&mut self, values: &[(&str, &Tensor)]) -> Result<(), RunError> {
+        Ok(self.session.write_inputs(self.weights, values)?)
+    }
+
+    fn run(&mut self, batch: &HashMap<String, Tensor>, state: &[&str]) -> Result<Vec<(String, Tensor)>, RunError> {
+        Ok(self.session.run_kept(self.weights, batch, state)?)
+    }
+
+    fn read(&mut self, names: &[&str]) -> Result<Vec<(String, Tensor)>, RunError> {
+        Ok(self.session.read_inputs(names)?)
     }
 }
 

@@ -295,15 +295,7 @@ fn training_plans_have_no_score_matrices_and_add_up_by_class() {
             Some(step.schedule.peak),
             "{name}: merging the updates keeps the schedule's peak"
         );
-        let parts: usize = step
-            .program
-            .kernels
-            .iter()
-            .filter_map(|k| match &k.kind {
-                graphc_compiler::kernel::KernelKind::MultiTensor(m) => Some(m.parts.len()),
-                _ => None,
-            })
-            .sum();
+        let parts: usize = step.program.multi_tensor_parts().iter().sum();
         let n = t.state.parameters().count();
         assert!(
             parts >= n / 2 && by.update_kernels <= n / 4,

@@ -667,6 +667,27 @@ fn snapshot_elementwise_fast() {
     insta::assert_snapshot!(gen(&c::ew_contiguous_f32()).source);
 }
 
+/// A multi-tensor kernel: each part its own block range running its own loops (the
+/// vector path with a tail, the general path), one grid for all.
+#[test]
+fn multi_tensor_parts_get_block_ranges_of_one_grid() {
+    let k = gen(&c::multi_tensor());
+    let src = &k.source;
+    // Part 0: 64*256/4 vector steps, 16 blocks of 256; part 1: one vector step and a
+    // tail; part 2: 240 elements on the general path.
+    assert!(src.contains("if (blockIdx.x < 16u) {  // part 0: [64, 256]"), "{src}");
+    assert!(src.contains("} else if (blockIdx.x < 17u) {  // part 1: [7]"), "{src}");
+    assert!(
+        src.contains("} else if (blockIdx.x < 18u) {  // part 2: [10, 24]"),
+        "{src}"
+    );
+    assert!(src.contains("(blockIdx.x - 17u) * blockDim.x"), "{src}");
+    assert!(src.contains("// general: collapsed space"), "{src}");
+    assert_eq!(k.launch.grid, GridSize::Fixed { blocks: 18 });
+    assert_eq!(k.params.len(), 8, "the scalar once: {:?}", k.params);
+    insta::assert_snapshot!(src);
+}
+
 #[test]
 fn snapshot_elementwise_general() {
     insta::assert_snapshot!(gen(&c::ew_general()).source);

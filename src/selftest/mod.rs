@@ -661,15 +661,7 @@ mod tests {
         for case in cases {
             let step =
                 crate::train::compile_step(&case.graph, case.train.clone().unwrap(), &Default::default()).unwrap();
-            let multi: Vec<usize> = step
-                .program
-                .kernels
-                .iter()
-                .filter_map(|k| match &k.kind {
-                    graphc_compiler::kernel::KernelKind::MultiTensor(m) => Some(m.parts.len()),
-                    _ => None,
-                })
-                .collect();
+            let multi = step.program.multi_tensor_parts();
             // The first update runs at the schedule's peak (its gradient is the last
             // one the backward makes before the peak): held, it would raise it.
             assert!(

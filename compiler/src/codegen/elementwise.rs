@@ -396,11 +396,7 @@ pub(crate) fn generate(
     let mut h = Helpers::new();
     let mut w = Writer::new();
     let t = s.ix.ty();
-    w.line(format!(
-        "extern \"C\" __global__ void __launch_bounds__({ELEMENTWISE_BLOCK}) {}({}) {{",
-        cuda::ENTRY_PLACEHOLDER,
-        params.c_decl()
-    ));
+    open_kernel(&mut w, &params);
     let mut inner = Writer::new();
     inner.line(format!("const {t} tid = ({t})blockIdx.x * blockDim.x + threadIdx.x;"));
     inner.line(format!("const {t} nthreads = ({t})gridDim.x * blockDim.x;"));
@@ -412,21 +408,36 @@ pub(crate) fn generate(
     let (source, entry) = finish("ew", &h, &w.finish());
     let numel = s.numel;
     let blocks = work.div_ceil(ELEMENTWISE_BLOCK as usize).min(u32::MAX as usize) as u32;
-    Ok(CudaKernel {
+    let grid = GridSize::PerSm {
+        blocks_per_sm: BLOCKS_PER_SM,
+        max_blocks: if numel == 0 { 0 } else { blocks },
+    };
+    Ok(block_kernel(source, entry, params, grid))
+}
+
+/// The opening line of an elementwise kernel taking `params`.
+fn open_kernel(w: &mut Writer, params: &Params) {
+    w.line(format!(
+        "extern \"C\" __global__ void __launch_bounds__({ELEMENTWISE_BLOCK}) {}({}) {{",
+        cuda::ENTRY_PLACEHOLDER,
+        params.c_decl()
+    ));
+}
+
+/// A kernel of [`ELEMENTWISE_BLOCK`]-thread blocks, no shared memory.
+fn block_kernel(source: String, entry: String, params: Params, grid: GridSize) -> CudaKernel {
+    CudaKernel {
         name: String::new(),
         source,
         entry,
         params: params.list,
         launch: LaunchConfig {
             block: ELEMENTWISE_BLOCK,
-            grid: GridSize::PerSm {
-                blocks_per_sm: BLOCKS_PER_SM,
-                max_blocks: if numel == 0 { 0 } else { blocks },
-            },
+            grid,
             shared_mem_bytes: 0,
         },
         gemm: None,
-    })
+    }
 }
 
 /// The loops of one elementwise kernel over `tid` and `nthreads` (declared by the
@@ -455,11 +466,7 @@ pub(crate) fn generate_multi(cx: &Ctx, parts: &[crate::kernel::ElementwiseKernel
     }
     let mut h = Helpers::new();
     let mut w = Writer::new();
-    w.line(format!(
-        "extern \"C\" __global__ void __launch_bounds__({ELEMENTWISE_BLOCK}) {}({}) {{",
-        cuda::ENTRY_PLACEHOLDER,
-        params.c_decl()
-    ));
+    open_kernel(&mut w, &params);
     let mut first = 0usize;
     for (i, s) in setups.iter().enumerate() {
         if s.numel == 0 {
@@ -494,18 +501,12 @@ pub(crate) fn generate_multi(cx: &Ctx, parts: &[crate::kernel::ElementwiseKernel
     }
     w.line("}");
     let (source, entry) = finish("multi", &h, &w.finish());
-    Ok(CudaKernel {
-        name: String::new(),
+    Ok(block_kernel(
         source,
         entry,
-        params: params.list,
-        launch: LaunchConfig {
-            block: ELEMENTWISE_BLOCK,
-            grid: GridSize::Fixed { blocks: first as u32 },
-            shared_mem_bytes: 0,
-        },
-        gemm: None,
-    })
+        params,
+        GridSize::Fixed { blocks: first as u32 },
+    ))
 }
 
 /// The vector type moving `bytes` bytes at once.

@@ -472,6 +472,17 @@ impl Program {
         (read, written)
     }
 
+    /// The number of parts of each multi-tensor kernel, in kernel order.
+    pub fn multi_tensor_parts(&self) -> Vec<usize> {
+        self.kernels
+            .iter()
+            .filter_map(|k| match &k.kind {
+                KernelKind::MultiTensor(m) => Some(m.parts.len()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Bytes all kernels read and write in global memory.
     pub fn traffic(&self) -> usize {
         (0..self.kernels.len())

@@ -7,6 +7,9 @@ use graphc_compiler::kernel::{
 };
 use graphc_ir::{ArgReduceOp, BinaryOp, DType, Op, PadMode, ReduceOp, Tensor, TensorType, UnaryOp};
 
+mod multi;
+pub use multi::multi_tensor;
+
 /// A one-kernel program under construction.
 pub struct P {
     pub p: Program,
@@ -731,6 +734,7 @@ pub fn ew_tiny(dims: &[usize]) -> Program {
 pub fn all() -> Vec<(&'static str, Program)> {
     vec![
         ("ew_contiguous_f32", ew_contiguous_f32()),
+        ("multi_tensor", multi_tensor()),
         ("ew_general", ew_general()),
         ("ew_f16", ew_f16()),
         ("ew_bf16", ew_bf16()),

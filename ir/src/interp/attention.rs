@@ -98,6 +98,37 @@ pub struct Flags {
     pub zero_masked_rows: bool,
 }
 
+impl Flags {
+    /// The flags of an attention op or one of its backward ops (`attention_lse` keeps
+    /// every row's log-sum-exp: no zeroed rows); `None` for any other op.
+    pub fn of(op: &crate::Op) -> Option<Flags> {
+        use crate::Op;
+        match *op {
+            Op::Attention {
+                scale,
+                causal,
+                zero_masked_rows,
+            }
+            | Op::AttentionGrad {
+                scale,
+                causal,
+                zero_masked_rows,
+                ..
+            } => Some(Flags {
+                scale,
+                causal,
+                zero_masked_rows,
+            }),
+            Op::AttentionLse { scale, causal } => Some(Flags {
+                scale,
+                causal,
+                zero_masked_rows: false,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Attention by definition into `out` (`[batch.., hq, sq, dv]`, row-major).
 pub fn reference<T: Real>(dims: &AttentionDims, x: &Operands<'_, T>, flags: Flags, out: &mut [T]) {
     let Flags {

@@ -134,26 +134,32 @@ pub(crate) fn concat(parts: &[&Tensor], axis: usize) -> Result<TensorData, Strin
     Ok(all.take(&idx))
 }
 
+/// Integer `indices` into an axis of extent `d`, counted from the end when negative,
+/// as positions `0..d`; an index outside `-d..d` is an error naming `op`.
+fn normalized_indices(op: &str, indices: &Tensor, axis: usize, d: usize) -> Result<Vec<usize>, String> {
+    let raw: Vec<i64> = match indices.data() {
+        TensorData::I64(v) => v.clone(),
+        TensorData::I32(v) => v.iter().map(|&i| i as i64).collect(),
+        other => return Err(format!("{op} indices must be i64 or i32, got {}", other.dtype())),
+    };
+    raw.iter()
+        .map(|&i| {
+            let j = if i < 0 { i + d as i64 } else { i };
+            if j < 0 || j >= d as i64 {
+                Err(format!("{op} index {i} is out of range for axis {axis} of extent {d}"))
+            } else {
+                Ok(j as usize)
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<TensorData, String> {
     let dims = data.shape().dims();
     let d = dims[axis];
     let outer: usize = dims[..axis].iter().product();
     let inner: usize = dims[axis + 1..].iter().product();
-    let raw: Vec<i64> = match indices.data() {
-        TensorData::I64(v) => v.clone(),
-        TensorData::I32(v) => v.iter().map(|&i| i as i64).collect(),
-        other => return Err(format!("gather indices must be i64 or i32, got {}", other.dtype())),
-    };
-    let mut norm = Vec::with_capacity(raw.len());
-    for &i in &raw {
-        let j = if i < 0 { i + d as i64 } else { i };
-        if j < 0 || j >= d as i64 {
-            return Err(format!(
-                "gather index {i} is out of range for axis {axis} of extent {d}"
-            ));
-        }
-        norm.push(j as usize);
-    }
+    let norm = normalized_indices("gather", indices, axis, d)?;
     let mut idx = Vec::with_capacity(outer * norm.len() * inner);
     for o in 0..outer {
         for &j in &norm {
@@ -178,21 +184,7 @@ pub(crate) fn scatter_add(
     let outer: usize = ud[..axis].iter().product();
     let n_idx = indices.shape().numel();
     let inner: usize = ud[axis + indices.shape().rank()..].iter().product();
-    let raw: Vec<i64> = match indices.data() {
-        TensorData::I64(v) => v.clone(),
-        TensorData::I32(v) => v.iter().map(|&i| i as i64).collect(),
-        other => return Err(format!("scatter_add indices must be i64 or i32, got {}", other.dtype())),
-    };
-    let mut norm = Vec::with_capacity(raw.len());
-    for &i in &raw {
-        let j = if i < 0 { i + size as i64 } else { i };
-        if j < 0 || j >= size as i64 {
-            return Err(format!(
-                "scatter_add index {i} is out of range for axis {axis} of extent {size}"
-            ));
-        }
-        norm.push(j as usize);
-    }
+    let norm = normalized_indices("scatter_add", indices, axis, size)?;
     let total = outer * size * inner;
     Ok(match updates.data() {
         TensorData::I64(v) => {

@@ -214,50 +214,9 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
         (Op::Gather { axis }, [data, idx]) => layout::gather(data, idx, *axis)?,
         (Op::ScatterAdd { axis, size }, [upd, idx]) => layout::scatter_add(upd, idx, *axis, *size, ty)?,
         (Op::Pad { pads, mode, value }, [a]) => layout::pad(a, pads, *mode, *value)?,
-        (
-            Op::Attention {
-                scale,
-                causal,
-                zero_masked_rows,
-            },
-            _,
-        ) => attention::attention(
-            args,
-            attention::Flags {
-                scale: *scale,
-                causal: *causal,
-                zero_masked_rows: *zero_masked_rows,
-            },
-            ty,
-        )?,
-        (Op::AttentionLse { scale, causal }, _) => attention::backward_op(
-            args,
-            None,
-            attention::Flags {
-                scale: *scale,
-                causal: *causal,
-                zero_masked_rows: false,
-            },
-            ty,
-        )?,
-        (
-            Op::AttentionGrad {
-                wrt,
-                scale,
-                causal,
-                zero_masked_rows,
-            },
-            _,
-        ) => attention::backward_op(
-            args,
-            Some(*wrt),
-            attention::Flags {
-                scale: *scale,
-                causal: *causal,
-                zero_masked_rows: *zero_masked_rows,
-            },
-            ty,
-        )?,
+        (Op::Attention { .. }, _) => attention::attention(args, attention_flags(op)?, ty)?,
+        (Op::AttentionLse { .. }, _) => attention::backward_op(args, None, attention_flags(op)?, ty)?,
+        (Op::AttentionGrad { wrt, .. }, _) => attention::backward_op(args, Some(*wrt), attention_flags(op)?, ty)?,
         (Op::Dequantize { bits, group }, [q, s]) => crate::quant::dequantize(q, s, *bits, *group)?,
         _ => return Err(format!("{} cannot take {} operand(s)", op.name(), args.len())),
     };
@@ -265,4 +224,8 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
         return Err(format!("internal error: computed {} for {ty}", data.dtype()));
     }
     Tensor::new(ty.shape.clone(), data).map_err(|e| format!("internal error: {e}"))
+}
+
+fn attention_flags(op: &Op) -> Result<attention::Flags, String> {
+    attention::Flags::of(op).ok_or_else(|| format!("internal error: {} is not an attention op", op.name()))
 }

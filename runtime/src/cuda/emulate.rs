@@ -424,7 +424,7 @@ impl Memory {
         Ok(&reg[lo..hi])
     }
 
-    fn read(&self, at: DevAddr, ty: &TensorType) -> Result<Tensor, String> {
+    pub(super) fn read(&self, at: DevAddr, ty: &TensorType) -> Result<Tensor, String> {
         let n = ty.numel();
         let bytes = self.bytes(at, (n * ty.dtype.size_bytes()) as u64)?;
         TensorData::from_le_bytes(ty.dtype, bytes, n)
@@ -449,7 +449,13 @@ impl Memory {
         }
     }
 
-    fn write(&mut self, at: DevAddr, data: &TensorData) -> Result<(), KernelError> {
+    /// Every byte of region `r` set to the poison byte again (a kept memory's arena
+    /// before each run: nothing a kernel reads there comes from an earlier run).
+    pub(super) fn poison(&mut self, r: Region) {
+        self.regions[r as usize].fill(POISON);
+    }
+
+    pub(super) fn write(&mut self, at: DevAddr, data: &TensorData) -> Result<(), KernelError> {
         let len = data.len() * data.dtype().size_bytes();
         let reg = &mut self.regions[at.region as usize];
         let lo = at.offset as usize;

@@ -354,13 +354,7 @@ impl Session {
                     code: code(e),
                 })?;
             }
-            let t = TensorData::from_le_bytes(x.ty.dtype, &bytes, x.ty.numel())
-                .and_then(|d| Tensor::new(x.ty.shape.clone(), d).ok())
-                .ok_or_else(|| KernelError::Output {
-                    name: x.name.clone(),
-                    message: format!("cannot decode {}", x.ty),
-                })?;
-            out.push((x.name.clone(), t));
+            out.push((x.name.clone(), decode_tensor(&x.name, &x.ty, &bytes)?));
         }
         Ok(out)
     }
@@ -473,13 +467,7 @@ impl Session {
             if skip(&o.name) {
                 continue;
             }
-            let n = o.ty.numel();
-            let t = TensorData::from_le_bytes(o.ty.dtype, &out[off..off + o.bytes as usize], n)
-                .and_then(|d| Tensor::new(o.ty.shape.clone(), d).ok())
-                .ok_or_else(|| KernelError::Output {
-                    name: o.name.clone(),
-                    message: format!("cannot decode {}", o.ty),
-                })?;
+            let t = decode_tensor(&o.name, &o.ty, &out[off..off + o.bytes as usize])?;
             result.push((o.name.clone(), t));
         }
         Ok(result)
@@ -621,6 +609,16 @@ impl Session {
 
 /// Poison the arena (NaN bytes) so a read of unwritten memory shows, then upload
 /// weights and constants once.
+/// A tensor of type `ty` from its little-endian bytes (a downloaded output or input).
+fn decode_tensor(name: &str, ty: &graphc_ir::TensorType, bytes: &[u8]) -> Result<Tensor, KernelError> {
+    TensorData::from_le_bytes(ty.dtype, bytes, ty.numel())
+        .and_then(|d| Tensor::new(ty.shape.clone(), d).ok())
+        .ok_or_else(|| KernelError::Output {
+            name: name.to_string(),
+            message: format!("cannot decode {ty}"),
+        })
+}
+
 fn upload_weights(model: &Compiled, layout: &DeviceLayout, regions: &Regions) -> Result<(), CudaError> {
     let (arena, weights) = (&regions.arena, &regions.weights);
     let program = &model.program;

@@ -273,7 +273,8 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
 
 /// What one step's wall-clock time holds beyond the step, by device.
 const HOST_NOTE: &str = "wall clock";
-const SIM_NOTE: &str = "wall clock: the batch and the state go to the simulated device and back each step";
+const SIM_NOTE: &str =
+    "wall clock: the batch goes to the simulated device and the loss comes back each step; the state stays there";
 const DEVICE_NOTE: &str =
     "wall clock: the batch goes to the GPU and the loss comes back each step; the state stays on the GPU";
 

@@ -259,18 +259,24 @@ pub(crate) fn generate(
     let neg_inf = g.lit(f64::NEG_INFINITY);
     match wrt {
         None => {
-            // Two passes over the row's keys: the max (NaN-propagating), then the sum.
+            // One pass over the row's keys, each score computed once: the running max
+            // (NaN-propagating) and the sum of exponentials rescaled when it grows.
             w.line("const long long i = r;");
             w.line(format!("const long long kvh = hd / {group}LL;"));
             w.line(format!("{acc_t} mx = {neg_inf};"));
-            w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
-            g.score(&mut w, &mut h, "hd", "kvh");
-            w.line("mx = (s != s || mx != mx) ? s + mx : (s > mx ? s : mx);");
-            w.close();
             w.line(format!("{acc_t} sum = {};", g.lit(0.0)));
             w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
             g.score(&mut w, &mut h, "hd", "kvh");
+            w.open("if (s != s || mx != mx)");
+            w.line("mx = s + mx;");
+            w.close();
+            w.open("else if (s > mx)");
+            w.line(format!("sum = sum * {exp}(mx - s) + {};", g.lit(1.0)));
+            w.line("mx = s;");
+            w.close();
+            w.open(format!("else if (s != {neg_inf})"));
             w.line(format!("sum += {exp}(s - mx);"));
+            w.close();
             w.close();
             let val = format!("(mx == {neg_inf}) ? mx : mx + {log}(sum)");
             w.line(format!(

@@ -201,14 +201,7 @@ impl TrainBytes {
             + fragmentation
             + workspace;
         let count = |p: Phase| phase.iter().filter(|x| **x == p).count();
-        let multi: Vec<usize> = program
-            .kernels
-            .iter()
-            .filter_map(|k| match &k.kind {
-                crate::kernel::KernelKind::MultiTensor(m) => Some(m.parts.len()),
-                _ => None,
-            })
-            .collect();
+        let multi = program.multi_tensor_parts();
         TrainBytes {
             parameters,
             optimizer_state,

@@ -39,7 +39,7 @@ use graphc_compiler::Compiled;
 use graphc_ir::Tensor;
 
 use super::emulate::{check_overlaps, gemm, load_memory, read_outputs, Memory};
-use super::launch::{plan_launches, DeviceInfo, KernelLaunch, Launch, LaunchPlan};
+use super::launch::{plan_launches, DevAddr, DeviceInfo, KernelLaunch, Launch, LaunchPlan, Region};
 use super::CudaError;
 use crate::kernels::{kernel_error, KernelError};
 use runner::{Failure, Runner, RunnerArg};
@@ -170,6 +170,8 @@ pub struct SimSession {
     runner: Arc<Mutex<Runner>>,
     /// The kernel object of each [`LaunchPlan::modules`] entry.
     modules: Vec<PathBuf>,
+    /// The device memory kept between runs ([`SimSession::run_kept`]), once written.
+    kept: Option<Memory>,
 }
 
 impl SimSession {
@@ -223,6 +225,7 @@ impl SimSession {
             opts: opts.clone(),
             runner,
             modules: objects,
+            kept: None,
         })
     }
 
@@ -237,18 +240,155 @@ impl SimSession {
         inputs: &HashMap<String, Tensor>,
     ) -> Result<Vec<(String, Tensor)>, CudaError> {
         let mut mem = load_memory(&self.program, &self.plan, weights, inputs).map_err(SimError::from)?;
+        self.launch_all(&mut mem)?;
+        Ok(read_outputs(&mem, &self.plan.layout).map_err(SimError::from)?)
+    }
+
+    /// Every launch in order on `mem`.
+    fn launch_all(&mut self, mem: &mut Memory) -> Result<(), CudaError> {
         for i in 0..self.plan.launches.len() {
             match &self.plan.launches[i] {
-                Launch::Gemm(g) => {
-                    gemm(&mut mem, g).map_err(|m| SimError::from(kernel_error(&self.program, g.step, m)))?
-                }
+                Launch::Gemm(g) => gemm(mem, g).map_err(|m| SimError::from(kernel_error(&self.program, g.step, m)))?,
                 Launch::Kernel(k) => {
                     let k = k.clone();
-                    self.kernel(&mut mem, &k)?;
+                    self.kernel(mem, &k)?;
                 }
             }
         }
-        Ok(read_outputs(&mem, &self.plan.layout).map_err(SimError::from)?)
+        Ok(())
+    }
+
+    /// Write the named inputs into the device memory kept between runs (made at the
+    /// first write: weights uploaded, every other input zero), as the CUDA session's
+    /// `write_inputs`.
+    pub fn write_inputs(
+        &mut self,
+        weights: &BTreeMap<String, Tensor>,
+        values: &[(&str, &Tensor)],
+    ) -> Result<(), CudaError> {
+        let layout = &self.plan.layout;
+        let find = |name: &str, t: &Tensor| -> Result<DevAddr, KernelError> {
+            let x = layout
+                .inputs
+                .iter()
+                .find(|x| x.name == name)
+                .ok_or_else(|| KernelError::UnknownInput(name.to_string()))?;
+            if t.ty() != x.ty {
+                return Err(KernelError::InputType {
+                    name: x.name.clone(),
+                    expected: x.ty.clone(),
+                    got: t.ty(),
+                });
+            }
+            Ok(x.addr)
+        };
+        let mut at = Vec::with_capacity(values.len());
+        for (name, t) in values {
+            at.push((find(name, t).map_err(SimError::from)?, *t));
+        }
+        let mut mem = match self.kept.take() {
+            Some(m) => m,
+            None => {
+                let zeros: HashMap<String, Tensor> = layout
+                    .inputs
+                    .iter()
+                    .map(|x| (x.name.clone(), Tensor::zeros(&x.ty)))
+                    .collect();
+                load_memory(&self.program, &self.plan, weights, &zeros).map_err(SimError::from)?
+            }
+        };
+        for (addr, t) in at {
+            mem.write(addr, t.data()).map_err(SimError::from)?;
+        }
+        self.kept = Some(mem);
+        Ok(())
+    }
+
+    /// A run on the kept memory, as the CUDA session's `run_kept`: only `batch` is
+    /// written; the inputs named in `kept` stay as they are, and each output named like
+    /// one is its next value, left over it (a donated output already is; any other is
+    /// copied) and not returned. The arena is poisoned again first.
+    pub fn run_kept(
+        &mut self,
+        weights: &BTreeMap<String, Tensor>,
+        batch: &HashMap<String, Tensor>,
+        kept: &[&str],
+    ) -> Result<Vec<(String, Tensor)>, CudaError> {
+        let layout = &self.plan.layout;
+        if let Some(x) = layout
+            .inputs
+            .iter()
+            .find(|x| !kept.contains(&x.name.as_str()) && !batch.contains_key(&x.name))
+        {
+            return Err(SimError::from(KernelError::MissingInput(x.name.clone())).into());
+        }
+        let mut names: Vec<&String> = batch.keys().collect();
+        names.sort();
+        if let Some(n) = names.iter().find(|n| kept.contains(&n.as_str())) {
+            return Err(SimError::from(KernelError::UnknownInput(format!("{n} (kept on the device)"))).into());
+        }
+        if self.kept.is_none() {
+            return Err(SimError::Runner("run_kept before the kept inputs were written".into()).into());
+        }
+        let values: Vec<(&str, &Tensor)> = names.iter().map(|n| (n.as_str(), &batch[*n])).collect();
+        self.write_inputs(weights, &values)?;
+        let mut mem = self
+            .kept
+            .take()
+            .ok_or_else(|| SimError::Runner("no kept memory".into()))?;
+        mem.poison(Region::Arena);
+        let result = self.launch_all(&mut mem).and_then(|()| {
+            let layout = &self.plan.layout;
+            let mut out = Vec::new();
+            for o in &layout.outputs {
+                if !kept.contains(&o.name.as_str()) {
+                    let t = mem.read(o.addr, &o.ty).map_err(|m| {
+                        SimError::from(KernelError::Output {
+                            name: o.name.clone(),
+                            message: m,
+                        })
+                    })?;
+                    out.push((o.name.clone(), t));
+                    continue;
+                }
+                let Some(x) = layout.inputs.iter().find(|x| x.name == o.name) else {
+                    continue;
+                };
+                if o.addr != x.addr {
+                    let bytes = mem.bytes(o.addr, o.bytes).map_err(SimError::Runner)?.to_vec();
+                    mem.write_bytes(x.addr, &bytes).map_err(SimError::from)?;
+                }
+            }
+            Ok(out)
+        });
+        self.kept = Some(mem);
+        result
+    }
+
+    /// The current values of the named inputs in the kept memory.
+    pub fn read_inputs(&self, names: &[&str]) -> Result<Vec<(String, Tensor)>, CudaError> {
+        let mem = self
+            .kept
+            .as_ref()
+            .ok_or_else(|| SimError::Runner("no kept memory to read".into()))?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let x = self
+                .plan
+                .layout
+                .inputs
+                .iter()
+                .find(|x| x.name == *name)
+                .ok_or_else(|| SimError::from(KernelError::UnknownInput((*name).to_string())))?;
+            let t = mem.read(x.addr, &x.ty).map_err(|m| {
+                SimError::from(KernelError::Output {
+                    name: x.name.clone(),
+                    message: m,
+                })
+            })?;
+            out.push((x.name.clone(), t));
+        }
+        Ok(out)
     }
 
     fn kernel(&mut self, mem: &mut Memory, k: &KernelLaunch) -> Result<(), SimError> {
