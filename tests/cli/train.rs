@@ -129,3 +129,35 @@ fn a_batch_that_does_not_fit_the_step_is_an_error_naming_it() {
     );
     assert!(!out.exists(), "no output after an error");
 }
+
+/// A label that is no class of the logits (nor the ignore index) is an error naming it
+/// and where it is, before any step runs (PyTorch stops on it too).
+#[test]
+fn a_label_outside_the_classes_is_an_error_naming_it() {
+    let dir = temp_dir("cli_train_labels");
+    let batch = dir.join("bad_labels.npz");
+    let mut arrays = graphc::npz::read_arrays(std::path::Path::new("tests/fixtures/train/gpt2/inputs.npz")).unwrap();
+    let (_, labels) = arrays.iter_mut().find(|(n, _)| n == "labels").unwrap();
+    let dims = labels.shape().dims().to_vec();
+    let mut v: Vec<i64> = labels.to_f64_vec().iter().map(|&x| x as i64).collect();
+    v[5] = 1_000_000;
+    *labels = graphc::ir::Tensor::new(dims, graphc::ir::TensorData::I64(v)).unwrap();
+    graphc::npz::write_npz(&batch, &arrays).unwrap();
+    let o = graphc(&[
+        "train",
+        "tests/fixtures/train/gpt2/model.onnx",
+        "--inputs",
+        batch.to_str().unwrap(),
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--shift-labels",
+        "--optimizer",
+        "sgd",
+        "--device",
+        "cpu",
+    ]);
+    fails_with(&o, "label 1000000 at [0, 5] of \"labels\" is not a class of the logits");
+    assert!(!stdout(&o).contains("step 1"), "no step ran");
+}

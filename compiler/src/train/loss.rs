@@ -10,7 +10,7 @@
 //!   probability tensor): `loss = -sum_valid (x[label] - max - log sum exp(x - max)) / n_valid`.
 
 use graphc_ir::nn::log_softmax;
-use graphc_ir::{DType, GraphBuilder, Shape, TensorType, Value};
+use graphc_ir::{DType, GraphBuilder, Shape, Tensor, TensorData, TensorType, Value};
 
 use super::TrainError;
 
@@ -48,6 +48,49 @@ impl Loss {
             ignore_index: -100,
             shift_labels: false,
         }
+    }
+
+    /// Cross-entropy: every label the loss reads is a class (`0..classes`) or the
+    /// ignore index, as PyTorch requires (its device assert); with shifted labels the
+    /// first position's are not read. The error names the first label that is not and
+    /// where it is. Other losses: nothing to check.
+    pub fn check_labels(&self, labels: &Tensor, classes: usize) -> Result<(), String> {
+        if self.kind != LossKind::CrossEntropy {
+            return Ok(());
+        }
+        let values: Vec<i64> = match labels.data() {
+            TensorData::I64(v) => v.clone(),
+            TensorData::I32(v) => v.iter().map(|&x| i64::from(x)).collect(),
+            other => {
+                return Err(format!(
+                    "the labels \"{}\" are {}, not integers",
+                    self.target,
+                    other.dtype()
+                ))
+            }
+        };
+        let dims = labels.shape().dims();
+        // Elements per step of axis 1 (the sequence of shifted labels).
+        let inner: usize = dims.get(2..).map_or(1, |d| d.iter().product());
+        let seq = dims.get(1).copied().unwrap_or(1);
+        for (i, &v) in values.iter().enumerate() {
+            let unread = self.shift_labels && (i / inner.max(1)).is_multiple_of(seq.max(1));
+            if unread || v == self.ignore_index || (0..classes as i64).contains(&v) {
+                continue;
+            }
+            let mut at = Vec::with_capacity(dims.len());
+            let mut rest = i;
+            for &d in dims.iter().rev() {
+                at.push(rest % d.max(1));
+                rest /= d.max(1);
+            }
+            at.reverse();
+            return Err(format!(
+                "cross-entropy: label {v} at {at:?} of \"{}\" is not a class of the logits (0..{classes}) nor the ignore index {}",
+                self.target, self.ignore_index
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -127,5 +170,32 @@ pub(super) fn build<'b>(
             let count = vf.sum(&all(vf), false);
             Ok(-(total / count))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(v: &[i64]) -> Tensor {
+        Tensor::new([2, 3], TensorData::I64(v.to_vec())).unwrap()
+    }
+
+    #[test]
+    fn labels_must_be_classes_or_ignored_where_the_loss_reads_them() {
+        let mut loss = Loss::new(LossKind::CrossEntropy, "labels");
+        assert!(loss.check_labels(&labels(&[0, 4, -100, 1, 2, 3]), 5).is_ok());
+        let err = loss.check_labels(&labels(&[0, 4, -100, 1, 5, 3]), 5).unwrap_err();
+        assert!(err.contains("label 5 at [1, 1] of \"labels\""), "{err}");
+        assert!(loss.check_labels(&labels(&[-1, 0, 0, 0, 0, 0]), 5).is_err());
+        // Shifted: the first position of each row is never read.
+        loss.shift_labels = true;
+        assert!(loss.check_labels(&labels(&[7, 0, 1, 9, 2, 3]), 5).is_ok());
+        let err = loss.check_labels(&labels(&[7, 0, 1, 9, 2, 8]), 5).unwrap_err();
+        assert!(err.contains("label 8 at [1, 2]"), "{err}");
+        loss.ignore_index = 9;
+        assert!(loss.check_labels(&labels(&[0, 9, 1, 0, 2, 3]), 5).is_ok());
+        // MSE targets are not labels.
+        assert!(Loss::new(LossKind::Mse, "y").check_labels(&labels(&[9; 6]), 5).is_ok());
     }
 }

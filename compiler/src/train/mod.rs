@@ -143,6 +143,9 @@ pub struct TrainReport {
     /// Nodes of the forward graph, and of the whole step, before optimization.
     pub forward_nodes: usize,
     pub step_nodes: usize,
+    /// Cross-entropy: the class count (the logits' last dim), which every label must be
+    /// under ([`Loss::check_labels`]).
+    pub classes: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -300,6 +303,9 @@ pub fn build_step(
     let pred = b
         .value(pred)
         .ok_or_else(|| TrainError::Invalid("bad output node".into()))?;
+    if opts.loss.kind == LossKind::CrossEntropy {
+        report.classes = pred.shape().dims().last().copied();
+    }
     let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target))?;
     let grads = gradients(&b, loss.id(), &params)?;
     report.saved = b.with_graph(|g| {

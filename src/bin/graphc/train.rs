@@ -219,6 +219,7 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     let (batch, target) = read_batch(&args.inputs, &graph, args.train.target.as_deref())?;
     let opts = args.train.options(&target)?;
     let target_name = opts.loss.target.clone();
+    let loss = opts.loss.clone();
     let progress = crate::common::Progress::new("compiling the training step");
     let step = graphc::train::compile_step(&graph, opts, &args.budget.options())?;
     drop(progress);
@@ -234,6 +235,10 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
             step.program.donated.len(),
             step.program.kernels.len()
         );
+    }
+    if let Some(classes) = step.train.as_ref().and_then(|t| t.report.classes) {
+        loss.check_labels(&target, classes)
+            .map_err(|m| anyhow::anyhow!("{}: {m}", args.inputs.display()))?;
     }
     let mut batch = batch;
     batch.insert(target_name, target);
