@@ -161,3 +161,15 @@ fn a_label_outside_the_classes_is_an_error_naming_it() {
     fails_with(&o, "label 1000000 at [0, 5] of \"labels\" is not a class of the logits");
     assert!(!stdout(&o).contains("step 1"), "no step ran");
 }
+
+/// `graphc cuda --train` prints the training step's kernels: the parameters' updates
+/// in a multi-tensor launch, one block range per part.
+#[test]
+fn cuda_train_prints_the_steps_multi_tensor_update() {
+    let o = graphc(&["cuda", MLP, "--train", "--loss", "mse", "--optimizer", "adamw"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("_multi_tensor (multi_tensor)"), "{text}");
+    assert!(text.contains("// part 1:"), "{text}");
+    fails_with(&graphc(&["cuda", MLP, "--train"]), "--loss");
+}

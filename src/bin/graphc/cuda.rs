@@ -15,11 +15,13 @@ pub struct CudaArgs {
     /// Only this kernel (its index, as `graphc opt` numbers them).
     #[arg(long)]
     pub kernel: Option<usize>,
+    #[command(flatten)]
+    pub step: crate::train::StepArgs,
 }
 
 pub fn run(args: CudaArgs) -> Result<()> {
     let graph = args.model.load()?;
-    let compiled = graphc::compile(&graph)?;
+    let compiled = args.step.compile(&graph)?;
     let program = &compiled.program;
     let count = program.kernels.len();
     let indices: Vec<usize> = match args.kernel {

@@ -27,6 +27,8 @@ pub struct PtxArgs {
     /// Kernel cache folder (default $GRAPHC_CACHE_DIR, else ~/.cache/graphc/nvrtc).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub step: crate::train::StepArgs,
 }
 
 pub fn run(args: PtxArgs) -> Result<()> {
@@ -36,11 +38,12 @@ pub fn run(args: PtxArgs) -> Result<()> {
         cubin,
         no_cache,
         cache_dir,
+        step,
     } = args;
     let arch: graphc_compiler::plan::Arch = arch.parse().map_err(|e| anyhow::anyhow!("--arch {e}"))?;
     let arch = arch.to_string();
     let graph = model.load()?;
-    let compiled = graphc::compile(&graph)?;
+    let compiled = step.compile(&graph)?;
     let kernels = graphc_compiler::codegen::generate_all(&compiled.program)?;
     let opts = NvrtcOptions {
         arch: arch.clone(),

@@ -79,6 +79,29 @@ fn parse_betas(s: &str) -> Result<(f64, f64), String> {
     Ok((p(a)?, p(b)?))
 }
 
+/// `--train` and the step's options, for the commands that print a compiled program
+/// (`graphc cuda`, `graphc ptx`).
+#[derive(clap::Args)]
+pub struct StepArgs {
+    /// The kernels of the whole training step (forward, loss, backward, optimizer
+    /// update: the options as `graphc train` takes them) instead of the model's.
+    #[arg(long)]
+    pub train: bool,
+    #[command(flatten)]
+    pub opts: TrainArgs,
+}
+
+impl StepArgs {
+    /// The model compiled with default options, or its training step with `--train`.
+    pub fn compile(&self, graph: &Graph) -> Result<graphc::Compiled> {
+        Ok(if self.train {
+            graphc::train::compile_step(graph, self.opts.options_for(graph)?, &Default::default())?
+        } else {
+            graphc::compile(graph)?
+        })
+    }
+}
+
 impl TrainArgs {
     /// The step's options, the target's type as the loss expects it from the model's
     /// output (mse: the output's type; cross-entropy: i64 labels of its leading dims).
