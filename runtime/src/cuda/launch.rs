@@ -170,7 +170,30 @@ pub struct DeviceLayout {
     pub buffers: Vec<Option<DevAddr>>,
 }
 
+impl IoTensor {
+    /// `t` has this input's exact type.
+    pub fn check(&self, t: &graphc_ir::Tensor) -> Result<(), KernelError> {
+        if t.ty() == self.ty {
+            Ok(())
+        } else {
+            Err(KernelError::InputType {
+                name: self.name.clone(),
+                expected: self.ty.clone(),
+                got: t.ty(),
+            })
+        }
+    }
+}
+
 impl DeviceLayout {
+    /// The input named `name`.
+    pub fn input(&self, name: &str) -> Result<&IoTensor, KernelError> {
+        self.inputs
+            .iter()
+            .find(|x| x.name == name)
+            .ok_or_else(|| KernelError::UnknownInput(name.to_string()))
+    }
+
     /// Bytes of one region.
     pub fn region_bytes(&self, r: Region) -> u64 {
         match r {

@@ -274,9 +274,7 @@ impl Session {
         let layout = &self.launch_plan.layout;
         let is_kept = |n: &str| kept.contains(&n);
         for k in kept {
-            if !layout.inputs.iter().any(|x| x.name == *k) {
-                return Err(KernelError::UnknownInput((*k).to_string()).into());
-            }
+            layout.input(k)?;
         }
         let mut names: Vec<&String> = batch.keys().collect();
         names.sort();
@@ -338,11 +336,7 @@ impl Session {
         let layout = &self.launch_plan.layout;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let x = layout
-                .inputs
-                .iter()
-                .find(|x| x.name == *name)
-                .ok_or_else(|| KernelError::UnknownInput((*name).to_string()))?;
+            let x = layout.input(name)?;
             let mut bytes = vec![0u8; x.bytes as usize];
             if !bytes.is_empty() {
                 let src = self.regions.base(x.addr.region) + x.addr.offset;
@@ -365,19 +359,8 @@ impl Session {
         let layout = &self.launch_plan.layout;
         let mut at = Vec::with_capacity(values.len());
         for (name, t) in values {
-            let x = layout
-                .inputs
-                .iter()
-                .find(|x| x.name == *name)
-                .ok_or_else(|| KernelError::UnknownInput((*name).to_string()))?;
-            if t.ty() != x.ty {
-                return Err(KernelError::InputType {
-                    name: x.name.clone(),
-                    expected: x.ty.clone(),
-                    got: t.ty(),
-                }
-                .into());
-            }
+            let x = layout.input(name)?;
+            x.check(t)?;
             at.push((x.addr, x.bytes as usize, *t));
         }
         // The previous run's copies out of staging are complete (runs synchronize).
@@ -410,14 +393,7 @@ impl Session {
             let t = inputs
                 .get(&x.name)
                 .ok_or_else(|| KernelError::MissingInput(x.name.clone()))?;
-            if t.ty() != x.ty {
-                return Err(KernelError::InputType {
-                    name: x.name.clone(),
-                    expected: x.ty.clone(),
-                    got: t.ty(),
-                }
-                .into());
-            }
+            x.check(t)?;
         }
         let mut extra: Vec<&String> = inputs
             .keys()

@@ -268,18 +268,8 @@ impl SimSession {
     ) -> Result<(), CudaError> {
         let layout = &self.plan.layout;
         let find = |name: &str, t: &Tensor| -> Result<DevAddr, KernelError> {
-            let x = layout
-                .inputs
-                .iter()
-                .find(|x| x.name == name)
-                .ok_or_else(|| KernelError::UnknownInput(name.to_string()))?;
-            if t.ty() != x.ty {
-                return Err(KernelError::InputType {
-                    name: x.name.clone(),
-                    expected: x.ty.clone(),
-                    got: t.ty(),
-                });
-            }
+            let x = layout.input(name)?;
+            x.check(t)?;
             Ok(x.addr)
         };
         let mut at = Vec::with_capacity(values.len());
@@ -373,13 +363,7 @@ impl SimSession {
             .ok_or_else(|| SimError::Runner("no kept memory to read".into()))?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let x = self
-                .plan
-                .layout
-                .inputs
-                .iter()
-                .find(|x| x.name == *name)
-                .ok_or_else(|| SimError::from(KernelError::UnknownInput((*name).to_string())))?;
+            let x = self.plan.layout.input(name).map_err(SimError::from)?;
             let t = mem.read(x.addr, &x.ty).map_err(|m| {
                 SimError::from(KernelError::Output {
                     name: x.name.clone(),
