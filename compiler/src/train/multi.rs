@@ -16,8 +16,9 @@
 //!
 //! A merged update still runs after every other reader of its donated input (it only
 //! moves later), no kernel reads what an update writes (donated outputs have no
-//! readers), and the parts of one launch share no written buffer, so the program stays
-//! valid; the pipeline verifies it and the plan again.
+//! readers), the parts of one launch share no written buffer, and no part reads a state
+//! input another part writes over (such updates stay in different launches), so the
+//! program stays valid; the pipeline verifies it and the plan again.
 
 use std::collections::{HashMap, HashSet};
 
@@ -46,6 +47,18 @@ struct Group {
     members: Vec<usize>,
     held: u64,
     buffers: HashSet<BufferId>,
+    /// Buffers the members read, and the state inputs they write over (donated).
+    reads: HashSet<BufferId>,
+    overwrites: HashSet<BufferId>,
+}
+
+impl Group {
+    /// Kernel `t` (reading `reads`, writing over `overwrites`) may run at the same time
+    /// as the members: no member reads what it overwrites, and it reads nothing a
+    /// member overwrites (the parts of a launch are independent).
+    fn independent(&self, reads: &[BufferId], overwrites: &[BufferId]) -> bool {
+        reads.iter().all(|b| !self.overwrites.contains(b)) && overwrites.iter().all(|b| !self.reads.contains(b))
+    }
 }
 
 /// Merge the update kernels of the scheduled training step `program` into multi-tensor
@@ -57,6 +70,8 @@ pub fn merge_updates(program: Program) -> (Program, MultiTensorReport) {
     }
     let k = program.kernels.len();
     let donated: HashSet<BufferId> = program.donated.iter().map(|d| d.output).collect();
+    // Each donated output, and the input it is written over.
+    let overwritten: HashMap<BufferId, BufferId> = program.donated.iter().map(|d| (d.output, d.input)).collect();
     let is_update = |kernel: &Kernel| match &kernel.kind {
         KernelKind::Elementwise(e) => {
             !e.stores.is_empty() && e.stores.iter().all(|s| donated.contains(&s.access.buffer))
@@ -95,12 +110,19 @@ pub fn merge_updates(program: Program) -> (Program, MultiTensorReport) {
             continue;
         }
         report.updates += 1;
-        let mut buffers: HashSet<BufferId> = program.kernels[t].reads().into_iter().collect();
+        let reads = program.kernels[t].reads();
+        let overwrites: Vec<BufferId> = program.kernels[t]
+            .writes()
+            .iter()
+            .filter_map(|w| overwritten.get(w).copied())
+            .collect();
+        let mut buffers: HashSet<BufferId> = reads.iter().copied().collect();
         buffers.extend(program.kernels[t].writes());
         let joins = open.as_ref().is_some_and(|g| {
             let last = *g.members.last().unwrap_or(&t);
             g.members.len() < MAX_PARTS
                 && g.buffers.union(&buffers).count() <= MAX_PARAMS
+                && g.independent(&reads, &overwrites)
                 && (last + 1..=t).all(|x| live[x] + extra[x] + g.held <= peak)
         });
         match open.as_mut() {
@@ -112,6 +134,8 @@ pub fn merge_updates(program: Program) -> (Program, MultiTensorReport) {
                 g.members.push(t);
                 g.held += held_by(t);
                 g.buffers.extend(buffers);
+                g.reads.extend(reads);
+                g.overwrites.extend(overwrites);
             }
             _ => {
                 if let Some(g) = open.take() {
@@ -121,6 +145,8 @@ pub fn merge_updates(program: Program) -> (Program, MultiTensorReport) {
                     members: vec![t],
                     held: held_by(t),
                     buffers,
+                    reads: reads.into_iter().collect(),
+                    overwrites: overwrites.into_iter().collect(),
                 });
             }
         }
@@ -187,5 +213,74 @@ fn renumber(name: &str, pos: usize) -> String {
     match rest {
         Some(r) => format!("k{pos}{r}"),
         None => format!("k{pos}_{name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{Access, Body, Donation, ElementwiseKernel, Expr, InputId, Store};
+    use graphc_ir::{BinaryOp, DType, TensorType};
+
+    /// Two updates: `b' = y + x` (or `y + y`) over `y`, then `a' = x * x` over `x`.
+    fn program(b_reads_x: bool) -> Program {
+        let mut p = Program::default();
+        let ty = TensorType::new(DType::F32, [4]);
+        let x = p.add_buffer(ty.clone(), BufferKind::Input { name: "x".into() }, None);
+        let y = p.add_buffer(ty.clone(), BufferKind::Input { name: "y".into() }, None);
+        let b_out = p.add_buffer(ty.clone(), BufferKind::Temp, None);
+        let a_out = p.add_buffer(ty, BufferKind::Temp, None);
+        p.inputs = vec![x, y];
+        p.outputs = vec![("y".into(), b_out), ("x".into(), a_out)];
+        p.donated = vec![
+            Donation {
+                output: b_out,
+                input: y,
+            },
+            Donation {
+                output: a_out,
+                input: x,
+            },
+        ];
+        let update = |reads: Vec<BufferId>, out: BufferId, op: BinaryOp| {
+            let mut body = Body::default();
+            let l0 = body.push(Expr::Load(InputId(0)), DType::F32);
+            let l1 = body.push(Expr::Load(InputId((reads.len() - 1) as u32)), DType::F32);
+            let v = body.push(Expr::Binary(op, l0, l1), DType::F32);
+            Kernel {
+                name: "k_ew".into(),
+                kind: KernelKind::Elementwise(ElementwiseKernel {
+                    space: vec![4],
+                    inputs: reads.iter().map(|&b| Access::contiguous(b, &[4])).collect(),
+                    body,
+                    stores: vec![Store {
+                        value: v,
+                        access: Access::contiguous(out, &[4]),
+                    }],
+                }),
+                nodes: vec![],
+            }
+        };
+        let b_reads = if b_reads_x { vec![y, x] } else { vec![y] };
+        p.kernels = vec![
+            update(b_reads, b_out, BinaryOp::Add),
+            update(vec![x], a_out, BinaryOp::Mul),
+        ];
+        p
+    }
+
+    #[test]
+    fn independent_updates_share_a_launch_and_dependent_ones_do_not() {
+        let (merged, r) = merge_updates(program(false));
+        assert_eq!((r.updates, r.kernels, r.parts), (2, 1, 2));
+        assert_eq!(merged.kernels.len(), 1);
+        assert_eq!(merged.kernels[0].name, "k0_multi_tensor");
+        crate::kernel::verify(&merged).unwrap();
+        crate::train::donate::check(&merged).unwrap();
+        // `b'` reads `x`, which `a'` is written over: one launch would race.
+        let (kept, r) = merge_updates(program(true));
+        assert_eq!((r.updates, r.kernels), (2, 0));
+        assert_eq!(kept.kernels.len(), 2);
+        crate::train::donate::check(&kept).unwrap();
     }
 }
