@@ -34,6 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         freeze: None,
         target: y.ty(),
         output: None,
+        loss_scale: None,
     };
     let step = train::compile_step(&graph, opts, &Default::default())?;
     if let Some(t) = &step.train {

@@ -18,6 +18,9 @@ batch, and writes OUT/NAME/:
     sgd.npz         losses [3] (each before its step's update), every parameter
     adamw.npz       after the 3 steps by initializer name; adamw.npz also the first
                     step's gradients as grad.NAME
+    bf16_adamw.npz  3 AdamW steps under torch.autocast(bfloat16), f32 master weights
+    fp16_adamw.npz  the same in float16 with torch.amp.GradScaler (scales, skipped)
+    fp16_overflow.npz  6 fp16 steps from a scale that overflows (mixed_precision)
     meta.json       the loss and optimizer options (graphc train's flags), versions
 
 `gpt2_medium` (on demand only, into an ignored folder: `--out target/models`) exports
@@ -206,9 +209,90 @@ def one(name, root):
             arrays[init_name] = params[n].detach().numpy().astype(np.float32)
         np.savez(out / f"{oname}.npz", **arrays)
         meta[f"{oname}_losses"] = losses
+    meta["amp"] = mixed_precision(model, inputs, target, how, names, out)
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out.iterdir())
     print(f"{name}: {len(names)} parameters, losses sgd {meta['sgd_losses']}, adamw {meta['adamw_losses']}; {size} bytes")
+
+
+def amp_steps(model, inputs, target, how, names, dtype, steps, scaler_opts=None):
+    """`steps` AdamW steps under torch.autocast(dtype) with f32 parameters (the master
+    weights); the loss in f32 on the upcast output (as Hugging Face's loss functions
+    upcast the logits); with `scaler_opts`, fp16's torch.amp.GradScaler. Returns the
+    arrays: losses, the scale each step used and whether it was skipped, parameters."""
+    m = copy.deepcopy(model)
+    m.train()
+    opt = make_optimizer(m.parameters(), OPTIMIZERS["adamw"])
+    scaler = torch.amp.GradScaler("cpu", **scaler_opts) if scaler_opts else None
+    losses, scales, skipped = [], [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype):
+            out = m(**inputs)
+        loss = loss_of(out.float(), target, how)
+        losses.append(loss.item())
+        if scaler is None:
+            loss.backward()
+            opt.step()
+            continue
+        used = scaler.get_scale()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(used)
+        skipped.append(scaler.get_scale() < used)
+    params = dict(m.named_parameters())
+    arrays = {"losses": np.array(losses, dtype=np.float64)}
+    if scaler is not None:
+        arrays["scales"] = np.array(scales, dtype=np.float64)
+        arrays["skipped"] = np.array(skipped, dtype=np.bool_)
+        arrays["final_scale"] = np.array(scaler.get_scale(), dtype=np.float64)
+    for init_name, n in names.items():
+        arrays[init_name] = params[n].detach().numpy().astype(np.float32)
+    return arrays
+
+
+def overflow_threshold(model, inputs, target, how):
+    """The smallest loss scale (to 1%) at which the first fp16 step's gradients hold an
+    inf or NaN, by bisection (the step is skipped at and above it)."""
+    def overflows(scale):
+        m = copy.deepcopy(model)
+        m.train()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = m(**inputs)
+        (loss_of(out.float(), target, how) * scale).backward()
+        return any(not torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+
+    lo, hi = 1.0, 2.0 ** 100
+    while hi / lo > 1.01:
+        mid = (lo * hi) ** 0.5
+        if overflows(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def mixed_precision(model, inputs, target, how, names, out):
+    """bf16 (autocast, no scaling) and fp16 (autocast + GradScaler) AdamW references:
+    bf16_adamw.npz and fp16_adamw.npz (3 steps, GradScaler's defaults), and
+    fp16_overflow.npz: 6 steps from an initial scale 2.8x the first step's overflow
+    threshold with a growth interval of 2, so that steps 1 and 2 are skipped (at 2.8
+    and 1.4 times the threshold), 3 and 4 run at 0.7 times it, the scale then doubles
+    and step 5 is skipped again; every decision 30% or more away from the threshold."""
+    np.savez(out / "bf16_adamw.npz", **amp_steps(model, inputs, target, how, names, torch.bfloat16, 3))
+    np.savez(out / "fp16_adamw.npz", **amp_steps(model, inputs, target, how, names, torch.float16, 3,
+                                                 dict(init_scale=2.0 ** 16)))
+    threshold = overflow_threshold(model, inputs, target, how)
+    init = float(np.float32(2.8 * threshold))
+    over = amp_steps(model, inputs, target, how, names, torch.float16, 6,
+                     dict(init_scale=init, growth_interval=2))
+    # The losses, scales and skipped steps (the parameters are checked by the other two).
+    np.savez(out / "fp16_overflow.npz", **{k: over[k] for k in ("losses", "scales", "skipped", "final_scale")})
+    return {"autocast": "cpu", "overflow_threshold": threshold,
+            "overflow_init_scale": init, "overflow_growth_interval": 2,
+            "overflow_skipped": [bool(x) for x in over["skipped"]],
+            "overflow_scales": [float(x) for x in over["scales"]]}
 
 
 def gpt2_medium(root, seq=1024):

@@ -16,6 +16,7 @@
 //!     freeze: None,
 //!     target: y.ty(),
 //!     output: None,
+//!     loss_scale: None,
 //! };
 //! let step = train::compile_step(&graph, opts, &Default::default()).unwrap();
 //! let mut session = train::cpu_session(&step).unwrap();
@@ -27,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use graphc_compiler::train::{AdamW, Loss, LossKind, Optimizer, Sgd, StateClass, TrainOptions};
+pub use graphc_compiler::train::{AdamW, Loss, LossKind, LossScaling, Optimizer, Sgd, StateClass, TrainOptions};
 use graphc_compiler::{CompileOptions, Compiled};
 use graphc_ir::{Graph, Tensor};
 pub use graphc_runtime::state::{CpuStep, KeptState, StateError, Stateful, StepRunner, Transfers};
@@ -131,12 +132,40 @@ pub fn cuda_session(step: &Compiled, opts: crate::cuda::SessionOptions) -> Resul
 
 /// One step; the loss (before the step's update) as f64.
 pub fn step_loss<R: StepRunner>(session: &mut Stateful<R>, batch: &HashMap<String, Tensor>) -> Result<f64, Error> {
+    Ok(step_once(session, batch)?.loss)
+}
+
+/// What one step reports.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepOutcome {
+    /// The loss (before the step's update; unscaled).
+    pub loss: f64,
+    /// With dynamic loss scaling: the scale the loss was multiplied by, and whether
+    /// the step was skipped (an inf or NaN gradient: no slot but the scale's changed).
+    pub loss_scale: Option<f64>,
+    pub skipped: bool,
+}
+
+/// One step, with what it reports.
+pub fn step_once<R: StepRunner>(
+    session: &mut Stateful<R>,
+    batch: &HashMap<String, Tensor>,
+) -> Result<StepOutcome, Error> {
     let out = session.step(batch).map_err(state_error)?;
     let loss = out
         .iter()
-        .find(|(n, _)| n == "loss")
+        .find(|(n, _)| n == graphc_compiler::train::LOSS_OUTPUT)
         .ok_or_else(|| Error::Train("the step has no loss output".into()))?;
-    Ok(loss.1.to_f64_vec().first().copied().unwrap_or(f64::NAN))
+    let loss = loss.1.to_f64_vec().first().copied().unwrap_or(f64::NAN);
+    let scaler = out
+        .iter()
+        .find(|(n, _)| n == graphc_compiler::train::scale::OUTPUT)
+        .map(|(_, t)| t.to_f64_vec());
+    Ok(StepOutcome {
+        loss,
+        loss_scale: scaler.as_ref().and_then(|v| v.first().copied()),
+        skipped: scaler.as_ref().and_then(|v| v.get(1)).is_some_and(|&s| s != 0.0),
+    })
 }
 
 /// The trainable parameters of a session's state, by model name, in state order

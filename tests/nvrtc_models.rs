@@ -96,6 +96,7 @@ fn kernels() -> Vec<CudaKernel> {
             freeze: None,
             target: labels.ty(),
             output: None,
+            loss_scale: None,
         };
         let step = graphc::train::compile_step(&g, opts, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
         compiled_models.push((format!("{name} training step"), step));

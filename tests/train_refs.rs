@@ -32,16 +32,18 @@ fn arrays(path: PathBuf) -> HashMap<String, Tensor> {
 }
 
 struct Fixture {
+    name: &'static str,
     graph: graphc::ir::Graph,
     batch: HashMap<String, Tensor>,
     meta: Value,
 }
 
-fn load(name: &str) -> Fixture {
+fn load(name: &'static str) -> Fixture {
     let d = dir(name);
     let graph = graphc::load_model(&d.join("model.onnx"), &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(d.join("meta.json")).unwrap()).unwrap();
     Fixture {
+        name,
         graph,
         batch: arrays(d.join("inputs.npz")),
         meta,
@@ -83,6 +85,7 @@ fn options(f: &Fixture, optimizer: &str) -> TrainOptions {
         freeze: None,
         target: f.batch[&target].ty(),
         output: None,
+        loss_scale: None,
     }
 }
 
@@ -193,6 +196,160 @@ fn three_sgd_and_three_adamw_steps_match_pytorch_on_the_cpu_and_cuda_sim() {
             if cxx {
                 let s = graphc::train::sim_session(&step, &Default::default()).unwrap();
                 check(&format!("{name} {opt} cuda-sim"), &step, s, &f, &want);
+            }
+        }
+    }
+}
+
+/// Mixed precision against PyTorch's autocast (`scripts/train_refs.py`,
+/// `mixed_precision`): bf16 (no scaling) and fp16 with GradScaler's dynamic loss
+/// scaling, 3 AdamW steps each with f32 master parameters: every loss and every
+/// parameter after the third within 2e-2 (relative) of PyTorch's; the scale of each
+/// fp16 step equal to GradScaler's. And from an initial scale that overflows (with a
+/// growth interval of 2), graphc skips exactly the steps PyTorch skips and ends with
+/// its scale.
+fn check_amp<R: StepRunner>(
+    what: &str,
+    step: &Compiled,
+    mut s: graphc::train::Stateful<R>,
+    f: &Fixture,
+    want: &HashMap<String, Tensor>,
+    params: bool,
+) -> (f64, f64) {
+    let losses = want["losses"].to_f64_vec();
+    let scales = want.get("scales").map(|t| t.to_f64_vec());
+    let skipped: Option<Vec<bool>> = want.get("skipped").map(|t| match t.data() {
+        TensorData::Bool(v) => v.clone(),
+        other => panic!("{what}: skipped is {}", other.dtype()),
+    });
+    let mut worst_loss = 0.0f64;
+    for (i, &w) in losses.iter().enumerate() {
+        let out = graphc::train::step_once(&mut s, &f.batch).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let r = rel(out.loss, w);
+        worst_loss = worst_loss.max(r);
+        assert!(
+            r <= 2e-2,
+            "{what}: step {} loss {} vs PyTorch {w} (relative {r:.2e})",
+            i + 1,
+            out.loss
+        );
+        if let (Some(sc), Some(sk)) = (&scales, &skipped) {
+            assert_eq!(
+                out.loss_scale.map(|x| x as f32),
+                Some(sc[i] as f32),
+                "{what}: step {} scale",
+                i + 1
+            );
+            assert_eq!(out.skipped, sk[i], "{what}: step {} skipped", i + 1);
+        } else {
+            assert_eq!(out.loss_scale, None, "{what}: no loss scaling");
+        }
+    }
+    if let Some(fin) = want.get("final_scale") {
+        let state = s.state().unwrap();
+        let got = state[graphc_compiler::train::scale::SCALE].to_f64_vec()[0];
+        assert_eq!(
+            got as f32,
+            fin.to_f64_vec()[0] as f32,
+            "{what}: the scale after the last step"
+        );
+    }
+    let mut worst = 0.0f64;
+    if params {
+        // Elements whose gradient is 0 in exact arithmetic (attention's key bias) take
+        // AdamW steps of about lr from rounding noise, different in every
+        // implementation: they must stay within two such steps per step and are
+        // left out of the L2 figure (the f32 reference's first-step gradients tell
+        // them).
+        let fp32 = arrays(dir(f.name).join("adamw.npz"));
+        let lr = f.meta["optimizers"]["adamw"]["lr"].as_f64().unwrap();
+        let grad_top = fp32
+            .iter()
+            .filter(|(k, _)| k.starts_with("grad."))
+            .flat_map(|(_, t)| t.to_f64_vec())
+            .fold(0.0f64, |m, x| m.max(x.abs()));
+        let got = graphc::train::parameters(step, &mut s).unwrap();
+        for (name, g) in &got {
+            let w = want
+                .get(name)
+                .unwrap_or_else(|| panic!("{what}: PyTorch has no parameter {name}"));
+            let (mut gv, mut wv) = (g.to_f64_vec(), w.to_f64_vec());
+            if let Some(grad) = fp32.get(&format!("grad.{name}")) {
+                for (i, gr) in grad.to_f64_vec().into_iter().enumerate() {
+                    if gr.abs() <= 1e-6 * grad_top {
+                        // Each side's step is at most about lr, of either sign.
+                        assert!(
+                            (gv[i] - wv[i]).abs() <= 2.1 * lr * losses.len() as f64,
+                            "{what}: {name}[{i}] {} vs PyTorch {}: more than AdamW's steps apart",
+                            gv[i],
+                            wv[i]
+                        );
+                        gv[i] = 0.0;
+                        wv[i] = 0.0;
+                    }
+                }
+            }
+            let w = Tensor::new(w.shape().clone(), TensorData::from_f64(w.dtype(), &wv)).unwrap();
+            let g = Tensor::new(g.shape().clone(), TensorData::from_f64(w.dtype(), &gv)).unwrap();
+            let err = relative_l2(&g, &w);
+            worst = worst.max(err);
+            assert!(err <= 2e-2, "{what}: parameter {name} relative L2 {err:.2e} vs PyTorch");
+        }
+    }
+    let p = if params {
+        format!("parameters within {worst:.1e}")
+    } else {
+        "parameters not compared".into()
+    };
+    println!("{what}: losses within {worst_loss:.1e}, {p} of PyTorch autocast");
+    (worst_loss, worst)
+}
+
+#[test]
+fn bf16_and_fp16_steps_match_pytorch_autocast_and_grad_scaler() {
+    use graphc::train::LossScaling;
+    use graphc_compiler::passes::precision::Precision;
+    let cxx = graphc::cuda::sim::build::find_compiler().is_ok();
+    for name in MODELS {
+        let f = load(name);
+        let amp = &f.meta["amp"];
+        let cases = [
+            ("bf16", Precision::Bf16, None, 3),
+            ("fp16", Precision::Fp16, Some(LossScaling::default()), 3),
+            (
+                "fp16 overflow",
+                Precision::Fp16,
+                Some(LossScaling {
+                    init_scale: amp["overflow_init_scale"].as_f64().unwrap(),
+                    growth_interval: amp["overflow_growth_interval"].as_u64().unwrap() as u32,
+                    ..LossScaling::default()
+                }),
+                6,
+            ),
+        ];
+        for (label, precision, scaling, _) in cases {
+            let file = match label {
+                "bf16" => "bf16_adamw.npz",
+                "fp16" => "fp16_adamw.npz",
+                _ => "fp16_overflow.npz",
+            };
+            let want = arrays(dir(name).join(file));
+            let mut opts = options(&f, "adamw");
+            opts.loss_scale = scaling;
+            let base = graphc::CompileOptions {
+                precision,
+                ..Default::default()
+            };
+            let step =
+                graphc::train::compile_step(&f.graph, opts, &base).unwrap_or_else(|e| panic!("{name} {label}: {e}"));
+            let params = label != "fp16 overflow";
+            let s = graphc::train::cpu_session(&step).unwrap();
+            check_amp(&format!("{name} {label} cpu"), &step, s, &f, &want, params);
+            // cuda-sim runs the low-precision kernels' CUDA C (the other models' are
+            // the same kernels at other shapes).
+            if cxx && name == "gpt2" {
+                let s = graphc::train::sim_session(&step, &Default::default()).unwrap();
+                check_amp(&format!("{name} {label} cuda-sim"), &step, s, &f, &want, params);
             }
         }
     }

@@ -133,27 +133,50 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     // Training: the loss, its gradients and the optimizer's update, built on the
     // optimized forward graph (so attention and GELU are differentiated as the fused
     // forms), then optimized as one step.
-    let graph = match (&opts.train, &mut training) {
+    // With mixed precision, the precision pass types the forward graph and the loss
+    // before autodiff (as `torch.autocast` runs the forward): each op's backward then
+    // runs in its forward's type, and the optimizer's update stays in f32 on the f32
+    // master parameters.
+    let (graph, precision) = match (&opts.train, &mut training) {
         (Some(train), Some(training)) => {
-            let (graph, report) = run_autodiff(&graph, train, training, opts)?;
+            let start = Instant::now();
+            let with_loss = crate::train::build_loss(&graph, &training.state, train, &mut training.report)?;
+            let loss_time = start.elapsed();
+            let mut p = opts.clone();
+            p.outputs = Outputs::Declared;
+            let (with_loss, precision, report) = run_precision(&with_loss, &p)?;
+            let with_loss = match report {
+                Some(report) => {
+                    passes.push(report);
+                    let (graph, again, report) = run_optimize(&with_loss, opts)?;
+                    passes.push(report);
+                    optimize = merge_optimize_reports(optimize, again);
+                    graph
+                }
+                None => with_loss,
+            };
+            let (graph, mut report) = run_autodiff(&with_loss, train, training, opts)?;
+            report.time += loss_time;
             passes.push(report);
             let (graph, again, report) = run_optimize(&graph, opts)?;
             passes.push(report);
             optimize = merge_optimize_reports(optimize, again);
-            graph
+            (graph, precision)
         }
-        _ => graph,
-    };
-    let (graph, precision, report) = run_precision(&graph, opts)?;
-    let graph = match report {
-        Some(report) => {
-            passes.push(report);
-            let (graph, again, report) = run_optimize(&graph, opts)?;
-            passes.push(report);
-            optimize = merge_optimize_reports(optimize, again);
-            graph
+        _ => {
+            let (graph, precision, report) = run_precision(&graph, opts)?;
+            let graph = match report {
+                Some(report) => {
+                    passes.push(report);
+                    let (graph, again, report) = run_optimize(&graph, opts)?;
+                    passes.push(report);
+                    optimize = merge_optimize_reports(optimize, again);
+                    graph
+                }
+                None => graph,
+            };
+            (graph, precision)
         }
-        None => graph,
     };
     let (graph, quantize, report) = run_quantize(&graph, opts)?;
     passes.extend(report);
@@ -184,17 +207,17 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     })
 }
 
-/// Training, stage 1 ([`crate::train::make_state`]). Training compiles in fp32 with
-/// float weights (mixed precision and quantized weights are not trained here).
+/// Training, stage 1 ([`crate::train::make_state`]). Quantized weights are not
+/// trained.
 fn run_make_state(
     graph: &Graph,
     train: &TrainOptions,
     opts: &CompileOptions,
 ) -> Result<(Graph, Training, PassReport), CompileError> {
     let start = Instant::now();
-    if opts.precision.low_type().is_some() || opts.weights.bits().is_some() {
+    if opts.weights.bits().is_some() {
         return Err(crate::train::TrainError::Invalid(
-            "a training step compiles in fp32 with float weights (no --precision bf16/fp16 or --weights yet)".into(),
+            "a training step trains float weights (no --weights int8/int4)".into(),
         )
         .into());
     }
@@ -214,7 +237,8 @@ fn run_make_state(
     Ok((out, Training { state, report }, pass))
 }
 
-/// Training, stage 2 ([`crate::train::build_step`]).
+/// Training, stage 2b ([`crate::train::build_backward`]): the gradients of the
+/// loss ([`crate::train::build_loss`], typed by the precision pass) and the update.
 fn run_autodiff(
     graph: &Graph,
     train: &TrainOptions,
@@ -222,7 +246,7 @@ fn run_autodiff(
     opts: &CompileOptions,
 ) -> Result<(Graph, PassReport), CompileError> {
     let start = Instant::now();
-    let out = crate::train::build_step(graph, &mut training.state, train, &mut training.report)?;
+    let out = crate::train::build_backward(graph, &mut training.state, train, &mut training.report)?;
     let pass = PassReport {
         pass: Pass::Autodiff,
         nodes_before: graph.len(),

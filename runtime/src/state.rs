@@ -306,6 +306,7 @@ mod tests {
                 freeze: None,
                 target: TensorType::new(DType::F32, [4, 2]),
                 output: None,
+                loss_scale: None,
             }),
             ..Default::default()
         };

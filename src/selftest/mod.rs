@@ -567,6 +567,7 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
             freeze: None,
             target: y.ty(),
             output: None,
+            loss_scale: None,
         };
         let step = crate::train::compile_step(&graph, opts.clone(), &Default::default())
             .map_err(|e| GraphError::Graph(format!("training step {label}: {e}")))?;
@@ -587,7 +588,7 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
                     Tensor::new(ty.shape.clone(), TensorData::from_f64(ty.dtype, &vec![3.0; ty.numel()]))
                         .map_err(|e| e.to_string())
                 }
-                StateClass::Parameter => slot.init.tensor(),
+                StateClass::Parameter | StateClass::LossScale => slot.init.tensor(),
             }
             .map_err(|e| GraphError::Graph(format!("training step {label}: state {}: {e}", slot.name)))?;
             inputs.insert(slot.name.clone(), t);

@@ -21,6 +21,7 @@ pub mod donate;
 pub mod loss;
 pub mod multi;
 pub mod optim;
+pub mod scale;
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use loss::{Loss, LossKind};
 pub use optim::{AdamW, Optimizer, Sgd};
+pub use scale::LossScaling;
 
 /// What a training step computes.
 #[derive(Clone, Debug)]
@@ -42,6 +44,8 @@ pub struct TrainOptions {
     pub target: TensorType,
     /// Which forward output the loss reads (default: the first).
     pub output: Option<String>,
+    /// Dynamic loss scaling (`torch.amp.GradScaler`), for fp16 training.
+    pub loss_scale: Option<LossScaling>,
 }
 
 /// What a slot of state holds.
@@ -54,6 +58,8 @@ pub enum StateClass {
     OptimizerState,
     /// The optimizer's step counter.
     Step,
+    /// Dynamic loss scaling's scale and growth tracker.
+    LossScale,
 }
 
 impl StateClass {
@@ -62,6 +68,7 @@ impl StateClass {
             StateClass::Parameter => "parameters",
             StateClass::OptimizerState => "optimizer state",
             StateClass::Step => "step counter",
+            StateClass::LossScale => "loss scale",
         }
     }
 }
@@ -248,10 +255,27 @@ pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, T
 }
 
 /// Stage 2: the loss, its gradients and the optimizer's update appended to the
-/// (optimized) forward graph whose trainable parameters are `state`'s inputs.
+/// (optimized) forward graph whose trainable parameters are `state`'s inputs
+/// ([`build_loss`], then [`build_backward`]).
 pub fn build_step(
     forward: &Graph,
     state: &mut State,
+    opts: &TrainOptions,
+    report: &mut TrainReport,
+) -> Result<Graph, TrainError> {
+    let with_loss = build_loss(forward, state, opts, report)?;
+    build_backward(&with_loss, state, opts, report)
+}
+
+/// Stage 2a: the loss appended to the forward graph. The result's one output is
+/// `loss` (the model's outputs are dropped: the step returns the loss). With mixed
+/// precision the pipeline runs the precision pass on this graph, forward and loss
+/// together, before [`build_backward`] differentiates it, as `torch.autocast` does:
+/// the backward of each op runs in the type its forward ran in, and each cast's
+/// backward casts the gradient back (an f32 parameter gets an f32 gradient).
+pub fn build_loss(
+    forward: &Graph,
+    state: &State,
     opts: &TrainOptions,
     report: &mut TrainReport,
 ) -> Result<Graph, TrainError> {
@@ -278,11 +302,46 @@ pub fn build_step(
             opts.loss.target
         )));
     }
-    // Parameter inputs by name (the optimizer may have dropped one the loss no longer
-    // reads: its gradient is then zero).
     let mut graph = forward.clone();
     graph.set_outputs(Vec::new());
     let b = GraphBuilder::from_graph(graph);
+    let pred = b
+        .value(pred)
+        .ok_or_else(|| TrainError::Invalid("bad output node".into()))?;
+    if opts.loss.kind == LossKind::CrossEntropy {
+        report.classes = pred.shape().dims().last().copied();
+    }
+    let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target))?;
+    b.output(LOSS_OUTPUT, loss);
+    let (graph, err) = b.into_parts();
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    graph.verify()?;
+    Ok(graph)
+}
+
+/// Stage 2b: the gradients of the graph's `loss` output with respect to every
+/// parameter and the optimizer's update (with `opts.loss_scale`, under dynamic loss
+/// scaling: [`scale::build`]). The step's outputs: `loss`, then each state slot's
+/// next value under the slot's name (and with loss scaling `grad_scaler`).
+pub fn build_backward(
+    with_loss: &Graph,
+    state: &mut State,
+    opts: &TrainOptions,
+    report: &mut TrainReport,
+) -> Result<Graph, TrainError> {
+    let loss = with_loss
+        .outputs()
+        .iter()
+        .find(|o| o.name == LOSS_OUTPUT)
+        .ok_or_else(|| TrainError::Invalid("the graph has no loss output".into()))?
+        .node;
+    let mut graph = with_loss.clone();
+    graph.set_outputs(Vec::new());
+    let b = GraphBuilder::from_graph(graph);
+    // Parameter inputs by name (the optimizer may have dropped one the loss no longer
+    // reads: its gradient is then zero).
     let mut params = Vec::new();
     for slot in state.parameters() {
         let id = b.with_graph(|g| {
@@ -300,14 +359,18 @@ pub fn build_step(
         };
         params.push(id);
     }
-    let pred = b
-        .value(pred)
-        .ok_or_else(|| TrainError::Invalid("bad output node".into()))?;
-    if opts.loss.kind == LossKind::CrossEntropy {
-        report.classes = pred.shape().dims().last().copied();
-    }
-    let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target))?;
-    let grads = gradients(&b, loss.id(), &params)?;
+    let loss = b
+        .value(loss)
+        .ok_or_else(|| TrainError::Invalid("bad loss node".into()))?;
+    let scaler = match &opts.loss_scale {
+        Some(s) => Some(b.scope("grad_scaler", || scale::Scaler::new(&b, s, state))?),
+        None => None,
+    };
+    let seed = match &scaler {
+        Some(s) => b.scope("grad_scaler", || s.scaled(loss)),
+        None => loss,
+    };
+    let grads = gradients(&b, seed.id(), &params)?;
     report.saved = b.with_graph(|g| {
         grads
             .saved
@@ -320,10 +383,17 @@ pub fn build_step(
             })
             .collect()
     });
-    b.output("loss", loss);
-    let updates = b.scope("update", || {
-        optim::build(&b, &opts.optimizer, state, &params, &grads.grads)
-    })?;
+    b.output(LOSS_OUTPUT, loss);
+    let updates = match &scaler {
+        None => b.scope("update", || {
+            optim::build(&b, &opts.optimizer, state, &params, &grads.grads)
+        })?,
+        Some(s) => {
+            let (grads, finite) = b.scope("grad_scaler", || s.unscale(&grads.grads))?;
+            let updates = b.scope("update", || optim::build(&b, &opts.optimizer, state, &params, &grads))?;
+            b.scope("grad_scaler", || s.finish(state, updates, finite))?
+        }
+    };
     for (name, v) in updates {
         b.output(&name, v);
     }
@@ -335,6 +405,9 @@ pub fn build_step(
     report.step_nodes = graph.len();
     Ok(graph)
 }
+
+/// The name of the step's loss output.
+pub const LOSS_OUTPUT: &str = "loss";
 
 /// Zeros of a type (optimizer moments start at zero), made when a session loads them.
 pub(crate) fn zeros(ty: &TensorType) -> Init {

@@ -37,7 +37,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let graph = args.model.load()?;
     let progress = crate::common::Progress::new("compiling");
     let compiled = if args.train {
-        let opts = args.train_opts.options_for(&graph)?;
+        let opts = args.train_opts.options_for(&graph, args.budget.precision)?;
         graphc::train::compile_step(&graph, opts, &args.budget.options())?
     } else {
         graphc::compile_with(&graph, &args.budget.options())?

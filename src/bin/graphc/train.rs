@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use graphc::ir::{Graph, Tensor};
-use graphc::train::{AdamW, Loss, LossKind, Optimizer, Sgd, TrainOptions};
+use graphc::train::{AdamW, Loss, LossKind, LossScaling, Optimizer, Sgd, TrainOptions};
+use graphc_compiler::passes::precision::Precision;
 
 use crate::args::{BudgetArgs, Device, DeviceArgs, ModelArgs};
 
@@ -59,6 +60,22 @@ pub struct TrainArgs {
     /// The model output the loss reads (default: the first).
     #[arg(long = "loss-output", value_name = "NAME")]
     pub loss_output: Option<String>,
+    /// Loss scaling: `dynamic` (torch.amp.GradScaler: the default with --precision
+    /// fp16) or `none` (the default otherwise; bf16 has f32's range and needs none).
+    #[arg(long, value_enum)]
+    pub loss_scale: Option<LossScaleArg>,
+    /// Dynamic loss scaling: the initial scale.
+    #[arg(long, default_value_t = 65536.0)]
+    pub init_scale: f64,
+    /// Dynamic loss scaling: consecutive finite steps before the scale doubles.
+    #[arg(long, default_value_t = 2000)]
+    pub growth_interval: u32,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum LossScaleArg {
+    Dynamic,
+    None,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +112,11 @@ impl StepArgs {
     /// The model compiled with default options, or its training step with `--train`.
     pub fn compile(&self, graph: &Graph) -> Result<graphc::Compiled> {
         Ok(if self.train {
-            graphc::train::compile_step(graph, self.opts.options_for(graph)?, &Default::default())?
+            graphc::train::compile_step(
+                graph,
+                self.opts.options_for(graph, Precision::Fp32)?,
+                &Default::default(),
+            )?
         } else {
             graphc::compile(graph)?
         })
@@ -105,7 +126,7 @@ impl StepArgs {
 impl TrainArgs {
     /// The step's options, the target's type as the loss expects it from the model's
     /// output (mse: the output's type; cross-entropy: i64 labels of its leading dims).
-    pub fn options_for(&self, graph: &Graph) -> Result<TrainOptions> {
+    pub fn options_for(&self, graph: &Graph, precision: Precision) -> Result<TrainOptions> {
         let out = match &self.loss_output {
             Some(name) => graph.outputs().iter().find(|o| &o.name == name),
             None => graph.outputs().first(),
@@ -122,15 +143,29 @@ impl TrainArgs {
             }
             _ => ty,
         };
-        self.options_of(target)
+        self.options_of(target, precision)
     }
 
     /// The step's options, the target's type taken from `target`.
-    pub fn options(&self, target: &Tensor) -> Result<TrainOptions> {
-        self.options_of(target.ty())
+    pub fn options(&self, target: &Tensor, precision: Precision) -> Result<TrainOptions> {
+        self.options_of(target.ty(), precision)
     }
 
-    fn options_of(&self, target: graphc::ir::TensorType) -> Result<TrainOptions> {
+    /// Dynamic loss scaling as asked for, by default with fp16 only.
+    fn loss_scaling(&self, precision: Precision) -> Option<LossScaling> {
+        let dynamic = match self.loss_scale {
+            Some(LossScaleArg::Dynamic) => true,
+            Some(LossScaleArg::None) => false,
+            None => precision == Precision::Fp16,
+        };
+        dynamic.then(|| LossScaling {
+            init_scale: self.init_scale,
+            growth_interval: self.growth_interval,
+            ..LossScaling::default()
+        })
+    }
+
+    fn options_of(&self, target: graphc::ir::TensorType, precision: Precision) -> Result<TrainOptions> {
         let Some(loss) = self.loss else {
             bail!("a training step needs --loss mse|cross-entropy");
         };
@@ -170,6 +205,7 @@ impl TrainArgs {
             freeze: self.freeze.clone(),
             target,
             output: self.loss_output.clone(),
+            loss_scale: self.loss_scaling(precision),
         })
     }
 }
@@ -240,7 +276,7 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     }
     let graph = args.model.load()?;
     let (batch, target) = read_batch(&args.inputs, &graph, args.train.target.as_deref())?;
-    let opts = args.train.options(&target)?;
+    let opts = args.train.options(&target, args.budget.precision)?;
     let target_name = opts.loss.target.clone();
     let loss = opts.loss.clone();
     let progress = crate::common::Progress::new("compiling the training step");
@@ -315,9 +351,16 @@ fn run_steps<R: graphc::train::StepRunner>(
     let mut times = Vec::with_capacity(steps as usize);
     for n in 1..=steps {
         let t0 = std::time::Instant::now();
-        let loss = graphc::train::step_loss(s, batch)?;
+        let out = graphc::train::step_once(s, batch)?;
         times.push(t0.elapsed().as_secs_f64() * 1e3);
-        println!("step {n} loss {}", loss as f32);
+        match out.loss_scale {
+            None => println!("step {n} loss {}", out.loss as f32),
+            Some(scale) if out.skipped => println!(
+                "step {n} loss {} scale {scale} skipped: an inf/NaN gradient (parameters and moments unchanged; the scale halves)",
+                out.loss as f32
+            ),
+            Some(scale) => println!("step {n} loss {} scale {scale}", out.loss as f32),
+        }
     }
     // The first step builds and loads what the device needs; the median of the others.
     let rest = times.get(1..).filter(|r| !r.is_empty()).unwrap_or(&times);
