@@ -311,11 +311,14 @@ def gpt2_medium(root, seq=1024):
     model = Logits(transformers.GPT2LMHeadModel(cfg), use_cache=False)
     out = root / "gpt2_medium_lm"
     out.mkdir(parents=True, exist_ok=True)
-    x = torch.randint(0, cfg.vocab_size, (1, seq))
+    # An example batch of 2: torch.export specializes a dim of size 1 (batch would not
+    # stay symbolic).
+    x2 = torch.randint(0, cfg.vocab_size, (2, seq))
+    x = x2[:1]
     batch, s = torch.export.Dim("batch", max=4096), torch.export.Dim("seq", max=1024)
     model.eval()
     with torch.no_grad():
-        torch.onnx.export(model, (), kwargs={"input_ids": x}, f=str(out / "model.onnx"), dynamo=True,
+        torch.onnx.export(model, (), kwargs={"input_ids": x2}, f=str(out / "model.onnx"), dynamo=True,
                           optimize=False, input_names=["input_ids"], output_names=["logits"],
                           dynamic_shapes={"input_ids": {0: batch, 1: s}}, external_data=True)
     params = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -262,8 +262,35 @@ pub fn fit_model_with(
         let mut dims = fixed.to_vec();
         dims.push((dim.to_string(), value));
         let graph = crate::load_model(path, &dims)?;
-        Ok(graphc_compiler::compile(&graph, opts)?)
+        match &opts.train {
+            // A training step's target (labels) takes its shape from the model's
+            // output at this value.
+            Some(train) => {
+                let mut train = train.clone();
+                train.target = crate::train::expected_target(&graph, &train)?;
+                let opts = CompileOptions {
+                    train: Some(train),
+                    ..opts.clone()
+                };
+                Ok(graphc_compiler::compile(&graph, &opts)?)
+            }
+            None => Ok(graphc_compiler::compile(&graph, opts)?),
+        }
     };
+    if opts.train.is_some() {
+        // A training step compiles whole at each value: a shape family captures the
+        // optimized graph that fusion starts from, and a step's state and donations
+        // are made around it.
+        return search(
+            |value| {
+                on_probe(value);
+                compile(value)
+            },
+            opts,
+            max,
+            ProbeCompiles::EachBecause("a training step compiles whole at each value".into()),
+        );
+    }
     // The marker on one core; the first two probes (1, then LOW) on the other. Folds of
     // mapped weights (casts, quantizations) made by the first compile to reach them
     // are remembered while they live (and stored in the fold cache), so the others

@@ -45,6 +45,28 @@ pub fn compile_step(graph: &Graph, train: TrainOptions, base: &CompileOptions) -
     crate::compile_with(graph, &opts)
 }
 
+/// The target (or labels) type the loss of `opts` expects of `graph`'s output: for
+/// `mse` the output's type, for cross-entropy i64 labels of its leading dims. For
+/// planning without a batch at hand (`graphc plan --train`, `graphc fit --train`).
+pub fn expected_target(graph: &Graph, opts: &TrainOptions) -> Result<graphc_ir::TensorType, Error> {
+    let out = match &opts.output {
+        Some(name) => graph.outputs().iter().find(|o| &o.name == name),
+        None => graph.outputs().first(),
+    }
+    .ok_or_else(|| Error::Train("the model has no such output".into()))?;
+    let ty = graph.node(out.node).ty.clone();
+    Ok(match opts.loss.kind {
+        LossKind::CrossEntropy => {
+            let d = ty.shape.dims();
+            graphc_ir::TensorType::new(
+                graphc_ir::DType::I64,
+                d.split_last().map(|(_, r)| r.to_vec()).unwrap_or_default(),
+            )
+        }
+        LossKind::Mse => ty,
+    })
+}
+
 /// A session of the step on the CPU executor.
 pub fn cpu_session(step: &Compiled) -> Result<Stateful<CpuStep<'_>>, Error> {
     Stateful::new(step, CpuStep(step)).map_err(state_error)

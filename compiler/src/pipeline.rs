@@ -161,6 +161,16 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
             let (graph, again, report) = run_optimize(&graph, opts)?;
             passes.push(report);
             optimize = merge_optimize_reports(optimize, again);
+            // Low-precision parameter copies made again for the backward, not held.
+            let (graph, recast) =
+                crate::train::remat::recompute_parameter_casts(&graph, &training.state).map_err(|error| {
+                    CompileError::Pass {
+                        pass: "autodiff",
+                        error,
+                    }
+                })?;
+            training.report.recomputed_casts = recast;
+            check(&graph, Pass::Autodiff, opts)?;
             (graph, precision)
         }
         _ => {

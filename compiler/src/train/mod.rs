@@ -21,6 +21,7 @@ pub mod donate;
 pub mod loss;
 pub mod multi;
 pub mod optim;
+pub mod remat;
 pub mod scale;
 
 use std::collections::{BTreeMap, HashSet};
@@ -150,6 +151,9 @@ pub struct TrainReport {
     /// Nodes of the forward graph, and of the whole step, before optimization.
     pub forward_nodes: usize,
     pub step_nodes: usize,
+    /// Low-precision parameter copies made again for the backward pass instead of
+    /// held across the step ([`remat::recompute_parameter_casts`]).
+    pub recomputed_casts: usize,
     /// Cross-entropy: the class count (the logits' last dim), which every label must be
     /// under ([`Loss::check_labels`]).
     pub classes: Option<usize>,

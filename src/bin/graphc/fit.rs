@@ -24,6 +24,13 @@ pub struct FitArgs {
     /// Search no higher than this.
     #[arg(long, default_value_t = 1 << 20)]
     pub max: usize,
+    /// Fit a whole training step (forward, loss, backward, optimizer update), with the
+    /// options `graphc train` takes; the plan's bytes by class at the value found and
+    /// what grows at the next.
+    #[arg(long)]
+    pub train: bool,
+    #[command(flatten)]
+    pub train_opts: crate::train::TrainArgs,
 }
 
 pub fn run(args: FitArgs) -> Result<()> {
@@ -32,6 +39,8 @@ pub fn run(args: FitArgs) -> Result<()> {
         dims,
         budget,
         max,
+        train,
+        train_opts,
     } = args;
     let searched: Vec<&str> = dims
         .iter()
@@ -52,7 +61,11 @@ pub fn run(args: FitArgs) -> Result<()> {
     let start = Instant::now();
     let progress = Progress::new(format!("fitting {dim}"));
     let mut probes = 0;
-    let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &budget.options(), max, &mut |value| {
+    let mut opts = budget.options();
+    if train {
+        opts.train = Some(train_opts.options_to_plan(budget.precision)?);
+    }
+    let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &opts, max, &mut |value| {
         probes += 1;
         progress.set(format!("fitting {dim}: probe {probes}, {dim}={value}"));
     });
@@ -93,6 +106,31 @@ pub fn run(args: FitArgs) -> Result<()> {
     println!("compiles     {}", compiles(&fit.compiles, dim));
     println!();
     print!("{}", report::summary(&fit.compiled.program, &fit.compiled.plan));
+    if let Some(t) = &fit.compiled.train {
+        let planned = graphc_compiler::plan::Device::Cuda;
+        let at = report::TrainBytes::of(&fit.compiled.program, &fit.compiled.plan, &t.state, planned);
+        println!();
+        print!("{}", at.text());
+        // What grows: the same classes at the first value over.
+        if let Some(over) = fit.first_over().filter(|p| p.total_bytes.is_some()) {
+            let mut dims = fixed.clone();
+            dims.push((dim.to_string(), over.value));
+            let graph = graphc::load_model(&model, &dims)?;
+            let mut o = opts.clone();
+            if let Some(tr) = &mut o.train {
+                tr.target = graphc::train::expected_target(&graph, tr)?;
+            }
+            let next = graphc::compile_with(&graph, &o)?;
+            if let Some(nt) = &next.train {
+                let nb = report::TrainBytes::of(&next.program, &next.plan, &nt.state, planned);
+                println!();
+                print!(
+                    "{}",
+                    at.growth_text(&nb, &format!("{dim}={}", fit.value), &format!("{dim}={}", over.value))
+                );
+            }
+        }
+    }
     Ok(())
 }
 

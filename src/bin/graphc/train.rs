@@ -127,23 +127,15 @@ impl TrainArgs {
     /// The step's options, the target's type as the loss expects it from the model's
     /// output (mse: the output's type; cross-entropy: i64 labels of its leading dims).
     pub fn options_for(&self, graph: &Graph, precision: Precision) -> Result<TrainOptions> {
-        let out = match &self.loss_output {
-            Some(name) => graph.outputs().iter().find(|o| &o.name == name),
-            None => graph.outputs().first(),
-        }
-        .context("the model has no such output")?;
-        let ty = graph.node(out.node).ty.clone();
-        let target = match self.loss {
-            Some(LossArg::CrossEntropy) => {
-                let d = ty.shape.dims();
-                graphc::ir::TensorType::new(
-                    graphc::ir::DType::I64,
-                    d.split_last().map(|(_, r)| r.to_vec()).unwrap_or_default(),
-                )
-            }
-            _ => ty,
-        };
-        self.options_of(target, precision)
+        let mut opts = self.options_to_plan(precision)?;
+        opts.target = graphc::train::expected_target(graph, &opts)?;
+        Ok(opts)
+    }
+
+    /// The step's options for planning at several shapes (`graphc fit --train`): the
+    /// target's type is set at each (`graphc::train::expected_target`).
+    pub fn options_to_plan(&self, precision: Precision) -> Result<TrainOptions> {
+        self.options_of(graphc::ir::TensorType::new(graphc::ir::DType::I64, vec![]), precision)
     }
 
     /// The step's options, the target's type taken from `target`.

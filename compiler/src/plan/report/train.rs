@@ -31,6 +31,8 @@ pub struct TrainBytes {
     pub parameters: u64,
     /// Optimizer moments and the step counter.
     pub optimizer_state: u64,
+    /// Dynamic loss scaling's scale and growth tracker (fp16).
+    pub loss_scale: u64,
     /// The batch (model inputs and the target).
     pub inputs: u64,
     /// Frozen weights and constants.
@@ -50,6 +52,10 @@ pub struct TrainBytes {
     /// pass, the backward pass or an update.
     pub peak_step: u32,
     pub peak_phase: &'static str,
+    /// The saved activations at the peak by layer (`h.3`, `layers.11`, ... from the
+    /// buffers' names; `other` for the rest: embeddings, the head, the loss), in
+    /// order of first appearance.
+    pub saved_by_layer: Vec<(String, u64)>,
     /// Every saved activation and every gradient of the step, summed.
     pub saved_activations_all: u64,
     pub gradients_all: u64,
@@ -147,6 +153,7 @@ impl TrainBytes {
         let align = plan.align.max(1);
         let rounded = |b: u64| b.div_ceil(align).saturating_mul(align);
         let (mut saved, mut grads, mut temps) = (0u64, 0u64, 0u64);
+        let mut by_layer: Vec<(String, u64)> = Vec::new();
         let (mut saved_all, mut grads_all) = (0u64, 0u64);
         let peak = plan.peak_step;
         for pb in &plan.buffers {
@@ -166,18 +173,27 @@ impl TrainBytes {
             if from <= peak && peak < pb.end {
                 let b = rounded(pb.bytes);
                 match c {
-                    Class::Saved => saved += b,
+                    Class::Saved => {
+                        saved += b;
+                        let layer = program.buffers[i].name.as_deref().and_then(layer_of);
+                        let layer = layer.unwrap_or_else(|| "other".to_string());
+                        match by_layer.iter_mut().find(|(l, _)| *l == layer) {
+                            Some((_, n)) => *n += b,
+                            None => by_layer.push((layer, b)),
+                        }
+                    }
                     Class::Gradient => grads += b,
                     Class::Temp => temps += b,
                 }
             }
         }
-        let (mut parameters, mut optimizer_state, mut inputs) = (0u64, 0u64, 0u64);
+        let (mut parameters, mut optimizer_state, mut loss_scale, mut inputs) = (0u64, 0u64, 0u64, 0u64);
         for b in &program.buffers {
             if let BufferKind::Input { name } = &b.kind {
                 let bytes = b.ty.size_bytes() as u64;
                 match state.get(name).map(|s| s.class) {
                     Some(StateClass::Parameter) => parameters += bytes,
+                    Some(StateClass::LossScale) => loss_scale += bytes,
                     Some(_) => optimizer_state += bytes,
                     None => inputs += bytes,
                 }
@@ -191,6 +207,7 @@ impl TrainBytes {
         let fragmentation = plan.arena_bytes.saturating_sub(saved + grads + temps + gemm_scratch);
         let total = parameters
             + optimizer_state
+            + loss_scale
             + inputs
             + plan.weights_bytes
             + plan.outputs_bytes
@@ -205,6 +222,7 @@ impl TrainBytes {
         TrainBytes {
             parameters,
             optimizer_state,
+            loss_scale,
             inputs,
             weights: plan.weights_bytes,
             outputs: plan.outputs_bytes,
@@ -222,6 +240,7 @@ impl TrainBytes {
                 Some(Phase::Update) => "update",
                 None => "-",
             },
+            saved_by_layer: by_layer,
             saved_activations_all: saved_all,
             gradients_all: grads_all,
             forward_kernels: count(Phase::Forward),
@@ -232,6 +251,80 @@ impl TrainBytes {
             state_slots: state.slots.len(),
             in_place: program.donated.len(),
         }
+    }
+
+    /// The classes in the order of the table: (name, bytes), adding up to `total`.
+    pub fn classes(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("parameters", self.parameters),
+            ("optimizer state", self.optimizer_state),
+            ("loss scale", self.loss_scale),
+            ("saved activations", self.saved_activations),
+            ("gradients", self.gradients),
+            ("temporaries", self.temporaries),
+            ("inputs", self.inputs),
+            ("weights", self.weights),
+            ("outputs", self.outputs),
+            ("GEMM scratch", self.gemm_scratch),
+            ("fragmentation", self.fragmentation),
+            ("workspace", self.workspace),
+        ]
+    }
+
+    /// The saved activations by layer in one line: runs of layers of equal bytes
+    /// collapsed (`h.0..h.23: 24 x 35.7 MB`), then `other`.
+    fn layers_text(&self) -> Option<String> {
+        let layers: Vec<&(String, u64)> = self.saved_by_layer.iter().filter(|(l, _)| l != "other").collect();
+        if layers.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < layers.len() {
+            let mut j = i + 1;
+            while j < layers.len() && layers[j].1 == layers[i].1 {
+                j += 1;
+            }
+            parts.push(if j - i == 1 {
+                format!("{} {}", layers[i].0, human_bytes(layers[i].1))
+            } else {
+                format!(
+                    "{}..{} {} x {}",
+                    layers[i].0,
+                    layers[j - 1].0,
+                    j - i,
+                    human_bytes(layers[i].1)
+                )
+            });
+            i = j;
+        }
+        if let Some((_, b)) = self.saved_by_layer.iter().find(|(l, _)| l == "other") {
+            parts.push(format!("other {}", human_bytes(*b)));
+        }
+        Some(format!("by layer: {}", parts.join(", ")))
+    }
+
+    /// What changes from this plan (at `here`) to `next` (at `there`), class by class:
+    /// the classes that grow with the dimension, and by how much.
+    pub fn growth_text(&self, next: &TrainBytes, here: &str, there: &str) -> String {
+        let mut s = format!(
+            "from {here} to {there}: total {} -> {} (+{})\n",
+            human_bytes(self.total),
+            human_bytes(next.total),
+            human_bytes(next.total.saturating_sub(self.total))
+        );
+        for ((name, a), (_, b)) in self.classes().into_iter().zip(next.classes()) {
+            if a != b {
+                let sign = if b >= a { "+" } else { "-" };
+                s.push_str(&format!(
+                    "  {name:<22}{:>12} -> {:>12}  {sign}{}\n",
+                    human_bytes(a),
+                    human_bytes(b),
+                    human_bytes(a.abs_diff(b))
+                ));
+            }
+        }
+        s
     }
 
     /// The table `graphc plan --train` prints.
@@ -265,6 +358,13 @@ impl TrainBytes {
             self.optimizer_state,
             "state: moments and the step counter",
         ));
+        if self.loss_scale > 0 {
+            s.push_str(&row(
+                "loss scale",
+                self.loss_scale,
+                "state: the scale and its growth tracker",
+            ));
+        }
         s.push_str(&row(
             "saved activations",
             self.saved_activations,
@@ -273,6 +373,9 @@ impl TrainBytes {
                 human_bytes(self.saved_activations_all)
             ),
         ));
+        if let Some(layers) = self.layers_text() {
+            s.push_str(&format!("  {:<22}{layers}\n", ""));
+        }
         s.push_str(&row(
             "gradients",
             self.gradients,
@@ -290,5 +393,51 @@ impl TrainBytes {
         s.push_str(&row("workspace", self.workspace, "cuBLASLt"));
         s.push_str(&format!("  {:<22}{:>12}\n", "total", human_bytes(self.total)));
         s
+    }
+}
+
+/// The layer a buffer's name places it in: the first `NAME.N` / `NAME_N` / `NAME/N`
+/// path component whose NAME is a layer list's (`h`, `layer`, `layers`, `block`,
+/// `blocks`), as exporters name a module list's members (`/m/transformer/h.3/attn/..`).
+fn layer_of(name: &str) -> Option<String> {
+    let parts: Vec<&str> = name.split(['/', ':']).collect();
+    for (k, part) in parts.iter().enumerate() {
+        let lowered = part.trim_start_matches(['.', '_']);
+        let mut split = lowered.split(['.', '_']);
+        while let Some(head) = split.next() {
+            if matches!(head, "h" | "layer" | "layers" | "block" | "blocks") {
+                if let Some(n) = split
+                    .clone()
+                    .next()
+                    .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                {
+                    return Some(format!("{head}.{n}"));
+                }
+                // `layers/3`
+                if let Some(n) = parts
+                    .get(k + 1)
+                    .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                {
+                    return Some(format!("{head}.{n}"));
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layer_of;
+
+    #[test]
+    fn layers_are_found_in_exported_names() {
+        assert_eq!(layer_of("/m/transformer/h.3/attn/Add").as_deref(), Some("h.3"));
+        assert_eq!(layer_of("m.model.layers.11.mlp.up_proj").as_deref(), Some("layers.11"));
+        assert_eq!(layer_of("node_layers_2_self_attn").as_deref(), Some("layers.2"));
+        assert_eq!(layer_of("/encoder/layer/0/output").as_deref(), Some("layer.0"));
+        assert_eq!(layer_of("backward/h.5/x").as_deref(), Some("h.5"));
+        assert_eq!(layer_of("/m/transformer/wte/Gather"), None);
+        assert_eq!(layer_of("hidden.x"), None);
     }
 }

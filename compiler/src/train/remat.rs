@@ -1,0 +1,186 @@
+//! Low-precision copies of the parameters made twice rather than held across the
+//! step.
+//!
+//! With mixed precision a matmul reads its f32 parameter through a cast to bf16/f16
+//! (`torch.autocast` makes the same copy). The forward pass and the backward pass both
+//! read that copy (`dx = dy · Wᵀ`), so as one value it would live from the layer's
+//! forward to its backward: every parameter's low-precision copy held across the step
+//! (710 MB for GPT-2-medium in bf16). [`recompute_parameter_casts`] gives the backward
+//! readers a copy of their own, made again from the parameter where they read it: the
+//! copies are short-lived temporaries, at the cost of one more cast of each parameter
+//! (2 + 4 bytes per element read and written, against a GEMM that reads the copy).
+//!
+//! Run after the last optimizer run (the e-graph would merge the two copies again),
+//! before fusion. A node is a *parameter cast* when it is a cast or a view whose
+//! operands are state inputs or parameter casts; the forward pass is what the `loss`
+//! output depends on.
+
+use std::collections::HashSet;
+
+use graphc_ir::{Graph, GraphError, Node, NodeId, Op};
+
+use super::{State, LOSS_OUTPUT};
+
+/// `graph` with every parameter cast read by both passes made again for the
+/// backward's readers; and how many were.
+pub fn recompute_parameter_casts(graph: &Graph, state: &State) -> Result<(Graph, usize), GraphError> {
+    let n = graph.len();
+    let state_names: HashSet<&str> = state.slots.iter().map(|s| s.name.as_str()).collect();
+    let order = graph.topo_order()?;
+    // Parameter casts, in topological order.
+    let mut cast = vec![false; n];
+    for &id in &order {
+        let node = graph.node(id);
+        let of_params = |g: &Graph| {
+            !node.inputs.is_empty()
+                && node.inputs.iter().all(|&i| {
+                    cast[i.index()]
+                        || matches!(&g.node(i).op, Op::Input { name, .. } if state_names.contains(name.as_str()))
+                })
+        };
+        cast[id.index()] = matches!(
+            node.op,
+            Op::Cast { .. } | Op::Reshape { .. } | Op::Transpose { .. } | Op::Broadcast { .. } | Op::Slice { .. }
+        ) && of_params(graph)
+            // A cast between float types only (a view of a parameter alone is free).
+            && (matches!(node.op, Op::Cast { .. }) || node.inputs.iter().any(|&i| cast[i.index()]));
+    }
+    // The forward pass: what the loss depends on.
+    let mut forward = vec![false; n];
+    let mut stack: Vec<NodeId> = graph
+        .outputs()
+        .iter()
+        .filter(|o| o.name == LOSS_OUTPUT)
+        .map(|o| o.node)
+        .collect();
+    while let Some(id) = stack.pop() {
+        if std::mem::replace(&mut forward[id.index()], true) {
+            continue;
+        }
+        stack.extend(graph.node(id).inputs.iter().copied());
+    }
+    // Casts a backward node reads (directly) that the forward pass computes.
+    let users = graph.users();
+    let shared =
+        |id: NodeId| cast[id.index()] && forward[id.index()] && users[id.index()].iter().any(|&u| !forward[u.index()]);
+    if !(0..n).any(|i| shared(NodeId(i as u32))) {
+        return Ok((graph.clone(), 0));
+    }
+    let mut out = Graph::new();
+    let mut map: Vec<Option<NodeId>> = vec![None; n];
+    // The backward's copy of a parameter cast (and of the casts it is made from).
+    let mut again: Vec<Option<NodeId>> = vec![None; n];
+    let mut made = 0;
+    for &id in &order {
+        let node = graph.node(id);
+        // A backward node (a view of a cast the backward makes is one too).
+        let backward = !forward[id.index()];
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for &i in &node.inputs {
+            let new = if backward && shared(i) {
+                copy(graph, &mut out, &map, &cast, &mut again, i, &mut made)?
+            } else {
+                map[i.index()].expect("operands come first in topological order")
+            };
+            inputs.push(new);
+        }
+        let new = out.push(Node { inputs, ..node.clone() });
+        map[id.index()] = Some(new);
+    }
+    for (name, w) in graph.weights() {
+        out.set_weight(name.clone(), w.clone());
+    }
+    out.set_input_order(
+        graph
+            .inputs()
+            .iter()
+            .map(|&i| map[i.index()].expect("mapped"))
+            .collect(),
+    );
+    for o in graph.outputs() {
+        out.add_output(o.name.clone(), map[o.node.index()].expect("mapped"));
+    }
+    Ok((out, made))
+}
+
+/// The backward's copy of parameter cast `id` (its cast operands copied too; state
+/// inputs shared), made once.
+fn copy(
+    graph: &Graph,
+    out: &mut Graph,
+    map: &[Option<NodeId>],
+    cast: &[bool],
+    again: &mut [Option<NodeId>],
+    id: NodeId,
+    made: &mut usize,
+) -> Result<NodeId, GraphError> {
+    if let Some(c) = again[id.index()] {
+        return Ok(c);
+    }
+    let node = graph.node(id);
+    let mut inputs = Vec::with_capacity(node.inputs.len());
+    for &i in &node.inputs {
+        inputs.push(if cast[i.index()] {
+            copy(graph, out, map, cast, again, i, made)?
+        } else {
+            map[i.index()].expect("operands come first in topological order")
+        });
+    }
+    let name = node.name.as_ref().map(|n| format!("backward/{n}"));
+    let c = out.add(node.op.clone(), inputs, name)?;
+    if matches!(node.op, Op::Cast { .. }) {
+        *made += 1;
+    }
+    again[id.index()] = Some(c);
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::{Init, StateClass, StateSlot};
+    use graphc_ir::{DType, GraphBuilder, Shape, Tensor};
+
+    /// `loss = sum(x @ cast(w))` and a backward-like reader of the cast: the reader
+    /// gets a cast of its own; the forward keeps its one.
+    #[test]
+    fn the_backward_reads_a_cast_of_its_own() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::BF16, Shape::from([2, 3]));
+        let w = b.input("w", DType::F32, Shape::from([3, 4]));
+        let wc = w.cast(DType::BF16);
+        let y = x.matmul(wc);
+        let loss = y.cast(DType::F32).sum(&[0, 1], false);
+        let dy = b.input("dy", DType::BF16, Shape::from([2, 4]));
+        let dx = dy.matmul(wc.t());
+        b.output(LOSS_OUTPUT, loss);
+        b.output("dx", dx);
+        let g = b.finish().unwrap();
+        let state = State {
+            slots: vec![StateSlot {
+                name: "w".into(),
+                class: StateClass::Parameter,
+                init: Init::Value(Tensor::zeros(&graphc_ir::TensorType::new(
+                    DType::F32,
+                    Shape::from([3, 4]),
+                ))),
+            }],
+        };
+        let (out, made) = recompute_parameter_casts(&g, &state).unwrap();
+        out.verify().unwrap();
+        assert_eq!(made, 1);
+        let casts = out
+            .nodes()
+            .iter()
+            .filter(|n| matches!(n.op, Op::Cast { to: DType::BF16 }))
+            .count();
+        assert_eq!(casts, 2);
+        // Without a backward reader nothing changes.
+        let b = GraphBuilder::new();
+        let w = b.input("w", DType::F32, Shape::from([3, 4]));
+        let loss = w.cast(DType::BF16).cast(DType::F32).sum(&[0, 1], false);
+        b.output(LOSS_OUTPUT, loss);
+        let g = b.finish().unwrap();
+        assert_eq!(recompute_parameter_casts(&g, &state).unwrap().1, 0);
+    }
+}
