@@ -170,6 +170,13 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
                     }
                 })?;
             training.report.recomputed_casts = recast;
+            // Cheap saved activations computed again in the backward.
+            let (graph, again) =
+                crate::train::remat::recompute_saved_elementwise(&graph).map_err(|error| CompileError::Pass {
+                    pass: "autodiff",
+                    error,
+                })?;
+            training.report.recomputed_elementwise = again;
             check(&graph, Pass::Autodiff, opts)?;
             (graph, precision)
         }

@@ -76,9 +76,21 @@ pub struct Groups {
     /// Groups that must stay elementwise kernels (they hold a value written in place
     /// over an input: a training step's state update, [`Groups::keep_elementwise`]).
     ew_only: Vec<bool>,
-    /// Groups of a training step's optimizer update ([`Groups::set_update_region`]):
-    /// they merge only with each other.
-    update: Vec<bool>,
+    /// A training step's regions: groups merge only within one
+    /// ([`Groups::set_update_region`], [`Groups::set_forward_region`]).
+    region: Vec<Region>,
+}
+
+/// Where a node of a training step belongs, for fusion: a kernel computes for one
+/// region only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Region {
+    /// Not a training step, or its backward pass.
+    Other,
+    /// What the loss depends on.
+    Forward,
+    /// The optimizer's update.
+    Update,
 }
 
 /// Which way a walk over the group graph follows edges.
@@ -126,7 +138,7 @@ impl Groups {
                 })
                 .collect(),
             ew_only: vec![false; n],
-            update: vec![false; n],
+            region: vec![Region::Other; n],
             consumers,
         }
     }
@@ -158,9 +170,29 @@ impl Groups {
         // Consumers come after their operands: decide from the last node back.
         for i in (0..n).rev() {
             let elementwise = matches!(nodes[i].kind, FKind::Ew(_) | FKind::Copy);
-            let only_for_update =
-                !stored[i] && !self.consumers[i].is_empty() && self.consumers[i].iter().all(|&(c, _)| self.update[c]);
-            self.update[i] = elementwise && (root[i] || only_for_update);
+            let only_for_update = !stored[i]
+                && !self.consumers[i].is_empty()
+                && self.consumers[i].iter().all(|&(c, _)| self.region[c] == Region::Update);
+            if elementwise && (root[i] || only_for_update) {
+                self.region[i] = Region::Update;
+            }
+        }
+    }
+
+    /// Mark a training step's forward pass: the compute nodes `loss` depends on. They
+    /// fuse only with each other, so no kernel of the forward pass computes a value
+    /// for the backward pass alone (a GELU's derivative, a norm's backward products):
+    /// stored there, such a value would live from the layer's forward to its backward
+    /// beside the activations it is computed from. Call before [`Groups::fuse`] (and
+    /// after [`Groups::set_update_region`]).
+    pub fn set_forward_region(&mut self, nodes: &[FNode], loss: usize) {
+        let mut stack = vec![loss];
+        while let Some(i) = stack.pop() {
+            if i >= nodes.len() || self.region[i] == Region::Forward {
+                continue;
+            }
+            self.region[i] = Region::Forward;
+            stack.extend(nodes[i].operands.iter().map(|o| o.root));
         }
     }
 
@@ -259,7 +291,7 @@ impl Groups {
         if gp == gc {
             return false;
         }
-        if self.update[gp] != self.update[gc] {
+        if self.region[gp] != self.region[gc] {
             return false;
         }
         let Some((space, levels)) = self.combine(nodes, gp, gc) else {

@@ -81,6 +81,9 @@ pub fn fuse_keeping(graph: &Graph, in_place: &[String]) -> Result<(Program, Fuse
     }
     if !roots.is_empty() {
         groups.set_update_region(&nodes.nodes, &roots, &is_output);
+        if let Some((_, loss)) = nodes.outputs.iter().find(|(n, _)| n == crate::train::LOSS_OUTPUT) {
+            groups.set_forward_region(&nodes.nodes, loss.root);
+        }
     }
     groups.fuse(&nodes.nodes, &is_output);
     let program = emit::emit(graph, &nodes, &mut groups);

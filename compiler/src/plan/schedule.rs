@@ -15,7 +15,13 @@
 //!   frees the most bytes net of what it allocates (frees: operands it is the last
 //!   reader of);
 //! - `bfs`: level by level (Kahn's algorithm), the widest order; usually the worst for
-//!   memory, kept as a baseline.
+//!   memory, kept as a baseline;
+//! - `program:hoist`: the program order, with every kernel that frees more bytes than
+//!   it allocates run as soon as it can (its producers done, and it the last reader of
+//!   what it frees): a training step's column reductions (a norm's scale gradient, a
+//!   bias gradient: `[tokens, d]` read, `[d]` written) then run inside their layer's
+//!   backward instead of wherever fusion emitted them, often at the end of the pass
+//!   with every layer's products held until then.
 //!
 //! The peak counts intermediate temps only (graph outputs live outside the arena for the
 //! whole run). Ties go to the earlier candidate in the list above, so the program order
@@ -44,17 +50,20 @@ pub enum Scheduler {
     ListFreeLargest,
     #[serde(rename = "bfs")]
     Bfs,
+    #[serde(rename = "program:hoist")]
+    ProgramHoist,
 }
 
 impl Scheduler {
     /// Every candidate, in the order [`schedule`] tries them (ties go to the earlier).
-    pub const ALL: [Scheduler; 6] = [
+    pub const ALL: [Scheduler; 7] = [
         Scheduler::Program,
         Scheduler::Dfs,
         Scheduler::DfsLargestFirst,
         Scheduler::DfsHeaviestFirst,
         Scheduler::ListFreeLargest,
         Scheduler::Bfs,
+        Scheduler::ProgramHoist,
     ];
 
     /// The candidate's name, as serialized.
@@ -66,6 +75,7 @@ impl Scheduler {
             Scheduler::DfsHeaviestFirst => "dfs:heaviest-first",
             Scheduler::ListFreeLargest => "list:free-largest",
             Scheduler::Bfs => "bfs",
+            Scheduler::ProgramHoist => "program:hoist",
         }
     }
 
@@ -78,6 +88,7 @@ impl Scheduler {
             Scheduler::DfsHeaviestFirst => deps.dfs(Visit::HeaviestFirst),
             Scheduler::ListFreeLargest => deps.list(),
             Scheduler::Bfs => deps.bfs(),
+            Scheduler::ProgramHoist => deps.hoist(&(0..k).collect::<Vec<_>>()),
         }
     }
 }
@@ -393,6 +404,101 @@ impl Deps {
     /// `freed - allocated` bytes (ties: lowest index). Scores change only when a buffer
     /// drops to its last reader, so they are kept up to date in a heap (stale entries
     /// skipped): `O((k + reads) log k)`, not a scan of every ready kernel per step.
+    /// `base` (a valid order) with every kernel that frees more arena bytes than it
+    /// writes run as soon as it is ready and the last reader of what it frees: after
+    /// each kernel, the kernels it made ready, or made the last reader of a buffer,
+    /// run next when they free more than they write (and so on from them).
+    fn hoist(&self, base: &[usize]) -> Vec<usize> {
+        let k = self.preds.len();
+        let n = self.bytes.len();
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, r) in self.reads.iter().enumerate() {
+            let mut r = r.clone();
+            r.sort_unstable();
+            r.dedup();
+            for b in r {
+                readers[b].push(i);
+            }
+        }
+        let mut readers_left: Vec<usize> = readers.iter().map(Vec::len).collect();
+        let mut indeg: Vec<usize> = self.preds.iter().map(Vec::len).collect();
+        let mut done = vec![false; k];
+        let mut order = Vec::with_capacity(k);
+        let writes_arena = |r: usize| self.writes[r].iter().any(|&b| self.bytes[b] > 0);
+        // Whether running `i` now frees more than it allocates. What it writes counts
+        // as freed at once when its every reader writes nothing to the arena and waits
+        // only for `i` (an optimizer update reading a weight gradient: the GEMM and the
+        // update together free the GEMM's operands).
+        let frees_net = |i: usize, readers_left: &[usize], indeg: &[usize]| {
+            let mut seen = Vec::new();
+            let mut freed = 0u64;
+            for &b in &self.reads[i] {
+                if readers_left[b] == 1 && !seen.contains(&b) && !self.writes[i].contains(&b) {
+                    seen.push(b);
+                    freed = freed.saturating_add(self.bytes[b]);
+                }
+            }
+            let alloc = self.writes[i]
+                .iter()
+                .filter(|&&b| {
+                    !readers[b]
+                        .iter()
+                        .all(|&r| !writes_arena(r) && indeg[r] == usize::from(self.preds[r].binary_search(&i).is_ok()))
+                        || readers[b].is_empty()
+                })
+                .map(|&b| self.bytes[b])
+                .fold(0, u64::saturating_add);
+            // Next to nothing allocated: running it now costs nothing and may make
+            // another kernel ready, or the last reader of what it reads (an update's
+            // step-size scalars, a bias gradient).
+            freed > alloc || alloc <= HOIST_SMALL_BYTES
+        };
+        // Kernels ready from the start that cost nothing run first; then the base
+        // order, each kernel followed by what it makes worth running.
+        let first: Vec<usize> = (0..k)
+            .filter(|&i| indeg[i] == 0 && frees_net(i, &readers_left, &indeg))
+            .collect();
+        for start in first.into_iter().chain(base.iter().copied()) {
+            if start >= k || done[start] {
+                continue;
+            }
+            let mut stack = vec![start];
+            while let Some(i) = stack.pop() {
+                work::add(Stage::Schedule, 1);
+                if done[i] || indeg[i] != 0 {
+                    continue;
+                }
+                if i != start && !frees_net(i, &readers_left, &indeg) {
+                    continue;
+                }
+                done[i] = true;
+                order.push(i);
+                let mut woken = Vec::new();
+                let mut reads = self.reads[i].clone();
+                reads.sort_unstable();
+                reads.dedup();
+                work::add_len(Stage::Schedule, reads.len() + self.succs[i].len());
+                for b in reads {
+                    readers_left[b] -= 1;
+                    if readers_left[b] == 1 && self.bytes[b] > 0 {
+                        work::add_len(Stage::Schedule, readers[b].len());
+                        woken.extend(readers[b].iter().copied().filter(|&r| !done[r]));
+                    }
+                }
+                for &s in &self.succs[i] {
+                    indeg[s] -= 1;
+                    if indeg[s] == 0 {
+                        woken.push(s);
+                    }
+                }
+                // Pushed last runs first: the base order's own kernels come from
+                // `base`; these are the extras.
+                stack.extend(woken.into_iter().rev());
+            }
+        }
+        order
+    }
+
     fn list(&self) -> Vec<usize> {
         let k = self.preds.len();
         let n = self.bytes.len();
@@ -456,6 +562,10 @@ impl Deps {
         order
     }
 }
+
+/// What [`Deps::hoist`] counts as allocating nothing (a few scalars, a bias's
+/// gradient).
+const HOIST_SMALL_BYTES: u64 = 4096;
 
 /// How the DFS orders a kernel's producers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

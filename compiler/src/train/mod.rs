@@ -154,6 +154,9 @@ pub struct TrainReport {
     /// Low-precision parameter copies made again for the backward pass instead of
     /// held across the step ([`remat::recompute_parameter_casts`]).
     pub recomputed_casts: usize,
+    /// Saved elementwise values computed again in the backward pass
+    /// ([`remat::recompute_saved_elementwise`]).
+    pub recomputed_elementwise: usize,
     /// Cross-entropy: the class count (the logits' last dim), which every label must be
     /// under ([`Loss::check_labels`]).
     pub classes: Option<usize>,

@@ -135,6 +135,224 @@ fn copy(
     Ok(c)
 }
 
+/// Saved activations that are elementwise functions of values the backward has
+/// anyway (or of fewer bytes of values it does not), computed again in the backward
+/// pass instead of stored across the step: a layer norm's centered and normalized
+/// input in f32 (again from its bf16 input and the row statistics: 8 bytes an element
+/// saved for 2), the GELU's output beside its input. [`recompute_saved_elementwise`]
+/// decides from the last forward value to the first: a value is recomputed when the
+/// bytes its operands add to what the backward keeps are fewer than its own.
+pub fn recompute_saved_elementwise(graph: &Graph) -> Result<(Graph, usize), GraphError> {
+    let n = graph.len();
+    let order = graph.topo_order()?;
+    let forward = forward_of(graph);
+    let users = graph.users();
+    // Whether the backward reads a node (directly, or through a recomputed node).
+    let mut kept = vec![false; n];
+    for (i, us) in users.iter().enumerate() {
+        kept[i] = forward[i] && us.iter().any(|u| !forward[u.index()]);
+    }
+    let bytes = |id: NodeId| graph.node(id).ty.size_bytes() as u64;
+    // The stored value behind views (a view is no buffer).
+    let base = |mut id: NodeId| {
+        while is_view(&graph.node(id).op) {
+            id = graph.node(id).inputs[0];
+        }
+        id
+    };
+    for i in 0..n {
+        if kept[i] {
+            let b = base(NodeId(i as u32));
+            kept[b.index()] = true;
+        }
+    }
+    let mut again = vec![false; n];
+    let mut count = 0;
+    for &id in order.iter().rev() {
+        let i = id.index();
+        if !kept[i] || again[i] || !is_cheap(&graph.node(id).op) {
+            continue;
+        }
+        let plan = Recompute {
+            graph,
+            kept: &kept,
+            base: &base,
+        };
+        let (added, chain) = plan.cost_of_recomputing(id, MAX_DEPTH);
+        if added < bytes(id) {
+            // The chain is made again; what it reads is kept.
+            for &c in &chain {
+                if !again[c.index()] {
+                    again[c.index()] = true;
+                    count += 1;
+                }
+            }
+            for &c in &chain {
+                for &op in &graph.node(c).inputs {
+                    let b = base(op);
+                    if !again[b.index()] && !is_source(&graph.node(b).op) {
+                        kept[b.index()] = true;
+                    }
+                }
+            }
+        }
+    }
+    if count == 0 {
+        return Ok((graph.clone(), 0));
+    }
+    // Rebuild: backward readers of a recomputed value read its copy (made from the
+    // copies of its recomputed operands and the originals of the rest).
+    let mut out = Graph::new();
+    let mut map: Vec<Option<NodeId>> = vec![None; n];
+    let mut copies: Vec<Option<NodeId>> = vec![None; n];
+    for &id in &order {
+        let node = graph.node(id);
+        let backward = !forward[id.index()];
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for &i in &node.inputs {
+            inputs.push(if backward {
+                backward_value(graph, &mut out, &map, &again, &mut copies, i)?
+            } else {
+                map[i.index()].expect("operands come first in topological order")
+            });
+        }
+        map[id.index()] = Some(out.push(Node { inputs, ..node.clone() }));
+    }
+    finish(graph, &mut out, &map);
+    Ok((out, count))
+}
+
+/// How deep a chain of elementwise ops [`recompute_saved_elementwise`] makes again.
+const MAX_DEPTH: usize = 6;
+
+struct Recompute<'a, F: Fn(NodeId) -> NodeId> {
+    graph: &'a Graph,
+    kept: &'a [bool],
+    base: &'a F,
+}
+
+impl<F: Fn(NodeId) -> NodeId> Recompute<'_, F> {
+    /// The bytes the backward must keep to compute `id` again (its operands' stored
+    /// values not kept already, or what computing those again needs, whichever is
+    /// less), and the nodes computed again (`id` first).
+    fn cost_of_recomputing(&self, id: NodeId, depth: usize) -> (u64, Vec<NodeId>) {
+        let mut added = 0u64;
+        let mut chain = vec![id];
+        let mut seen: Vec<NodeId> = Vec::new();
+        for &op in &self.graph.node(id).inputs {
+            let b = (self.base)(op);
+            if seen.contains(&b) || self.kept[b.index()] || is_source(&self.graph.node(b).op) {
+                continue;
+            }
+            seen.push(b);
+            let stored = self.graph.node(b).ty.size_bytes() as u64;
+            if depth > 0 && is_cheap(&self.graph.node(b).op) {
+                let (deeper, sub) = self.cost_of_recomputing(b, depth - 1);
+                if deeper < stored {
+                    added = added.saturating_add(deeper);
+                    chain.extend(sub);
+                    continue;
+                }
+            }
+            added = added.saturating_add(stored);
+        }
+        (added, chain)
+    }
+}
+
+/// The value a backward node reads for `id`: a copy when `id` (or a view's base) is
+/// recomputed, else the forward's.
+fn backward_value(
+    graph: &Graph,
+    out: &mut Graph,
+    map: &[Option<NodeId>],
+    again: &[bool],
+    copies: &mut [Option<NodeId>],
+    id: NodeId,
+) -> Result<NodeId, GraphError> {
+    if let Some(c) = copies[id.index()] {
+        return Ok(c);
+    }
+    let node = graph.node(id);
+    // An iota is computed where it is read (never stored for another pass).
+    let recompute = again[id.index()]
+        || matches!(node.op, Op::Iota { .. })
+        || (is_view(&node.op) && depends_on_copy(graph, again, id));
+    if !recompute {
+        return Ok(map[id.index()].expect("operands come first in topological order"));
+    }
+    let mut inputs = Vec::with_capacity(node.inputs.len());
+    for &i in &node.inputs {
+        inputs.push(backward_value(graph, out, map, again, copies, i)?);
+    }
+    let name = node.name.as_ref().map(|n| format!("backward/recompute/{n}"));
+    let c = out.add(node.op.clone(), inputs, name)?;
+    copies[id.index()] = Some(c);
+    Ok(c)
+}
+
+fn depends_on_copy(graph: &Graph, again: &[bool], mut id: NodeId) -> bool {
+    while is_view(&graph.node(id).op) {
+        id = graph.node(id).inputs[0];
+    }
+    again[id.index()] || matches!(graph.node(id).op, Op::Iota { .. })
+}
+
+/// What the `loss` output depends on.
+fn forward_of(graph: &Graph) -> Vec<bool> {
+    let mut forward = vec![false; graph.len()];
+    let mut stack: Vec<NodeId> = graph
+        .outputs()
+        .iter()
+        .filter(|o| o.name == LOSS_OUTPUT)
+        .map(|o| o.node)
+        .collect();
+    while let Some(id) = stack.pop() {
+        if std::mem::replace(&mut forward[id.index()], true) {
+            continue;
+        }
+        stack.extend(graph.node(id).inputs.iter().copied());
+    }
+    forward
+}
+
+/// Weights, inputs and the like, which the step holds anyway.
+fn is_source(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. }
+    )
+}
+
+fn is_view(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape { .. } | Op::Transpose { .. } | Op::Broadcast { .. } | Op::Slice { .. }
+    )
+}
+
+/// Elementwise compute, one pass over memory to make again.
+fn is_cheap(op: &Op) -> bool {
+    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast { .. })
+}
+
+/// Weights, input order and outputs of `graph` onto its rebuilt copy.
+fn finish(graph: &Graph, out: &mut Graph, map: &[Option<NodeId>]) {
+    for (name, w) in graph.weights() {
+        out.set_weight(name.clone(), w.clone());
+    }
+    out.set_input_order(
+        graph
+            .inputs()
+            .iter()
+            .map(|&i| map[i.index()].expect("mapped"))
+            .collect(),
+    );
+    for o in graph.outputs() {
+        out.add_output(o.name.clone(), map[o.node.index()].expect("mapped"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

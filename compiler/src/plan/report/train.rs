@@ -53,8 +53,8 @@ pub struct TrainBytes {
     pub peak_step: u32,
     pub peak_phase: &'static str,
     /// The saved activations at the peak by layer (`h.3`, `layers.11`, ... from the
-    /// buffers' names; `other` for the rest: embeddings, the head, the loss), in
-    /// order of first appearance.
+    /// buffers' names, else the parameters their writer reads; `other` for the
+    /// rest: embeddings, the head, the loss), in layer order.
     pub saved_by_layer: Vec<(String, u64)>,
     /// Every saved activation and every gradient of the step, summed.
     pub saved_activations_all: u64,
@@ -150,6 +150,30 @@ impl TrainBytes {
                 _ => Class::Temp,
             }
         };
+        // The layer of each forward kernel: that of the parameters it reads (their
+        // names place them: `m.transformer.h.3.attn.c_attn.weight`; `other` for a
+        // parameter of no layer: embeddings, the final norm, the head), else that of
+        // the forward kernel before it; a saved buffer is its writer's.
+        let mut layer_of_kernel: Vec<Option<String>> = vec![None; nk];
+        let mut current: Option<String> = None;
+        for (k, kernel) in program.kernels.iter().enumerate() {
+            if phase[k] != Phase::Forward {
+                continue;
+            }
+            let read = kernel
+                .reads()
+                .into_iter()
+                .find_map(|b| match &program.buffers.get(b.index())?.kind {
+                    BufferKind::Input { name } if state_names.contains(name.as_str()) => {
+                        Some(layer_of(name).unwrap_or_else(|| "other".to_string()))
+                    }
+                    _ => None,
+                });
+            if read.is_some() {
+                current = read;
+            }
+            layer_of_kernel[k] = current.clone();
+        }
         let align = plan.align.max(1);
         let rounded = |b: u64| b.div_ceil(align).saturating_mul(align);
         let (mut saved, mut grads, mut temps) = (0u64, 0u64, 0u64);
@@ -175,8 +199,12 @@ impl TrainBytes {
                 match c {
                     Class::Saved => {
                         saved += b;
-                        let layer = program.buffers[i].name.as_deref().and_then(layer_of);
-                        let layer = layer.unwrap_or_else(|| "other".to_string());
+                        let layer = program.buffers[i]
+                            .name
+                            .as_deref()
+                            .and_then(layer_of)
+                            .or_else(|| writer[i].and_then(|k| layer_of_kernel[k].clone()))
+                            .unwrap_or_else(|| "other".to_string());
                         match by_layer.iter_mut().find(|(l, _)| *l == layer) {
                             Some((_, n)) => *n += b,
                             None => by_layer.push((layer, b)),
@@ -187,6 +215,11 @@ impl TrainBytes {
                 }
             }
         }
+        // Layers in their order (`h.2` before `h.10`), `other` last.
+        by_layer.sort_by_key(|(l, _)| {
+            let (head, n) = l.rsplit_once('.').unwrap_or((l.as_str(), ""));
+            (l == "other", head.to_string(), n.parse::<u64>().unwrap_or(0))
+        });
         let (mut parameters, mut optimizer_state, mut loss_scale, mut inputs) = (0u64, 0u64, 0u64, 0u64);
         for b in &program.buffers {
             if let BufferKind::Input { name } = &b.kind {
