@@ -151,19 +151,29 @@ pub fn compile_with(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Er
 /// names), which the diagnosis offers as remedies, and the command line its remedies
 /// are written against ([`Rerun::default`] for none).
 pub fn check_budget(model: &Compiled, rerun: &Rerun) -> Result<(), Error> {
-    Ok(graphc_compiler::plan::check_budget(&model.program, &model.plan, rerun)?)
+    check_budget_on(model, rerun, graphc_compiler::plan::Device::Cuda)
 }
 
 /// [`check_budget`] for a run on `device`: on the CPU the cuBLASLt workspace does not
 /// count ([`MemoryPlan::total_bytes_for`](graphc_compiler::plan::MemoryPlan::total_bytes_for)),
 /// in the check or in the diagnosis.
 pub fn check_budget_on(model: &Compiled, rerun: &Rerun, device: graphc_compiler::plan::Device) -> Result<(), Error> {
-    Ok(graphc_compiler::plan::check_budget_for(
-        &model.program,
-        &model.plan,
-        rerun,
-        device,
-    )?)
+    match &model.train {
+        // A training step: its state is fixed, and freezing is a remedy.
+        Some(t) => Ok(graphc_compiler::plan::check_training_budget_for(
+            &model.program,
+            &model.plan,
+            &t.state,
+            rerun,
+            device,
+        )?),
+        None => Ok(graphc_compiler::plan::check_budget_for(
+            &model.program,
+            &model.plan,
+            rerun,
+            device,
+        )?),
+    }
 }
 
 /// Host bytes the CPU executor allocates to run `model`: its arena, inputs and outputs

@@ -31,6 +31,9 @@ pub struct Case {
     /// A training step of `graph` (its inputs then include the state), compiled with
     /// [`crate::train::compile_step`].
     pub train: Option<crate::train::TrainOptions>,
+    /// The precision a training step compiles in (mixed precision: bf16, or fp16 with
+    /// loss scaling).
+    pub precision: graphc_compiler::passes::precision::Precision,
 }
 
 /// The outcome of one case.
@@ -115,7 +118,14 @@ pub fn run_case(
         no_device: None,
     };
     let compiled = match &case.train {
-        Some(t) => crate::train::compile_step(&case.graph, t.clone(), &Default::default()),
+        Some(t) => crate::train::compile_step(
+            &case.graph,
+            t.clone(),
+            &crate::CompileOptions {
+                precision: case.precision,
+                ..Default::default()
+            },
+        ),
         None => crate::compile(&case.graph),
     };
     let compiled = match compiled {
@@ -220,6 +230,7 @@ impl Cases {
             graph,
             inputs,
             train: None,
+            precision: Default::default(),
         });
         Ok(())
     }
@@ -508,6 +519,7 @@ fn model_cases(c: &mut Cases) -> Result<(), GraphError> {
         graph: block,
         inputs,
         train: None,
+        precision: Default::default(),
     });
     let g = crate::models::gpt(&crate::models::GptConfig {
         layers: 2,
@@ -520,6 +532,7 @@ fn model_cases(c: &mut Cases) -> Result<(), GraphError> {
         graph: g,
         inputs,
         train: None,
+        precision: Default::default(),
     });
     Ok(())
 }
@@ -556,7 +569,24 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
             }),
         ),
     ];
-    for (i, (label, optimizer)) in optimizers.into_iter().enumerate() {
+    use graphc_compiler::passes::precision::Precision;
+    // AdamW in f32, SGD in f32, AdamW in bf16, AdamW in fp16 with loss scaling.
+    let runs = [
+        (optimizers[0].clone(), Precision::Fp32, None),
+        (optimizers[1].clone(), Precision::Fp32, None),
+        (optimizers[0].clone(), Precision::Bf16, None),
+        (
+            optimizers[0].clone(),
+            Precision::Fp16,
+            Some(crate::train::LossScaling::default()),
+        ),
+    ];
+    for (i, ((label, optimizer), precision, loss_scale)) in runs.into_iter().enumerate() {
+        let label = match precision {
+            Precision::Fp32 => label.to_string(),
+            Precision::Fp16 => format!("{label} fp16 loss-scaled"),
+            p => format!("{label} {p}"),
+        };
         let graph = crate::models::mlp(&cfg)?;
         let seed = 5000 + 16 * i as u64;
         let x = random(TensorType::new(DType::F32, [cfg.batch, 13]), seed);
@@ -567,9 +597,13 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
             freeze: None,
             target: y.ty(),
             output: None,
-            loss_scale: None,
+            loss_scale,
         };
-        let step = crate::train::compile_step(&graph, opts.clone(), &Default::default())
+        let copts = crate::CompileOptions {
+            precision,
+            ..Default::default()
+        };
+        let step = crate::train::compile_step(&graph, opts.clone(), &copts)
             .map_err(|e| GraphError::Graph(format!("training step {label}: {e}")))?;
         let Some(training) = &step.train else {
             return Err(GraphError::Graph(format!("training step {label}: no state")));
@@ -598,6 +632,7 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
             graph,
             inputs,
             train: Some(opts),
+            precision,
         });
     }
     Ok(())
@@ -658,16 +693,20 @@ mod tests {
     #[test]
     fn training_cases_run_their_updates_as_one_multi_tensor_kernel() {
         let cases: Vec<Case> = cases().unwrap().into_iter().filter(|c| c.train.is_some()).collect();
-        assert_eq!(cases.len(), 2);
+        assert_eq!(cases.len(), 4);
         for case in cases {
-            let step =
-                crate::train::compile_step(&case.graph, case.train.clone().unwrap(), &Default::default()).unwrap();
+            let opts = crate::CompileOptions {
+                precision: case.precision,
+                ..Default::default()
+            };
+            let step = crate::train::compile_step(&case.graph, case.train.clone().unwrap(), &opts).unwrap();
             let multi = step.program.multi_tensor_parts();
-            // The first update runs at the schedule's peak (its gradient is the last
-            // one the backward makes before the peak): held, it would raise it.
+            // The schedule runs each update as soon as its gradient is there
+            // (`program:hoist`) and merging must not raise the peak, so some updates of
+            // this small model run alone; the others share a launch.
             assert!(
-                !multi.is_empty() && multi.len() <= 2 && multi.iter().sum::<usize>() >= 3,
-                "{}: the 4 parameters' updates but one in one or two launches: {multi:?}",
+                !multi.is_empty() && multi.iter().sum::<usize>() >= 2,
+                "{}: two or more of the 4 parameters' updates in one launch: {multi:?}",
                 case.name
             );
             assert_eq!(step.program.donated.len(), step.train.unwrap().state.slots.len());
@@ -686,6 +725,7 @@ mod tests {
             },
             inputs: [("x".to_string(), random(TensorType::new(DType::F32, [4]), 1))].into(),
             train: None,
+            precision: Default::default(),
         };
         let mut no_gpu = |_: &Compiled, _: &HashMap<String, Tensor>| -> Outputs {
             Err(crate::Error::Cuda(crate::cuda::CudaError::NoDevice("no GPU".into())))

@@ -51,7 +51,8 @@ pub use offsets::{
     assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions, Strategy, EXACT_MAX_BUFFERS,
 };
 pub use report::{
-    check_budget, check_budget_for, diagnose, over_budget_diagnosis, Diagnosis, OverBudget, PlanJson, Remedy, Rerun,
+    check_budget, check_budget_for, check_training_budget_for, diagnose, over_budget_diagnosis, Diagnosis, OverBudget,
+    PlanJson, Remedy, Rerun,
 };
 pub use schedule::{apply_schedule, candidate_orders, live_bytes, schedule, Schedule, Scheduler};
 pub use verify::{verify, verify_plan};

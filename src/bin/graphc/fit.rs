@@ -76,7 +76,13 @@ pub fn run(args: FitArgs) -> Result<()> {
                 command: Some(crate::hint::command_line()),
                 model: model.to_string_lossy().into_owned(),
                 dims: Vec::new(),
-                fit_options: budget.words(),
+                fit_options: {
+                    let mut w = budget.words();
+                    if train {
+                        w.extend(train_opts.words());
+                    }
+                    w
+                },
             };
             bail!("even {dim}={value} does not fit: {}", diagnosis.text(&rerun).trim_end())
         }

@@ -70,7 +70,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
             print!("{}", report::picture(plan, 64, 16));
         }
     };
-    let rerun = args.model.rerun(&args.budget);
+    let mut rerun = args.model.rerun(&args.budget);
+    if args.train {
+        rerun.fit_options.extend(args.train_opts.words());
+    }
     let json = || {
         let planned = graphc_compiler::plan::Device::Cuda;
         let mut v = serde_json::to_value(report::PlanJson::new(program, plan, planned, &rerun))?;

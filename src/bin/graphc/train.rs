@@ -143,6 +143,60 @@ impl TrainArgs {
         self.options_of(target.ty(), precision)
     }
 
+    /// `--train` and these options as words, for the commands a report proposes
+    /// (`graphc fit ... --train ...`).
+    pub fn words(&self) -> Vec<String> {
+        let mut w = vec!["--train".to_string()];
+        let mut put = |flag: &str, value: String| {
+            w.push(flag.to_string());
+            w.push(value);
+        };
+        if let Some(l) = self.loss {
+            put(
+                "--loss",
+                match l {
+                    LossArg::Mse => "mse",
+                    LossArg::CrossEntropy => "cross-entropy",
+                }
+                .into(),
+            );
+        }
+        if let Some(t) = &self.target {
+            put("--target", t.clone());
+        }
+        if self.ignore_index != -100 {
+            put("--ignore-index", self.ignore_index.to_string());
+        }
+        put(
+            "--optimizer",
+            match self.optimizer {
+                OptimizerArg::Sgd => "sgd",
+                OptimizerArg::Adamw => "adamw",
+            }
+            .into(),
+        );
+        if let Some(f) = &self.freeze {
+            put("--freeze", f.clone());
+        }
+        if let Some(o) = &self.loss_output {
+            put("--loss-output", o.clone());
+        }
+        if let Some(s) = self.loss_scale {
+            put(
+                "--loss-scale",
+                match s {
+                    LossScaleArg::Dynamic => "dynamic",
+                    LossScaleArg::None => "none",
+                }
+                .into(),
+            );
+        }
+        if self.shift_labels {
+            w.push("--shift-labels".into());
+        }
+        w
+    }
+
     /// Dynamic loss scaling as asked for, by default with fp16 only.
     fn loss_scaling(&self, precision: Precision) -> Option<LossScaling> {
         let dynamic = match self.loss_scale {
@@ -274,7 +328,9 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     let progress = crate::common::Progress::new("compiling the training step");
     let step = graphc::train::compile_step(&graph, opts, &args.budget.options())?;
     drop(progress);
-    graphc::check_budget_on(&step, &args.model.rerun(&args.budget), args.device.device.planned_for())?;
+    let mut rerun = args.model.rerun(&args.budget);
+    rerun.fit_options.extend(args.train.words());
+    graphc::check_budget_on(&step, &rerun, args.device.device.planned_for())?;
     if let Some(t) = &step.train {
         println!(
             "train    {} parameters ({} elements) trained, {} frozen, {} buffers; {} state slots ({} updated in place); {} kernels",

@@ -17,6 +17,13 @@
 //! - and, when the weights (or the weights and the cuBLASLt workspace) alone exceed the
 //!   budget, that no activation remedy on its own can help; when the workspace alone
 //!   does and int4 weights would need none, a smaller dimension together with them.
+//!
+//! A training step's state (its donated inputs: parameters, optimizer state, the loss
+//! scale) is fixed like the weights: a smaller dimension shrinks the activations beside
+//! it, and quantized weights are no remedy (what is trained stays f32).
+//! [`check_training_budget_for`] adds freezing ([`Remedy::Freeze`]): the embedding
+//! tables (or the largest parameter) left untrained, without gradients and optimizer
+//! state, stored in the low type under mixed precision.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -46,6 +53,10 @@ pub struct Breakdown {
     pub intermediates: usize,
     pub lower_bound_bytes: u64,
     pub inputs_bytes: u64,
+    /// Of the inputs, a training step's state (the donated inputs: parameters,
+    /// optimizer state), which the batch does not change.
+    #[serde(default)]
+    pub state_bytes: u64,
     pub outputs_bytes: u64,
     /// The cuBLASLt workspace (0 without GEMMs).
     pub workspace_bytes: u64,
@@ -172,6 +183,25 @@ pub enum Remedy {
     Recompute(RecomputeEstimate),
     /// int8 or int4 weights for the GEMMs (offered when none is quantized yet).
     QuantizeWeights(QuantEstimate),
+    /// A training step: parameters left frozen.
+    Freeze(FreezeEstimate),
+}
+
+/// Freezing parameters of a training step: they keep no gradient and no optimizer
+/// state, and under mixed precision are stored in the low type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FreezeEstimate {
+    /// What is frozen (`the embeddings`, or the parameter's name).
+    pub what: String,
+    /// The parameters, and the `--freeze` regular expression matching exactly them.
+    pub parameters: Vec<String>,
+    pub regex: String,
+    pub elements: u64,
+    /// Their optimizer state, and what storing them as frozen weights saves.
+    pub optimizer_state_bytes: u64,
+    pub parameter_bytes_saved: u64,
+    pub saves_bytes: u64,
+    pub total_after_bytes: u64,
 }
 
 /// A plan over its budget: by how much, where the bytes go, the peak, what would help.
@@ -229,6 +259,111 @@ pub fn check_budget_for(program: &Program, plan: &MemoryPlan, rerun: &Rerun, dev
             details: Box::new(d),
         }),
     }
+}
+
+/// [`check_budget_for`] for a training step with `state`: the diagnosis adds
+/// [`Remedy::Freeze`] when freezing the embeddings (or the largest parameter) applies.
+pub fn check_training_budget_for(
+    program: &Program,
+    plan: &MemoryPlan,
+    state: &crate::train::State,
+    rerun: &Rerun,
+    device: Device,
+) -> Result<(), OverBudget> {
+    match diagnose_for(program, plan, rerun, device) {
+        None => Ok(()),
+        Some(mut d) => {
+            if let Some(f) = freeze_estimate(program, state, d.total_bytes) {
+                d.remedies.push(Remedy::Freeze(f));
+            }
+            Err(OverBudget {
+                over_by: d.over_by,
+                total_bytes: d.total_bytes,
+                budget_bytes: d.budget_bytes,
+                diagnosis: d.text(rerun),
+                details: Box::new(d),
+            })
+        }
+    }
+}
+
+/// Freezing the embedding tables (parameters named as one: `wte`, `wpe`,
+/// `embed_tokens`, `word_embeddings`, ... and a tied or separate `lm_head`), or else
+/// the largest parameter: the state they would no longer need. `None` when nothing
+/// would be left to train or nothing is saved.
+fn freeze_estimate(program: &Program, state: &crate::train::State, total: u64) -> Option<FreezeEstimate> {
+    use crate::train::StateClass;
+    let params: Vec<&crate::train::StateSlot> = state.parameters().collect();
+    let is_embedding = |n: &str| {
+        let last = n.rsplit('.').nth(1).unwrap_or(n);
+        matches!(last, "wte" | "wpe" | "embed_tokens" | "lm_head")
+            || last.ends_with("_embeddings")
+            || last == "embeddings"
+    };
+    let mut chosen: Vec<&crate::train::StateSlot> = params.iter().copied().filter(|s| is_embedding(&s.name)).collect();
+    let what = if chosen.is_empty() {
+        let largest = params.iter().copied().max_by_key(|s| s.init.ty().numel())?;
+        chosen.push(largest);
+        format!("`{}`", largest.name)
+    } else {
+        "the embeddings".to_string()
+    };
+    if chosen.len() == params.len() {
+        return None;
+    }
+    let names: Vec<String> = chosen.iter().map(|s| s.name.clone()).collect();
+    // A parameter's optimizer state: the slots named after it (`NAME.exp_avg`).
+    let optimizer_state_bytes: u64 = state
+        .slots
+        .iter()
+        .filter(|s| s.class == StateClass::OptimizerState)
+        .filter(|s| {
+            names
+                .iter()
+                .any(|n| s.name.strip_prefix(n.as_str()).is_some_and(|r| r.starts_with('.')))
+        })
+        .map(|s| s.init.ty().size_bytes() as u64)
+        .sum();
+    // Under mixed precision a frozen weight is stored in the low type.
+    let low = program
+        .buffers
+        .iter()
+        .any(|b| matches!(b.ty.dtype, DType::BF16 | DType::F16));
+    let parameter_bytes_saved: u64 = if low {
+        chosen.iter().map(|s| (s.init.ty().size_bytes() / 2) as u64).sum()
+    } else {
+        0
+    };
+    let saves_bytes = optimizer_state_bytes + parameter_bytes_saved;
+    if saves_bytes == 0 {
+        return None;
+    }
+    let regex = format!(
+        "^({})$",
+        names.iter().map(|n| regex_escape(n)).collect::<Vec<_>>().join("|")
+    );
+    Some(FreezeEstimate {
+        what,
+        elements: chosen.iter().map(|s| s.init.ty().numel() as u64).sum(),
+        parameters: names,
+        regex,
+        optimizer_state_bytes,
+        parameter_bytes_saved,
+        saves_bytes,
+        total_after_bytes: total.saturating_sub(saves_bytes),
+    })
+}
+
+/// `s` with the regular-expression metacharacters escaped.
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Why a plan does not fit and what would help, as text ([`Diagnosis::text`], its
@@ -311,16 +446,37 @@ fn breakdown(program: &Program, plan: &MemoryPlan) -> Breakdown {
         intermediates: plan.buffers.len(),
         lower_bound_bytes: plan.lower_bound_bytes,
         inputs_bytes: plan.inputs_bytes,
+        state_bytes: state_bytes(program),
         outputs_bytes: plan.outputs_bytes,
         workspace_bytes: plan.workspace_bytes,
         total_bytes: plan.total_bytes,
     }
 }
 
+/// A training step's state: the inputs its outputs are written over (donated).
+fn state_bytes(program: &Program) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    program
+        .donated
+        .iter()
+        .filter(|d| seen.insert(d.input))
+        .filter_map(|d| program.buffers.get(d.input.index()))
+        .filter(|b| matches!(b.kind, BufferKind::Input { .. }))
+        .map(|b| b.ty.size_bytes() as u64)
+        .fold(0, u64::saturating_add)
+}
+
 /// The remedies that apply, in the order the text lists them.
 fn remedies(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Vec<Remedy> {
     let budget = plan.budget_bytes;
-    let quantized = quantized_weights(program, plan);
+    // What a training step trains stays f32: quantizing is no remedy there.
+    let training = !program.donated.is_empty();
+    let state = state_bytes(program);
+    let quantized = if training {
+        Vec::new()
+    } else {
+        quantized_weights(program, plan)
+    };
     let mut out = Vec::new();
     let weights_over = plan.weights_bytes > budget;
     if weights_over {
@@ -328,7 +484,10 @@ fn remedies(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Vec<Remedy> 
             weights_bytes: plan.weights_bytes,
         });
     }
-    let fixed = plan.weights_bytes.saturating_add(plan.workspace_bytes);
+    let fixed = plan
+        .weights_bytes
+        .saturating_add(plan.workspace_bytes)
+        .saturating_add(state);
     let fixed_over = !weights_over && fixed > budget;
     if fixed_over && plan.workspace_bytes > budget {
         out.push(Remedy::WorkspaceExceedsBudget {
@@ -346,7 +505,7 @@ fn remedies(program: &Program, plan: &MemoryPlan, rerun: &Rerun) -> Vec<Remedy> 
     }
     let activations = plan
         .arena_bytes
-        .saturating_add(plan.inputs_bytes)
+        .saturating_add(plan.inputs_bytes.saturating_sub(state))
         .saturating_add(plan.outputs_bytes);
     // The bytes the activations must fit beside: the weights and the workspace; or,
     // when the workspace alone is over the budget and int4 weights would make every
@@ -432,9 +591,18 @@ fn lower_precision(program: &Program, plan: &MemoryPlan) -> Option<Remedy> {
             *o = true;
         }
     }
+    // A training step's state stays f32 (master parameters, optimizer state).
+    let mut state = vec![false; program.buffers.len()];
+    for d in &program.donated {
+        for id in [d.input, d.output] {
+            if let Some(x) = state.get_mut(id.index()) {
+                *x = true;
+            }
+        }
+    }
     let (mut f32_weights, mut f32_io) = (0u64, 0u64);
     for (i, b) in program.buffers.iter().enumerate() {
-        if b.ty.dtype != DType::F32 {
+        if b.ty.dtype != DType::F32 || state[i] {
             continue;
         }
         let bytes = b.ty.size_bytes() as u64;

@@ -41,7 +41,18 @@ impl Breakdown {
                     human_bytes(self.lower_bound_bytes)
                 ),
             ),
-            size_row("inputs", self.inputs_bytes, String::new()),
+            size_row(
+                "inputs",
+                self.inputs_bytes,
+                if self.state_bytes > 0 {
+                    format!(
+                        "of which the training state (parameters, optimizer state) {}: fixed",
+                        human_bytes(self.state_bytes)
+                    )
+                } else {
+                    String::new()
+                },
+            ),
             size_row("outputs", self.outputs_bytes, String::new()),
             size_row(
                 "workspace",
@@ -161,6 +172,7 @@ impl Remedy {
             Remedy::LowerPrecision(e) => e.text(budget, rerun),
             Remedy::Recompute(e) => e.text(budget),
             Remedy::QuantizeWeights(e) => e.text(budget, rerun),
+            Remedy::Freeze(e) => e.text(budget, rerun),
         }
     }
 }
@@ -207,6 +219,31 @@ impl PrecisionEstimate {
             human_bytes(self.peak_f32_bytes),
             human_bytes(self.peak_bytes),
             human_bytes(self.f32_io_bytes),
+            human_bytes(self.saves_bytes),
+            human_bytes(self.total_after_bytes),
+            verdict(self.total_after_bytes, budget)
+        )
+    }
+}
+
+impl super::diagnosis::FreezeEstimate {
+    fn text(&self, budget: u64, rerun: &Rerun) -> String {
+        let stored = if self.parameter_bytes_saved > 0 {
+            format!(
+                " and stores them as frozen weights in the low type ({})",
+                human_bytes(self.parameter_bytes_saved)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "freezing {} (`{}`: {}, {} elements) drops their gradients and optimizer state ({}){stored}: \
+             saves about {} (total about {}: {})",
+            self.what,
+            rerun.with("--freeze", &self.regex),
+            plural(self.parameters.len(), "parameter", "parameters"),
+            self.elements,
+            human_bytes(self.optimizer_state_bytes),
             human_bytes(self.saves_bytes),
             human_bytes(self.total_after_bytes),
             verdict(self.total_after_bytes, budget)

@@ -23,8 +23,9 @@ mod train;
 use serde::Serialize;
 
 pub use diagnosis::{
-    check_budget, check_budget_for, diagnose, diagnose_for, over_budget_diagnosis, Breakdown, DTypeBytes, Diagnosis,
-    DimEstimate, OverBudget, PeakReport, PrecisionEstimate, QuantEstimate, RecomputeEstimate, Remat, Remedy,
+    check_budget, check_budget_for, check_training_budget_for, diagnose, diagnose_for, over_budget_diagnosis,
+    Breakdown, DTypeBytes, Diagnosis, DimEstimate, FreezeEstimate, OverBudget, PeakReport, PrecisionEstimate,
+    QuantEstimate, RecomputeEstimate, Remat, Remedy,
 };
 pub use picture::picture;
 pub use rerun::{shell_word, CommandLine, Rerun};
