@@ -160,7 +160,22 @@ pub fn run_case(
         }
     };
     let checks = match compare_outputs(&got, &want, tf32) {
-        Ok(c) => c,
+        // A mixed-precision step's f32 outputs (the state) are computed from bf16/fp16
+        // values, rounded where the two devices accumulate in different orders: they
+        // get the low type's tolerance.
+        Ok(c) => match case.precision.low_type() {
+            Some(low) => c
+                .into_iter()
+                .map(|mut c| {
+                    if c.tolerance > 0.0 {
+                        c.tolerance = c.tolerance.max(graphc_ir::compare::tolerance(low, false));
+                        c.pass = c.rel_l2 <= c.tolerance;
+                    }
+                    c
+                })
+                .collect(),
+            None => c,
+        },
         Err(e) => {
             r.error = Some(format!("the outputs differ from the CPU executor's: {e}"));
             return r;

@@ -454,21 +454,25 @@ impl Deps {
             freed > alloc || alloc <= HOIST_SMALL_BYTES
         };
         // Kernels ready from the start that cost nothing run first; then the base
-        // order, each kernel followed by what it makes worth running.
+        // order, each kernel followed by what it makes worth running. A base kernel
+        // not ready when its turn comes (the base order breaks a donation's order)
+        // waits, and runs as soon as it is.
         let first: Vec<usize> = (0..k)
             .filter(|&i| indeg[i] == 0 && frees_net(i, &readers_left, &indeg))
             .collect();
+        let mut passed = vec![false; k];
         for start in first.into_iter().chain(base.iter().copied()) {
             if start >= k || done[start] {
                 continue;
             }
+            passed[start] = true;
             let mut stack = vec![start];
             while let Some(i) = stack.pop() {
                 work::add(Stage::Schedule, 1);
                 if done[i] || indeg[i] != 0 {
                     continue;
                 }
-                if i != start && !frees_net(i, &readers_left, &indeg) {
+                if i != start && !passed[i] && !frees_net(i, &readers_left, &indeg) {
                     continue;
                 }
                 done[i] = true;
@@ -594,8 +598,10 @@ pub fn schedule(program: &Program) -> Schedule {
     let mut tried = Vec::new();
     for (c, (name, order)) in candidates.iter().enumerate() {
         // A malformed program (a cycle through buffers) can make an order incomplete:
-        // such a candidate is skipped; the program order is always kept as the fallback.
-        if c > 0 && !deps.is_valid(order) {
+        // such a candidate is skipped. The program order too, when it runs a donated
+        // output's writer before another reader of its input (fusion emits in graph
+        // order, which knows no donation); it stays the fallback when no order is valid.
+        if !deps.is_valid(order) {
             continue;
         }
         let peak = deps.peak(order);
@@ -604,7 +610,7 @@ pub fn schedule(program: &Program) -> Schedule {
             best = Some((peak, c));
         }
     }
-    let (peak, c) = best.unwrap_or((0, 0));
+    let (peak, c) = best.unwrap_or_else(|| (candidates.first().map_or(0, |(_, o)| deps.peak(o)), 0));
     let (name, order) = candidates
         .into_iter()
         .nth(c)
@@ -672,7 +678,8 @@ mod tests {
                 "dfs:largest-first",
                 "dfs:heaviest-first",
                 "list:free-largest",
-                "bfs"
+                "bfs",
+                "program:hoist"
             ]
         );
         for c in Scheduler::ALL {
@@ -789,5 +796,30 @@ mod tests {
         // Only the kernel's own index is its position prefix.
         assert_eq!(rename("k12_x", 1, 2), "k2_k12_x");
         assert_eq!(rename("k5_x", 6, 2), "k2_k5_x");
+    }
+
+    /// `k0` writes a 1 MiB product `p`, `k1` another value, `k2` reduces `p` to a
+    /// scalar, `k3` reads the rest: in the program's order `p` lives until `k2`;
+    /// hoisted, the reduction (it frees more than it writes) runs right after `k0`.
+    /// A donated input's writer placed before another reader in the base order waits
+    /// for it (the hoisted order stays valid).
+    #[test]
+    fn net_freeing_kernels_run_as_soon_as_they_are_ready() {
+        let deps = Deps {
+            preds: vec![vec![], vec![], vec![0], vec![1, 2]],
+            succs: vec![vec![2], vec![3], vec![3], vec![]],
+            reads: vec![vec![], vec![], vec![0], vec![1, 2]],
+            writes: vec![vec![0], vec![1], vec![2], vec![]],
+            bytes: vec![1 << 20, 1 << 20, 4],
+        };
+        let base = vec![0, 1, 2, 3];
+        let hoisted = deps.hoist(&base);
+        assert_eq!(hoisted, vec![0, 2, 1, 3]);
+        assert!(deps.is_valid(&hoisted));
+        assert!(deps.peak(&hoisted) < deps.peak(&base));
+        // k3 must run after k1 (say a donation); a base order with k3 first still
+        // gives every kernel once, in a valid order.
+        let hoisted = deps.hoist(&[3, 0, 1, 2]);
+        assert!(deps.is_valid(&hoisted), "{hoisted:?}");
     }
 }

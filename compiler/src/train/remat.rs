@@ -357,7 +357,7 @@ fn finish(graph: &Graph, out: &mut Graph, map: &[Option<NodeId>]) {
 mod tests {
     use super::*;
     use crate::train::{Init, StateClass, StateSlot};
-    use graphc_ir::{DType, GraphBuilder, Shape, Tensor};
+    use graphc_ir::{DType, GraphBuilder, Shape, Tensor, TensorType};
 
     /// `loss = sum(x @ cast(w))` and a backward-like reader of the cast: the reader
     /// gets a cast of its own; the forward keeps its one.
@@ -400,5 +400,56 @@ mod tests {
         b.output(LOSS_OUTPUT, loss);
         let g = b.finish().unwrap();
         assert_eq!(recompute_parameter_casts(&g, &state).unwrap().1, 0);
+    }
+
+    /// A layer norm's backward reads `xc = x - mean` and `xhat = xc * rstd` (f32,
+    /// [rows, 64]) and the GELU's output beside its input: computed again in the
+    /// backward from `x` (bf16), the row statistics and the GELU's input, they are no
+    /// longer what the backward keeps; the step computes the same values.
+    #[test]
+    fn saved_elementwise_values_are_made_again_when_that_keeps_fewer_bytes() {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::BF16, Shape::from([8, 64]));
+        let xf = x.cast(DType::F32);
+        let mean = xf.mean(&[1], true);
+        let xc = xf - mean;
+        let rstd = (xc * xc).mean(&[1], true).rsqrt();
+        let xhat = xc * rstd;
+        let h = xhat.cast(DType::BF16);
+        let g = h.gelu();
+        let loss = (g.cast(DType::F32) + xhat).sum(&[0, 1], false);
+        // A stand-in backward reading the saved values.
+        let dy = b.input("dy", DType::F32, Shape::from([8, 64]));
+        let back = dy * xhat + dy * xc + g.cast(DType::F32);
+        b.output(LOSS_OUTPUT, loss);
+        b.output("back", back);
+        let graph = b.finish().unwrap();
+        let (out, n) = recompute_saved_elementwise(&graph).unwrap();
+        out.verify().unwrap();
+        assert!(n >= 3, "xhat, xc and the gelu output made again: {n}");
+        // What the backward reads of the forward, before and after.
+        let saved = |g: &Graph| -> u64 {
+            let f = forward_of(g);
+            let users = g.users();
+            (0..g.len())
+                .filter(|&i| f[i] && !is_source(&g.nodes()[i].op) && users[i].iter().any(|u| !f[u.index()]))
+                .map(|i| g.nodes()[i].ty.size_bytes() as u64)
+                .sum()
+        };
+        assert!(saved(&out) < saved(&graph), "{} -> {}", saved(&graph), saved(&out));
+        let inputs: std::collections::HashMap<String, Tensor> = [
+            (
+                "x".to_string(),
+                Tensor::random(&TensorType::new(DType::BF16, Shape::from([8, 64])), 1),
+            ),
+            (
+                "dy".to_string(),
+                Tensor::random(&TensorType::new(DType::F32, Shape::from([8, 64])), 2),
+            ),
+        ]
+        .into();
+        let a = graphc_ir::interpret(&graph, &inputs).unwrap();
+        let c = graphc_ir::interpret(&out, &inputs).unwrap();
+        assert_eq!(a, c, "bitwise the same outputs");
     }
 }
