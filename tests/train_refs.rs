@@ -401,11 +401,54 @@ fn state_classes_freeze_and_buffers() {
 /// donation check holds), and the bytes by class add up to the plan's total.
 #[test]
 fn training_plans_have_no_score_matrices_and_add_up_by_class() {
+    use graphc_compiler::passes::precision::Precision;
     use graphc_compiler::plan::{report::TrainBytes, Device};
-    for name in ["gpt2", "gpt2_sdpa", "bert", "llama"] {
+    for (name, precision) in ["gpt2", "gpt2_sdpa", "bert", "llama"]
+        .into_iter()
+        .flat_map(|n| [Precision::Fp32, Precision::Bf16, Precision::Fp16].map(|p| (n, p)))
+    {
         let f = load(name);
         let seq = f.batch["input_ids"].shape().dims()[1];
-        let step = graphc::train::compile_step(&f.graph, options(&f, "adamw"), &Default::default()).unwrap();
+        let mut opts = options(&f, "adamw");
+        if precision == Precision::Fp16 {
+            opts.loss_scale = Some(graphc::train::LossScaling::default());
+        }
+        let base = graphc::CompileOptions {
+            precision,
+            ..Default::default()
+        };
+        let step = graphc::train::compile_step(&f.graph, opts, &base).unwrap();
+        let name = format!("{name} {precision}");
+        // With mixed precision: no f32 [tokens, classes] tensor (the loss reads the
+        // low-type logits and writes their gradient over them), and the parameters'
+        // low-precision copies are no saved activation.
+        let classes = step.train.as_ref().unwrap().report.classes.unwrap();
+        let tokens = f.batch["input_ids"].ty().numel();
+        if precision != Precision::Fp32 {
+            let outputs: Vec<usize> = step.program.outputs.iter().map(|(_, b)| b.index()).collect();
+            let f32_logits: Vec<String> = step
+                .program
+                .buffers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !outputs.contains(i))
+                .map(|(_, b)| b)
+                .filter(|b| {
+                    matches!(b.kind, graphc_compiler::kernel::BufferKind::Temp)
+                        && b.ty.dtype.size_bytes() >= 4
+                        && b.ty
+                            .shape
+                            .dims()
+                            .split_last()
+                            .is_some_and(|(&c, lead)| c == classes && lead.iter().product::<usize>() == tokens)
+                })
+                .map(|b| format!("{} {}", b.name.clone().unwrap_or_default(), b.ty))
+                .collect();
+            assert!(
+                f32_logits.is_empty(),
+                "{name}: f32 [tokens, classes] buffers: {f32_logits:?}"
+            );
+        }
         let scores: Vec<String> = step
             .program
             .buffers
@@ -435,13 +478,24 @@ fn training_plans_have_no_score_matrices_and_add_up_by_class() {
             step.plan.lower_bound_bytes,
             "{name}: the arena's classes at its peak are its lower bound"
         );
-        assert_eq!(by.outputs, 4, "{name}: only the loss is written beside its input");
+        let scaler = if precision == Precision::Fp16 { 8 } else { 0 };
+        assert_eq!(
+            by.outputs,
+            4 + scaler,
+            "{name}: only the loss (and the scaler's report) is written beside its input"
+        );
         let params: u64 = t.state.parameters().map(|s| s.init.ty().size_bytes() as u64).sum();
-        assert_eq!(by.parameters, params);
+        assert_eq!(by.parameters, params, "{name}: f32 master parameters");
         assert_eq!(
             by.optimizer_state,
             2 * params + 8,
-            "{name}: two moments and an i64 step"
+            "{name}: two f32 moments and an i64 step"
+        );
+        assert_eq!(by.loss_scale, scaler, "{name}: an f32 scale and an i32 tracker");
+        assert_eq!(
+            by.saved_by_layer.iter().map(|(_, b)| b).sum::<u64>(),
+            by.saved_activations,
+            "{name}: the layers' saved bytes add up"
         );
         assert!(by.saved_activations_all > 0 && by.gradients_all > 0);
         // The updates run as a few multi-tensor launches, which keep the peak the

@@ -173,3 +173,148 @@ fn cuda_train_prints_the_steps_multi_tensor_update() {
     assert!(text.contains("// part 1:"), "{text}");
     fails_with(&graphc(&["cuda", MLP, "--train"]), "--loss");
 }
+
+/// fp16 with dynamic loss scaling from the command line: each step prints the scale,
+/// and from GradScaler's overflowing start (the reference's) the steps PyTorch skipped
+/// are the ones graphc says it skipped, the scale halving at each; bf16 needs no
+/// scaling and prints none.
+#[test]
+fn fp16_training_prints_the_scale_and_each_skipped_step() {
+    let dir = "tests/fixtures/train/gpt2";
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}/meta.json")).unwrap()).unwrap();
+    let amp = &meta["amp"];
+    let model = format!("{dir}/model.onnx");
+    let inputs = format!("{dir}/inputs.npz");
+    let init = amp["overflow_init_scale"].as_f64().unwrap().to_string();
+    let o = graphc(&[
+        "train",
+        &model,
+        "--inputs",
+        &inputs,
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--shift-labels",
+        "--steps",
+        "6",
+        "--precision",
+        "fp16",
+        "--init-scale",
+        &init,
+        "--growth-interval",
+        "2",
+        "--device",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let steps: Vec<&str> = out.lines().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(steps.len(), 6, "{out}");
+    let want_skipped: Vec<bool> = amp["overflow_skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_bool().unwrap())
+        .collect();
+    let want_scales: Vec<f64> = amp["overflow_scales"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    for (i, line) in steps.iter().enumerate() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(w[4], "scale", "{line}");
+        let scale: f64 = w[5].parse().unwrap();
+        assert_eq!(scale as f32, want_scales[i] as f32, "{line}");
+        assert_eq!(line.contains("skipped"), want_skipped[i], "{line}");
+    }
+    let o = graphc(&[
+        "train",
+        &model,
+        "--inputs",
+        &inputs,
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--shift-labels",
+        "--precision",
+        "bf16",
+        "--device",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("scale"), "{}", stdout(&o));
+}
+
+/// `graphc fit --train`: the largest batch whose whole training step fits, the step's
+/// bytes by class there, and the classes that grow at the next batch (the saved
+/// activations do; parameters and optimizer state do not).
+#[test]
+fn fit_train_finds_the_largest_batch_and_says_what_grows() {
+    let o = graphc(&[
+        "fit",
+        "tests/fixtures/onnx/gpt2_dynamic/model.onnx",
+        "--dim",
+        "seq=16",
+        "--dim",
+        "batch",
+        "--train",
+        "--loss",
+        "cross-entropy",
+        "--shift-labels",
+        "--precision",
+        "bf16",
+        "--budget",
+        "40MiB",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("is the largest that fits 40.0 MiB"), "{out}");
+    assert!(
+        out.contains("training step:") && out.contains("bytes by class"),
+        "{out}"
+    );
+    let growth = out.split("from batch=").nth(1).unwrap_or_else(|| panic!("{out}"));
+    assert!(growth.contains("saved activations"), "{growth}");
+    assert!(
+        !growth.contains("parameters") && !growth.contains("optimizer state"),
+        "{growth}"
+    );
+}
+
+/// A training step over its budget: the state is fixed in the diagnosis, freezing the
+/// embeddings is offered with its effect, and the commands it proposes keep `--train`.
+#[test]
+fn an_over_budget_training_plan_offers_freezing_and_keeps_train_in_its_commands() {
+    let o = graphc(&[
+        "plan",
+        "tests/fixtures/onnx/gpt2_dynamic/model.onnx",
+        "--dim",
+        "seq=16",
+        "--dim",
+        "batch=64",
+        "--train",
+        "--loss",
+        "cross-entropy",
+        "--shift-labels",
+        "--budget",
+        "36MiB",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains("of which the training state"), "{err}");
+    assert!(err.contains("freezing the embeddings"), "{err}");
+    assert!(err.contains("--freeze"), "{err}");
+    assert!(
+        err.contains("--dim batch --budget 36MiB --train --loss cross-entropy"),
+        "the fit command keeps the step's options: {err}"
+    );
+    assert!(
+        !err.contains("int8 weights"),
+        "no quantization for what is trained: {err}"
+    );
+}
