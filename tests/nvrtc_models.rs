@@ -77,8 +77,15 @@ fn kernels() -> Vec<CudaKernel> {
         }
     }
     // Training steps (forward, backward with attention's, AdamW updates) of two of the
-    // PyTorch references.
-    for name in ["gpt2_sdpa", "llama"] {
+    // PyTorch references, in f32, in bf16 and in fp16 with loss scaling (the
+    // tensor-core attention backward, the scaler's checks).
+    use graphc_compiler::passes::precision::Precision;
+    for (name, precision) in [
+        ("gpt2_sdpa", Precision::Fp32),
+        ("llama", Precision::Fp32),
+        ("gpt2_sdpa", Precision::Bf16),
+        ("llama", Precision::Fp16),
+    ] {
         let dir = repo_path(&format!("tests/fixtures/train/{name}"));
         let g = graphc::load_model(&dir.join("model.onnx"), &[]).unwrap();
         let labels = graphc::npz::read_arrays(&dir.join("inputs.npz"))
@@ -96,10 +103,14 @@ fn kernels() -> Vec<CudaKernel> {
             freeze: None,
             target: labels.ty(),
             output: None,
-            loss_scale: None,
+            loss_scale: (precision == Precision::Fp16).then(graphc::train::LossScaling::default),
         };
-        let step = graphc::train::compile_step(&g, opts, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        compiled_models.push((format!("{name} training step"), step));
+        let base = graphc::CompileOptions {
+            precision,
+            ..Default::default()
+        };
+        let step = graphc::train::compile_step(&g, opts, &base).unwrap_or_else(|e| panic!("{name}: {e}"));
+        compiled_models.push((format!("{name} {precision} training step"), step));
     }
     for (name, compiled) in compiled_models {
         let ks = generate_all(&compiled.program).unwrap_or_else(|e| panic!("{name}: {e}"));

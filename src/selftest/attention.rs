@@ -264,7 +264,8 @@ pub(super) fn cases(c: &mut Cases) -> Result<(), GraphError> {
 
 /// Attention's backward kernels (`attention_lse`, `attention_grad` of q, k and v):
 /// grouped-query heads with an additive mask and causal rows; fully masked rows
-/// giving 0 with a strided k and `dout` read through a transposed view; f64.
+/// giving 0 with a strided k and `dout` read through a transposed view; f64; and the
+/// tensor-core `attention_grad` in bf16 and f16 (head dims 32, 64, 128).
 fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
     use graphc_ir::{AttentionOperand, Op};
     struct Bw {
@@ -305,6 +306,39 @@ fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
             hkv: 1,
             s: 9,
             d: 8,
+            causal: true,
+            zero_rows: false,
+        },
+        // The tensor-core kernels: two blocks of rows, the second partial, 64-row
+        // tiles; fully masked rows through strided k and dout in f16; head dim 128
+        // (32-row tiles) with a kv head shared by two query heads.
+        Bw {
+            dt: DType::BF16,
+            b: 2,
+            hq: 4,
+            hkv: 2,
+            s: 70,
+            d: 32,
+            causal: true,
+            zero_rows: false,
+        },
+        Bw {
+            dt: DType::F16,
+            b: 1,
+            hq: 2,
+            hkv: 2,
+            s: 40,
+            d: 64,
+            causal: false,
+            zero_rows: true,
+        },
+        Bw {
+            dt: DType::BF16,
+            b: 1,
+            hq: 2,
+            hkv: 1,
+            s: 33,
+            d: 128,
             causal: true,
             zero_rows: false,
         },

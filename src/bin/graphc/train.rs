@@ -106,19 +106,24 @@ pub struct StepArgs {
     pub train: bool,
     #[command(flatten)]
     pub opts: TrainArgs,
+    /// Compute precision: fp32, tf32, bf16 or fp16 (mixed: low-precision storage and
+    /// compute, f32 where it matters; a training step keeps f32 master parameters).
+    #[arg(long, default_value = "fp32")]
+    pub precision: Precision,
 }
 
 impl StepArgs {
-    /// The model compiled with default options, or its training step with `--train`.
+    /// The model compiled with default options and `--precision`, or its training
+    /// step with `--train`.
     pub fn compile(&self, graph: &Graph) -> Result<graphc::Compiled> {
+        let base = graphc::CompileOptions {
+            precision: self.precision,
+            ..Default::default()
+        };
         Ok(if self.train {
-            graphc::train::compile_step(
-                graph,
-                self.opts.options_for(graph, Precision::Fp32)?,
-                &Default::default(),
-            )?
+            graphc::train::compile_step(graph, self.opts.options_for(graph, self.precision)?, &base)?
         } else {
-            graphc::compile(graph)?
+            graphc::compile_with(graph, &base)?
         })
     }
 }

@@ -11,9 +11,10 @@
 //!   read its kv head and their rows, in order (the reference's order of summation).
 //!
 //! Arithmetic in f32 (f64 for f64), every row's accumulator in registers (head dims up
-//! to [`super::MAX_HEAD_DIM`]). These are CUDA-core kernels written for correctness
-//! first: every score is recomputed once per output row (the tiled, tensor-core form of
-//! FlashAttention-2's backward is future work).
+//! to [`super::MAX_HEAD_DIM`]). These are the CUDA-core kernels: f32, f64, and the
+//! head dims the tensor-core `attention_grad` ([`super::mma_backward`]: bf16 and f16,
+//! head dims multiples of 16 up to 128) does not take; every score is recomputed once
+//! per output row.
 
 use graphc_ir::{AttentionDims, AttentionOperand, DType, TensorType};
 
@@ -192,6 +193,14 @@ pub(crate) fn generate(
         )));
     }
     let d = dims.dtype;
+    // bf16 / f16 with head dims multiples of 16: on tensor cores.
+    if let Some(wrt) = wrt {
+        if super::mma_backward::applies(&dims, a) {
+            let st = a.inputs.iter().map(|(acc, ty)| strides(acc, ty)).collect();
+            let (source, h, launch) = super::mma_backward::generate(a, dims, wrt, st);
+            return Ok(("attention_grad", (source, h), launch));
+        }
+    }
     let acc_t = if d == DType::F64 { "double" } else { "float" };
     let g = Gen {
         a,

@@ -19,6 +19,7 @@
 
 pub(crate) mod backward;
 mod mma;
+mod mma_backward;
 
 use graphc_ir::{AttentionDims, DType, TensorType};
 
