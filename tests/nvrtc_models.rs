@@ -79,7 +79,6 @@ fn kernels() -> Vec<CudaKernel> {
     // Training steps (forward, backward with attention's, AdamW updates) of two of the
     // PyTorch references, in f32, in bf16 and in fp16 with loss scaling (the
     // tensor-core attention backward, the scaler's checks).
-    use graphc_compiler::passes::precision::Precision;
     for (name, precision) in [
         ("gpt2_sdpa", Precision::Fp32),
         ("llama", Precision::Fp32),

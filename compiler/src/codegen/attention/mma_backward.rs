@@ -176,7 +176,9 @@ impl B<'_> {
     }
 
     /// `acc[bn / 8][4] = frag · tileᵀ`: the warp's 16 rows (A fragments over `width`
-    /// columns) times the `bn` rows of `tile` (pitch `pitch`), B fragments by `ldmatrix`.
+    /// columns: `frag[kc]` in registers, or `@src/pitch` to load each from the staged
+    /// rows in shared memory) times the `bn` rows of `tile` (pitch `pitch`), B
+    /// fragments by `ldmatrix`.
     fn products(&self, w: &mut Writer, acc: &str, frag: &str, tile: &str, pitch: usize, width: usize) {
         let bn = self.bn;
         w.line(format!("float {acc}[{}][4];", bn / 8));
@@ -186,15 +188,25 @@ impl B<'_> {
         w.close();
         w.line("#pragma unroll");
         w.open(format!("for (int kc = 0; kc < {}; ++kc)", width / 16));
+        let frag = match frag.strip_prefix('@').and_then(|f| f.split_once('/')) {
+            Some((src, fpitch)) => {
+                w.line("unsigned fa[4];");
+                w.line(format!(
+                    "g_ldmatrix_x4(fa, {src} + (warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * {fpitch} + kc * 16 + 8 * (lane >> 4));"
+                ));
+                "fa".to_string()
+            }
+            None => format!("{frag}[kc]"),
+        };
         w.line("#pragma unroll");
         w.open(format!("for (int np = 0; np < {}; ++np)", bn / 16));
         w.line("unsigned fb[4];");
         w.line(format!(
             "g_ldmatrix_x4(fb, {tile} + (np * 16 + 8 * (lane >> 4) + (lane & 7)) * {pitch} + kc * 16 + 8 * ((lane >> 3) & 1));"
         ));
-        w.line(format!("{}({acc}[2 * np], {frag}[kc], fb, {acc}[2 * np]);", self.mma()));
+        w.line(format!("{}({acc}[2 * np], {frag}, fb, {acc}[2 * np]);", self.mma()));
         w.line(format!(
-            "{}({acc}[2 * np + 1], {frag}[kc], fb + 2, {acc}[2 * np + 1]);",
+            "{}({acc}[2 * np + 1], {frag}, fb + 2, {acc}[2 * np + 1]);",
             self.mma()
         ));
         w.close();
@@ -434,8 +446,13 @@ impl B<'_> {
         let rtiles = d.sk.div_ceil(BLOCK_R);
         let tiles = nb * d.hkv * rtiles;
         let stage_pitch = kp.max(vp);
+        // dk over head dim 64: the warp's k and v rows stay in shared memory (two
+        // stages) and give their fragments per tile; in registers beside the
+        // accumulators they would spill.
+        let in_smem = dk && d.d.max(d.dv) > 64;
+        let stages = if in_smem { 2 } else { 1 };
         let (qs_at, os_at, st_at) = (0, bn * kp, bn * kp + bn * vp);
-        let rows_at = st_at + BLOCK_R * stage_pitch;
+        let rows_at = st_at + stages * BLOCK_R * stage_pitch;
         // lse and delta of the tile's query rows, f32, after the 16-bit tiles.
         let elems = rows_at + 2 * bn * 2;
         let od = if dk { d.d } else { d.dv };
@@ -447,29 +464,36 @@ impl B<'_> {
         self.batch_coords(w);
         self.base(w, 1, "g");
         self.base(w, 2, "g");
+        let smem16 = "reinterpret_cast<unsigned short*>(smem)";
+        w.line(format!("unsigned short* const qs = {smem16} + {qs_at};"));
+        w.line(format!("unsigned short* const os = {smem16} + {os_at};"));
+        w.line(format!("unsigned short* const stage = {smem16} + {st_at};"));
+        if in_smem {
+            w.line(format!(
+                "unsigned short* const stage_v = stage + {};",
+                BLOCK_R * stage_pitch
+            ));
+        }
         w.line(format!(
-            "unsigned short* const qs = reinterpret_cast<unsigned short*>(smem) + {qs_at};"
-        ));
-        w.line(format!(
-            "unsigned short* const os = reinterpret_cast<unsigned short*>(smem) + {os_at};"
-        ));
-        w.line(format!(
-            "unsigned short* const stage = reinterpret_cast<unsigned short*>(smem) + {st_at};"
-        ));
-        w.line(format!(
-            "float* const lse_s = reinterpret_cast<float*>(reinterpret_cast<unsigned short*>(smem) + {rows_at});"
+            "float* const lse_s = reinterpret_cast<float*>({smem16} + {rows_at});"
         ));
         w.line(format!("float* const dl_s = lse_s + {bn};"));
-        // The warp's k rows (and for dk its v rows) into registers through the stage.
+        // The warp's k rows (and for dk its v rows) into registers through the stage,
+        // or kept there.
         w.line("__syncthreads();");
         self.load_tile(w, 1, "stage", stage_pitch, BLOCK_R, "j0", d.sk, d.d);
+        if in_smem {
+            self.load_tile(w, 2, "stage_v", stage_pitch, BLOCK_R, "j0", d.sk, d.dv);
+        }
         w.line("__syncthreads();");
-        self.a_fragments(w, "ka", "stage", stage_pitch, d.d);
-        if dk {
-            w.line("__syncthreads();");
-            self.load_tile(w, 2, "stage", stage_pitch, BLOCK_R, "j0", d.sk, d.dv);
-            w.line("__syncthreads();");
-            self.a_fragments(w, "va", "stage", stage_pitch, d.dv);
+        if !in_smem {
+            self.a_fragments(w, "ka", "stage", stage_pitch, d.d);
+            if dk {
+                w.line("__syncthreads();");
+                self.load_tile(w, 2, "stage", stage_pitch, BLOCK_R, "j0", d.sk, d.dv);
+                w.line("__syncthreads();");
+                self.a_fragments(w, "va", "stage", stage_pitch, d.dv);
+            }
         }
         w.line(format!("float acc[{}][4];", od / 8));
         w.line("#pragma unroll");
@@ -502,9 +526,14 @@ impl B<'_> {
         w.close();
         w.line("__syncthreads();");
         // Transposed scores: rows are the warp's keys, columns the tile's queries.
-        self.products(w, "s", "ka", "qs", kp, d.d);
+        let (ka, va) = if in_smem {
+            (format!("@stage/{stage_pitch}"), format!("@stage_v/{stage_pitch}"))
+        } else {
+            ("ka".to_string(), "va".to_string())
+        };
+        self.products(w, "s", &ka, "qs", kp, d.d);
         if dk {
-            self.products(w, "dp", "va", "os", vp, d.dv);
+            self.products(w, "dp", &va, "os", vp, d.dv);
         }
         w.line("#pragma unroll");
         w.open(format!("for (int n = 0; n < {}; ++n)", bn / 8));
@@ -539,7 +568,13 @@ pub(super) fn generate(
     wrt: AttentionOperand,
     st: Vec<Vec<i64>>,
 ) -> (String, Helpers, LaunchConfig) {
-    let bn = if dims.d.max(dims.dv) <= 64 { 64 } else { 32 };
+    // Streamed rows per tile: 64, or 32 over head dim 64 (16 for dk, whose k and v
+    // rows then share the 48 KiB of shared memory with the tiles).
+    let bn = match (dims.d.max(dims.dv) <= 64, wrt) {
+        (true, _) => 64,
+        (false, AttentionOperand::K) => 16,
+        (false, _) => 32,
+    };
     let b = B {
         a,
         wrt,
