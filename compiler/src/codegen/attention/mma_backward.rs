@@ -285,6 +285,7 @@ impl B<'_> {
 
     /// Stores the warp's rows `r0`, `r1` of `acc[width / 8][4]` into the contiguous
     /// output `[b.., heads, len, width]` at head `head`.
+    #[allow(clippy::too_many_arguments)]
     fn store(&self, w: &mut Writer, h: &mut Helpers, acc: &str, head: &str, heads: usize, len: usize, width: usize) {
         let out = format!("p{}", self.a.out_param);
         for (r, e) in [("r0", 0), ("r1", 2)] {
