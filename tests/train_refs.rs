@@ -93,6 +93,41 @@ fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(1e-12)
 }
 
+/// The relative L2 error of parameter `got` against PyTorch's `want`, with the
+/// elements whose first-step gradient (`grad.NAME` of `grads`) is at most 1e-6 of
+/// `top` left out, after checking they are within `bound` of PyTorch's; and how many
+/// were left out.
+fn rel_l2_without_noise(
+    what: &str,
+    name: &str,
+    got: &Tensor,
+    want: &Tensor,
+    noise: Option<(&HashMap<String, Tensor>, f64, f64)>,
+) -> (f64, usize) {
+    let (mut gv, mut wv) = (got.to_f64_vec(), want.to_f64_vec());
+    let mut left_out = 0;
+    if let Some((grads, top, bound)) = noise {
+        if let Some(grad) = grads.get(&format!("grad.{name}")) {
+            for (i, gr) in grad.to_f64_vec().into_iter().enumerate() {
+                if gr.abs() <= 1e-6 * top {
+                    assert!(
+                        (gv[i] - wv[i]).abs() <= bound,
+                        "{what}: {name}[{i}] {} vs PyTorch {}: more than AdamW's steps apart",
+                        gv[i],
+                        wv[i]
+                    );
+                    gv[i] = 0.0;
+                    wv[i] = 0.0;
+                    left_out += 1;
+                }
+            }
+        }
+    }
+    let w = Tensor::new(want.shape().clone(), TensorData::from_f64(want.dtype(), &wv)).unwrap();
+    let g = Tensor::new(got.shape().clone(), TensorData::from_f64(want.dtype(), &gv)).unwrap();
+    (relative_l2(&g, &w), left_out)
+}
+
 /// Three steps on `runner`, checked against `want` (losses and parameters).
 fn check<R: StepRunner>(
     what: &str,
@@ -139,32 +174,14 @@ fn check<R: StepRunner>(
         let w = want
             .get(name)
             .unwrap_or_else(|| panic!("{what}: PyTorch has no parameter {name}"));
-        let mut gv = got.to_f64_vec();
-        let mut wv = w.to_f64_vec();
         // AdamW divides by the gradient's own size, so where the gradient is 0 in exact
         // arithmetic (attention's key bias: softmax ignores a shift of its row) rounding
         // noise becomes a full step of about lr, different in every implementation.
         // Those elements (first-step |grad| below 1e-6 of the model's largest) must
         // stay within 1.5 lr per step of PyTorch's, and are left out of the L2 check.
-        if let (Some(grad), Some(lr)) = (want.get(&format!("grad.{name}")), adamw_lr) {
-            let gr = grad.to_f64_vec();
-            for i in 0..gv.len() {
-                if gr[i].abs() <= 1e-6 * grad_top {
-                    assert!(
-                        (gv[i] - wv[i]).abs() <= 1.5 * lr * losses.len() as f64,
-                        "{what}: {name}[{i}] {} vs PyTorch {}: more than AdamW's steps apart",
-                        gv[i],
-                        wv[i]
-                    );
-                    gv[i] = 0.0;
-                    wv[i] = 0.0;
-                    noise += 1;
-                }
-            }
-        }
-        let w = Tensor::new(w.shape().clone(), TensorData::from_f64(w.dtype(), &wv)).unwrap();
-        let g = Tensor::new(got.shape().clone(), TensorData::from_f64(w.dtype(), &gv)).unwrap();
-        let err = relative_l2(&g, &w);
+        let noise_rule = adamw_lr.map(|lr| (want, grad_top, 1.5 * lr * losses.len() as f64));
+        let (err, n) = rel_l2_without_noise(what, name, got, w, noise_rule);
+        noise += n;
         worst = worst.max(err);
         assert!(err <= 1e-4, "{what}: parameter {name} relative L2 {err:.2e} vs PyTorch");
     }
@@ -273,25 +290,14 @@ fn check_amp<R: StepRunner>(
             let w = want
                 .get(name)
                 .unwrap_or_else(|| panic!("{what}: PyTorch has no parameter {name}"));
-            let (mut gv, mut wv) = (g.to_f64_vec(), w.to_f64_vec());
-            if let Some(grad) = fp32.get(&format!("grad.{name}")) {
-                for (i, gr) in grad.to_f64_vec().into_iter().enumerate() {
-                    if gr.abs() <= 1e-6 * grad_top {
-                        // Each side's step is at most about lr, of either sign.
-                        assert!(
-                            (gv[i] - wv[i]).abs() <= 2.1 * lr * losses.len() as f64,
-                            "{what}: {name}[{i}] {} vs PyTorch {}: more than AdamW's steps apart",
-                            gv[i],
-                            wv[i]
-                        );
-                        gv[i] = 0.0;
-                        wv[i] = 0.0;
-                    }
-                }
-            }
-            let w = Tensor::new(w.shape().clone(), TensorData::from_f64(w.dtype(), &wv)).unwrap();
-            let g = Tensor::new(g.shape().clone(), TensorData::from_f64(w.dtype(), &gv)).unwrap();
-            let err = relative_l2(&g, &w);
+            // Each side's step is at most about lr, of either sign.
+            let (err, _) = rel_l2_without_noise(
+                what,
+                name,
+                g,
+                w,
+                Some((&fp32, grad_top, 2.1 * lr * losses.len() as f64)),
+            );
             worst = worst.max(err);
             assert!(err <= 2e-2, "{what}: parameter {name} relative L2 {err:.2e} vs PyTorch");
         }

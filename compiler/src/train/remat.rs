@@ -87,19 +87,7 @@ pub fn recompute_parameter_casts(graph: &Graph, state: &State) -> Result<(Graph,
         let new = out.push(Node { inputs, ..node.clone() });
         map[id.index()] = Some(new);
     }
-    for (name, w) in graph.weights() {
-        out.set_weight(name.clone(), w.clone());
-    }
-    out.set_input_order(
-        graph
-            .inputs()
-            .iter()
-            .map(|&i| map[i.index()].expect("mapped"))
-            .collect(),
-    );
-    for o in graph.outputs() {
-        out.add_output(o.name.clone(), map[o.node.index()].expect("mapped"));
-    }
+    finish(graph, &mut out, &map);
     Ok((out, made))
 }
 
