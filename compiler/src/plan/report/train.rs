@@ -83,7 +83,6 @@ impl TrainBytes {
     /// The classes of `plan` (a plan of the training step `program` with `state`) for a
     /// run on `device`.
     pub fn of(program: &Program, plan: &MemoryPlan, state: &State, device: Device) -> TrainBytes {
-        let nk = program.kernels.len();
         let nb = program.buffers.len();
         let mut writer: Vec<Option<usize>> = vec![None; nb];
         for (k, kernel) in program.kernels.iter().enumerate() {
@@ -94,39 +93,7 @@ impl TrainBytes {
             }
         }
         let state_names: HashSet<&str> = state.slots.iter().map(|s| s.name.as_str()).collect();
-        // Forward: what the loss depends on.
-        let mut phase = vec![Phase::Backward; nk];
-        let mut stack: Vec<usize> = program
-            .outputs
-            .iter()
-            .filter(|(n, _)| n == "loss")
-            .filter_map(|(_, b)| writer.get(b.index()).copied().flatten())
-            .collect();
-        let mut forward = vec![false; nk];
-        while let Some(k) = stack.pop() {
-            if std::mem::replace(&mut forward[k], true) {
-                continue;
-            }
-            for b in program.kernels[k].reads() {
-                if let Some(w) = writer.get(b.index()).copied().flatten() {
-                    stack.push(w);
-                }
-            }
-        }
-        for (k, f) in forward.iter().enumerate() {
-            if *f {
-                phase[k] = Phase::Forward;
-            }
-        }
-        for (name, b) in &program.outputs {
-            if state_names.contains(name.as_str()) {
-                if let Some(w) = writer.get(b.index()).copied().flatten() {
-                    if phase[w] != Phase::Forward {
-                        phase[w] = Phase::Update;
-                    }
-                }
-            }
-        }
+        let phase = phases(program, &writer, &state_names);
         // Buffer classes.
         #[derive(Clone, Copy, PartialEq)]
         enum Class {
@@ -150,30 +117,7 @@ impl TrainBytes {
                 _ => Class::Temp,
             }
         };
-        // The layer of each forward kernel: that of the parameters it reads (their
-        // names place them: `m.transformer.h.3.attn.c_attn.weight`; `other` for a
-        // parameter of no layer: embeddings, the final norm, the head), else that of
-        // the forward kernel before it; a saved buffer is its writer's.
-        let mut layer_of_kernel: Vec<Option<String>> = vec![None; nk];
-        let mut current: Option<String> = None;
-        for (k, kernel) in program.kernels.iter().enumerate() {
-            if phase[k] != Phase::Forward {
-                continue;
-            }
-            let read = kernel
-                .reads()
-                .into_iter()
-                .find_map(|b| match &program.buffers.get(b.index())?.kind {
-                    BufferKind::Input { name } if state_names.contains(name.as_str()) => {
-                        Some(layer_of(name).unwrap_or_else(|| "other".to_string()))
-                    }
-                    _ => None,
-                });
-            if read.is_some() {
-                current = read;
-            }
-            layer_of_kernel[k] = current.clone();
-        }
+        let layer_of_kernel = kernel_layers(program, &phase, &state_names);
         let align = plan.align.max(1);
         let rounded = |b: u64| b.div_ceil(align).saturating_mul(align);
         let (mut saved, mut grads, mut temps) = (0u64, 0u64, 0u64);
@@ -427,6 +371,67 @@ impl TrainBytes {
         s.push_str(&format!("  {:<22}{:>12}\n", "total", human_bytes(self.total)));
         s
     }
+}
+
+/// Each kernel's pass: forward (what the `loss` output depends on), update (writes a
+/// state output), else backward.
+fn phases(program: &Program, writer: &[Option<usize>], state_names: &HashSet<&str>) -> Vec<Phase> {
+    let nk = program.kernels.len();
+    let mut phase = vec![Phase::Backward; nk];
+    let mut stack: Vec<usize> = program
+        .outputs
+        .iter()
+        .filter(|(n, _)| n == "loss")
+        .filter_map(|(_, b)| writer.get(b.index()).copied().flatten())
+        .collect();
+    while let Some(k) = stack.pop() {
+        if std::mem::replace(&mut phase[k], Phase::Forward) == Phase::Forward {
+            continue;
+        }
+        for b in program.kernels[k].reads() {
+            if let Some(w) = writer.get(b.index()).copied().flatten() {
+                stack.push(w);
+            }
+        }
+    }
+    for (name, b) in &program.outputs {
+        if state_names.contains(name.as_str()) {
+            if let Some(w) = writer.get(b.index()).copied().flatten() {
+                if phase[w] != Phase::Forward {
+                    phase[w] = Phase::Update;
+                }
+            }
+        }
+    }
+    phase
+}
+
+/// The layer of each forward kernel: that of the parameters it reads (their names
+/// place them: `m.transformer.h.3.attn.c_attn.weight`; `other` for a parameter of no
+/// layer: embeddings, the final norm, the head), else that of the forward kernel
+/// before it.
+fn kernel_layers(program: &Program, phase: &[Phase], state_names: &HashSet<&str>) -> Vec<Option<String>> {
+    let mut layers: Vec<Option<String>> = vec![None; program.kernels.len()];
+    let mut current: Option<String> = None;
+    for (k, kernel) in program.kernels.iter().enumerate() {
+        if phase[k] != Phase::Forward {
+            continue;
+        }
+        let read = kernel
+            .reads()
+            .into_iter()
+            .find_map(|b| match &program.buffers.get(b.index())?.kind {
+                BufferKind::Input { name } if state_names.contains(name.as_str()) => {
+                    Some(layer_of(name).unwrap_or_else(|| "other".to_string()))
+                }
+                _ => None,
+            });
+        if read.is_some() {
+            current = read;
+        }
+        layers[k] = current.clone();
+    }
+    layers
 }
 
 /// The layer a buffer's name places it in: the first `NAME.N` / `NAME_N` / `NAME/N`
