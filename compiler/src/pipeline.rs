@@ -92,7 +92,7 @@ pub enum CompileError {
     #[error("after pass {pass}: {error}")]
     Pass { pass: &'static str, error: GraphError },
     #[error("training: {0}")]
-    Train(#[from] crate::train::TrainError),
+    Train(crate::train::TrainError),
     #[error("after pass optimize: {0}")]
     Optimize(#[from] crate::optimize::OptimizeError),
     #[error("after pass fuse: {0}")]
@@ -106,6 +106,14 @@ pub enum CompileError {
     /// and scheduling in debug builds and with `verify_each_pass`).
     #[error("kernel IR: {0}")]
     Kernel(#[from] Box<crate::kernel::KernelVerifyError>),
+}
+
+/// A training error is this error's message (not its source too: printed with its
+/// causes, the message would repeat).
+impl From<crate::train::TrainError> for CompileError {
+    fn from(e: crate::train::TrainError) -> CompileError {
+        CompileError::Train(e)
+    }
 }
 
 /// Compile a graph: verify, then run each stage, verifying between them.

@@ -127,6 +127,16 @@ fn a_batch_that_does_not_fit_the_step_is_an_error_naming_it() {
         &base(&["--loss", "mse", "--target", "y", "--weights", "int8"]),
         "trains float weights",
     );
+    // Loss scaling's options, checked before anything runs; the message once.
+    for (flag, value, says) in [
+        ("--init-scale", "0", "initial scale 0 is not allowed"),
+        ("--init-scale", "1e39", "initial scale"),
+        ("--growth-interval", "0", "growth interval 0 is not allowed"),
+    ] {
+        let o = base(&["--loss", "mse", "--target", "y", "--precision", "fp16", flag, value]);
+        fails_with(&o, says);
+        assert_eq!(stderr(&o).matches(says).count(), 1, "{}", stderr(&o));
+    }
     assert!(!out.exists(), "no output after an error");
 }
 
