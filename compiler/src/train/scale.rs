@@ -191,3 +191,88 @@ impl<'b> Scaler<'b> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use graphc_ir::{interpret, DType, GraphBuilder, Tensor, TensorData, TensorType};
+
+    use crate::train::{Loss, LossKind, LossScaling, Optimizer, Sgd, TrainOptions};
+    use crate::{compile, CompileOptions};
+
+    fn scalar(dtype: DType, v: f64) -> Tensor {
+        Tensor::new(graphc_ir::Shape::scalar(), TensorData::from_f64(dtype, &[v])).unwrap()
+    }
+
+    /// One step of `y = x * w` (MSE against `t`, SGD) from `scale` and `tracker`: the
+    /// step's outputs by name.
+    fn step(x: f64, scale: f64, tracker: f64, interval: u32) -> HashMap<String, Tensor> {
+        let b = GraphBuilder::new();
+        let xin = b.input("x", DType::F32, [2]);
+        let w = b.param(
+            "w",
+            Tensor::new([2], TensorData::from_f64(DType::F32, &[1.0, 2.0])).unwrap(),
+        );
+        b.output("y", xin * w);
+        let g = b.finish().unwrap();
+        let opts = CompileOptions {
+            train: Some(TrainOptions {
+                loss: Loss::new(LossKind::Mse, "t"),
+                optimizer: Optimizer::Sgd(Sgd::new(0.5)),
+                freeze: None,
+                target: TensorType::new(DType::F32, [2]),
+                output: None,
+                loss_scale: Some(LossScaling {
+                    growth_interval: interval,
+                    ..LossScaling::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let step = compile(&g, &opts).unwrap();
+        let vec = |v: &[f64]| Tensor::new([2], TensorData::from_f64(DType::F32, v)).unwrap();
+        let inputs: HashMap<String, Tensor> = [
+            ("x".to_string(), vec(&[x, x])),
+            ("t".to_string(), vec(&[1.0, 1.0])),
+            ("w".to_string(), vec(&[1.0, 2.0])),
+            ("optimizer.step".to_string(), scalar(DType::I64, 0.0)),
+            (super::SCALE.to_string(), scalar(DType::F32, scale)),
+            (super::GROWTH_TRACKER.to_string(), scalar(DType::I32, tracker)),
+        ]
+        .into();
+        interpret(&step.graph, &inputs).unwrap().into_iter().collect()
+    }
+
+    /// GradScaler's `_amp_update_scale_`: a finite step counts; at the growth interval
+    /// the scale doubles (unless that is inf) and the count restarts; an inf/NaN
+    /// gradient skips the step (the parameter and the step counter stay), halves the
+    /// scale and restarts the count.
+    #[test]
+    fn the_scale_and_the_skipped_steps_follow_grad_scaler() {
+        let f = |t: &Tensor| t.to_f64_vec()[0];
+        // Finite, below the interval: counted.
+        let o = step(0.5, 1024.0, 0.0, 3);
+        assert_eq!((f(&o[super::SCALE]), f(&o[super::GROWTH_TRACKER])), (1024.0, 1.0));
+        assert_eq!(o[super::OUTPUT].to_f64_vec(), vec![1024.0, 0.0]);
+        assert_ne!(o["w"].to_f64_vec(), vec![1.0, 2.0], "a step taken");
+        assert_eq!(f(&o["optimizer.step"]), 1.0);
+        // At the interval: doubled, the count restarts.
+        let o = step(0.5, 1024.0, 2.0, 3);
+        assert_eq!((f(&o[super::SCALE]), f(&o[super::GROWTH_TRACKER])), (2048.0, 0.0));
+        // Doubling to inf keeps the scale (x = 0: the gradients are 0, finite).
+        let big = f64::from(f32::MAX);
+        let o = step(0.0, big, 0.0, 1);
+        assert_eq!((f(&o[super::SCALE]), f(&o[super::GROWTH_TRACKER])), (big, 0.0));
+        // A NaN gradient: skipped, nothing but the scale and the count changes.
+        let o = step(f64::NAN, 1024.0, 2.0, 3);
+        assert_eq!((f(&o[super::SCALE]), f(&o[super::GROWTH_TRACKER])), (512.0, 0.0));
+        assert_eq!(o[super::OUTPUT].to_f64_vec(), vec![1024.0, 1.0]);
+        assert_eq!(o["w"].to_f64_vec(), vec![1.0, 2.0]);
+        assert_eq!(f(&o["optimizer.step"]), 0.0);
+        // An overflow to inf (a huge scale times a finite loss): skipped too.
+        let o = step(3.0, big, 0.0, 3);
+        assert_eq!(f(&o[super::SCALE]), (big * 0.5) as f32 as f64);
+        assert_eq!(o["w"].to_f64_vec(), vec![1.0, 2.0]);
+    }
+}
