@@ -152,17 +152,10 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
             let loss_time = start.elapsed();
             let mut p = opts.clone();
             p.outputs = Outputs::Declared;
-            let (with_loss, precision, report) = run_precision(&with_loss, &p)?;
-            let with_loss = match report {
-                Some(report) => {
-                    passes.push(report);
-                    let (graph, again, report) = run_optimize(&with_loss, opts)?;
-                    passes.push(report);
-                    optimize = merge_optimize_reports(optimize, again);
-                    graph
-                }
-                None => with_loss,
-            };
+            let (with_loss, precision, again) = run_precision_then_optimize(&with_loss, &p, opts, &mut passes)?;
+            if let Some(again) = again {
+                optimize = merge_optimize_reports(optimize, again);
+            }
             let (graph, mut report) = run_autodiff(&with_loss, train, training, opts)?;
             report.time += loss_time;
             passes.push(report);
@@ -189,17 +182,10 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
             (graph, precision)
         }
         _ => {
-            let (graph, precision, report) = run_precision(&graph, opts)?;
-            let graph = match report {
-                Some(report) => {
-                    passes.push(report);
-                    let (graph, again, report) = run_optimize(&graph, opts)?;
-                    passes.push(report);
-                    optimize = merge_optimize_reports(optimize, again);
-                    graph
-                }
-                None => graph,
-            };
+            let (graph, precision, again) = run_precision_then_optimize(&graph, opts, opts, &mut passes)?;
+            if let Some(again) = again {
+                optimize = merge_optimize_reports(optimize, again);
+            }
             (graph, precision)
         }
     };
@@ -342,6 +328,25 @@ fn run_dce(graph: &Graph, opts: &CompileOptions) -> Result<(Graph, PassReport), 
     };
     check(&graph, Pass::Dce, opts)?;
     Ok((graph, report))
+}
+
+/// The precision pass with `precision_opts`, and with a low type the optimizer again
+/// (with `opts`) to fold the weight casts: the graph, the precision report, and that
+/// optimizer run's report; the passes' reports pushed onto `passes`.
+fn run_precision_then_optimize(
+    graph: &Graph,
+    precision_opts: &CompileOptions,
+    opts: &CompileOptions,
+    passes: &mut Vec<PassReport>,
+) -> Result<(Graph, PrecisionReport, Option<OptimizeReport>), CompileError> {
+    let (graph, precision, report) = run_precision(graph, precision_opts)?;
+    let Some(report) = report else {
+        return Ok((graph, precision, None));
+    };
+    passes.push(report);
+    let (graph, again, report) = run_optimize(&graph, opts)?;
+    passes.push(report);
+    Ok((graph, precision, Some(again)))
 }
 
 /// The precision pass: f32 compute in the low type (bf16, fp16), casts at the edges.

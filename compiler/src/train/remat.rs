@@ -45,20 +45,7 @@ pub fn recompute_parameter_casts(graph: &Graph, state: &State) -> Result<(Graph,
             // A cast between float types only (a view of a parameter alone is free).
             && (matches!(node.op, Op::Cast { .. }) || node.inputs.iter().any(|&i| cast[i.index()]));
     }
-    // The forward pass: what the loss depends on.
-    let mut forward = vec![false; n];
-    let mut stack: Vec<NodeId> = graph
-        .outputs()
-        .iter()
-        .filter(|o| o.name == LOSS_OUTPUT)
-        .map(|o| o.node)
-        .collect();
-    while let Some(id) = stack.pop() {
-        if std::mem::replace(&mut forward[id.index()], true) {
-            continue;
-        }
-        stack.extend(graph.node(id).inputs.iter().copied());
-    }
+    let forward = forward_of(graph);
     // Casts a backward node reads (directly) that the forward pass computes.
     let users = graph.users();
     let shared =
