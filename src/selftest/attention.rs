@@ -342,6 +342,27 @@ fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
             causal: true,
             zero_rows: false,
         },
+        // Over head dim 128 (the warps' rows in shared memory, 16-row tiles).
+        Bw {
+            dt: DType::BF16,
+            b: 1,
+            hq: 2,
+            hkv: 1,
+            s: 21,
+            d: 256,
+            causal: true,
+            zero_rows: false,
+        },
+        Bw {
+            dt: DType::F16,
+            b: 1,
+            hq: 1,
+            hkv: 1,
+            s: 18,
+            d: 160,
+            causal: false,
+            zero_rows: true,
+        },
     ];
     for a in shapes {
         let name = format!(

@@ -1,16 +1,18 @@
 //! Attention's backward on tensor cores: `attention_grad` for bf16 and f16 with head
-//! dims that are multiples of 16 (up to [`MAX_MMA_HEAD_DIM`]), FlashAttention-2's
+//! dims that are multiples of 16 (up to [`MAX_HEAD_DIM`]), FlashAttention-2's
 //! backward on `mma.sync` m16n8k16 with f32 accumulators. The scores are recomputed
 //! tile by tile from q, k and the row's log-sum-exp, never stored.
 //!
 //! - **dq** (`wrt` q): a block of [`WARPS`] warps takes 64 query rows of one (batch,
-//!   head), 16 per warp, their q and dout fragments in registers. Key tiles of `bn`
-//!   rows (64, 32 over head dim 64) pass through shared memory (k and v); per tile a
+//!   head), 16 per warp, their q and dout fragments in registers (over head dim 128:
+//!   kept in shared memory, fragments read per tile). Key tiles of `bn` rows (64; 32
+//!   over head dim 64; 16 over 128) pass through shared memory (k and v); per tile a
 //!   warp computes `s = q kᵀ` and `dp = dout vᵀ` (16 x bn each), `p = exp(s scale +
 //!   mask - lse)`, `ds = p (dp - delta) scale`, and accumulates `dq += ds k` with ds
 //!   rounded to the storage type as the A operand and k by `ldmatrix.trans`.
 //! - **dk / dv** (`wrt` k or v): a block takes 64 key rows of one (batch, kv head), 16
-//!   per warp, their k (and for dk v) fragments in registers. Query tiles of every
+//!   per warp, their k (and for dk v) fragments in registers (for dk over head dim
+//!   64 and for both over 128: in shared memory). Query tiles of every
 //!   query head of the kv head's group pass through shared memory (q, dout, and the
 //!   rows' lse and delta); per tile a warp computes the transposed scores `sᵀ = k qᵀ`,
 //!   `pᵀ`, and `dv += pᵀ dout`, or `dpᵀ = v doutᵀ`, `dsᵀ = pᵀ (dpᵀ - delta) scale` and
@@ -29,24 +31,25 @@ use graphc_ir::{AttentionDims, AttentionOperand, DType};
 use super::super::cuda::{self, Writer};
 use super::super::prelude::{Helper, Helpers};
 use super::super::{GridSize, LaunchConfig};
-use super::{Args, WARPS};
+use super::{Args, MAX_HEAD_DIM, WARPS};
 
 /// Rows (queries for dq, keys for dk/dv) per block: 16 per warp.
 const BLOCK_R: usize = 16 * WARPS;
 /// Shared-memory row padding, in elements (16 bytes).
 const PAD: usize = 8;
-/// The largest head dim this kernel takes (fragments and accumulators in registers).
-pub const MAX_MMA_HEAD_DIM: usize = 128;
+/// Over this head dim the warp's own rows (q and dout for dq, k and v for dk / dv) stay
+/// in shared memory: their fragments beside a [16, d] f32 accumulator would spill.
+const WIDE_HEAD_DIM: usize = 128;
 
 /// Whether the tensor-core backward takes these dims: bf16 or f16 q, k, v and dout of
-/// one type, the output of it, head dims multiples of 16 up to [`MAX_MMA_HEAD_DIM`].
+/// one type, the output of it, head dims multiples of 16 up to [`MAX_HEAD_DIM`].
 pub(super) fn applies(dims: &AttentionDims, a: &Args<'_>) -> bool {
     matches!(dims.dtype, DType::BF16 | DType::F16)
         && a.out.dtype == dims.dtype
         && a.inputs.get(3).is_some_and(|(_, t)| t.dtype == dims.dtype)
         && [dims.d, dims.dv]
             .iter()
-            .all(|&x| x > 0 && x % 16 == 0 && x <= MAX_MMA_HEAD_DIM)
+            .all(|&x| x > 0 && x % 16 == 0 && x <= MAX_HEAD_DIM)
         && dims.sq > 0
         && dims.sk > 0
 }
@@ -62,6 +65,8 @@ struct B<'a> {
     bn: usize,
     kp: usize,
     vp: usize,
+    /// A head dim over [`WIDE_HEAD_DIM`]: the warp's own rows stay in shared memory.
+    wide: bool,
 }
 
 const NAMES: [&str; 7] = ["q", "k", "v", "o", "lse", "dl", "m"];
@@ -360,7 +365,9 @@ impl B<'_> {
         let tiles = nb * d.hq * rtiles;
         let stage_pitch = kp.max(vp);
         let (ks_at, vs_at, st_at) = (0, bn * kp, bn * kp + bn * vp);
-        let elems = st_at + BLOCK_R * stage_pitch;
+        // Wide: q and dout stay staged (two stages) and give their fragments per tile.
+        let stages = if self.wide { 2 } else { 1 };
+        let elems = st_at + stages * BLOCK_R * stage_pitch;
         self.head(w, tiles, "query");
         w.line(format!("const long long b = tile / {}LL;", d.hq * rtiles));
         w.line(format!("const long long h = (tile / {rtiles}LL) % {}LL;", d.hq));
@@ -383,15 +390,25 @@ impl B<'_> {
         w.line(format!(
             "unsigned short* const stage = reinterpret_cast<unsigned short*>(smem) + {st_at};"
         ));
-        // q, then dout, through the stage into registers.
+        // q, then dout, through the stage into registers; wide: both kept staged.
         w.line("__syncthreads();");
         self.load_tile(w, 0, "stage", stage_pitch, BLOCK_R, "i0", d.sq, d.d);
-        w.line("__syncthreads();");
-        self.a_fragments(w, "qa", "stage", stage_pitch, d.d);
-        w.line("__syncthreads();");
-        self.load_tile(w, 3, "stage", stage_pitch, BLOCK_R, "i0", d.sq, d.dv);
-        w.line("__syncthreads();");
-        self.a_fragments(w, "oa", "stage", stage_pitch, d.dv);
+        let (qa, oa) = if self.wide {
+            w.line(format!(
+                "unsigned short* const stage_o = stage + {};",
+                BLOCK_R * stage_pitch
+            ));
+            self.load_tile(w, 3, "stage_o", stage_pitch, BLOCK_R, "i0", d.sq, d.dv);
+            (format!("@stage/{stage_pitch}"), format!("@stage_o/{stage_pitch}"))
+        } else {
+            w.line("__syncthreads();");
+            self.a_fragments(w, "qa", "stage", stage_pitch, d.d);
+            w.line("__syncthreads();");
+            self.load_tile(w, 3, "stage", stage_pitch, BLOCK_R, "i0", d.sq, d.dv);
+            w.line("__syncthreads();");
+            self.a_fragments(w, "oa", "stage", stage_pitch, d.dv);
+            ("qa".to_string(), "oa".to_string())
+        };
         let (l0, l1) = (self.row_value(h, 4, "r0"), self.row_value(h, 4, "r1"));
         let (d0, d1) = (self.row_value(h, 5, "r0"), self.row_value(h, 5, "r1"));
         w.line(format!(
@@ -417,8 +434,8 @@ impl B<'_> {
         self.load_tile(w, 1, "ks", kp, bn, "j0", d.sk, d.d);
         self.load_tile(w, 2, "vs", vp, bn, "j0", d.sk, d.dv);
         w.line("__syncthreads();");
-        self.products(w, "s", "qa", "ks", kp, d.d);
-        self.products(w, "dp", "oa", "vs", vp, d.dv);
+        self.products(w, "s", &qa, "ks", kp, d.d);
+        self.products(w, "dp", &oa, "vs", vp, d.dv);
         w.line("#pragma unroll");
         w.open(format!("for (int n = 0; n < {}; ++n)", bn / 8));
         w.line("#pragma unroll");
@@ -450,8 +467,9 @@ impl B<'_> {
         // dk over head dim 64: the warp's k and v rows stay in shared memory (two
         // stages) and give their fragments per tile; in registers beside the
         // accumulators they would spill.
-        let in_smem = dk && d.d.max(d.dv) > 64;
-        let stages = if in_smem { 2 } else { 1 };
+        // Wide: k (and for dk v) stay there for dv as well.
+        let in_smem = self.wide || (dk && d.d.max(d.dv) > 64);
+        let stages = if in_smem && dk { 2 } else { 1 };
         let (qs_at, os_at, st_at) = (0, bn * kp, bn * kp + bn * vp);
         let rows_at = st_at + stages * BLOCK_R * stage_pitch;
         // lse and delta of the tile's query rows, f32, after the 16-bit tiles.
@@ -469,7 +487,7 @@ impl B<'_> {
         w.line(format!("unsigned short* const qs = {smem16} + {qs_at};"));
         w.line(format!("unsigned short* const os = {smem16} + {os_at};"));
         w.line(format!("unsigned short* const stage = {smem16} + {st_at};"));
-        if in_smem {
+        if in_smem && dk {
             w.line(format!(
                 "unsigned short* const stage_v = stage + {};",
                 BLOCK_R * stage_pitch
@@ -483,7 +501,7 @@ impl B<'_> {
         // or kept there.
         w.line("__syncthreads();");
         self.load_tile(w, 1, "stage", stage_pitch, BLOCK_R, "j0", d.sk, d.d);
-        if in_smem {
+        if in_smem && dk {
             self.load_tile(w, 2, "stage_v", stage_pitch, BLOCK_R, "j0", d.sk, d.dv);
         }
         w.line("__syncthreads();");
@@ -570,8 +588,13 @@ pub(super) fn generate(
     st: Vec<Vec<i64>>,
 ) -> (String, Helpers, LaunchConfig) {
     // Streamed rows per tile: 64, or 32 over head dim 64 (16 for dk, whose k and v
-    // rows then share the 48 KiB of shared memory with the tiles).
-    let bn = match (dims.d.max(dims.dv) <= 64, wrt) {
+    // rows then share the 48 KiB of shared memory with the tiles); 16 over head dim
+    // 128, where the warps' own rows stay in shared memory (up to 84 KiB at 256,
+    // opted into at launch: every target from sm_80 has 99 KiB).
+    let widest = dims.d.max(dims.dv);
+    let wide = widest > WIDE_HEAD_DIM;
+    let bn = match (widest <= 64, wrt) {
+        _ if wide => 16,
         (true, _) => 64,
         (false, AttentionOperand::K) => 16,
         (false, _) => 32,
@@ -583,6 +606,7 @@ pub(super) fn generate(
         bn,
         kp: dims.d + PAD,
         vp: dims.dv + PAD,
+        wide,
         dims,
     };
     let mut h = Helpers::new();
@@ -600,7 +624,11 @@ pub(super) fn generate(
         LaunchConfig {
             block: (WARPS * 32) as u32,
             grid: GridSize::PerSm {
-                blocks_per_sm: if bytes <= 24 * 1024 { 4 } else { 2 },
+                blocks_per_sm: match bytes {
+                    0..=24576 => 4,
+                    24577..=49152 => 2,
+                    _ => 1,
+                },
                 max_blocks: tiles.clamp(1, u32::MAX as usize) as u32,
             },
             shared_mem_bytes: bytes as u32,
