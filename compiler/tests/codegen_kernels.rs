@@ -478,6 +478,30 @@ fn matmul_tanh_gelu_is_native() {
     assert_eq!(k.gemm.unwrap().epilogue, GemmEpilogue::Gelu);
 }
 
+/// The tanh GELU's backward after a 16-bit GEMM is cuBLASLt's DGELU with the
+/// pre-activation as its aux matrix; in f32, or with an aux cuBLASLt does not take (a
+/// row stride not D's, or not a multiple of 8), a generated epilogue.
+#[test]
+fn matmul_gelu_tanh_grad_is_dgelu_with_the_pre_activation_as_aux() {
+    for dt in [DType::BF16, DType::F16] {
+        let k = gen(&c::matmul_dgelu(dt, 128, 128));
+        assert!(!k.has_source(), "{dt}: {}", k.source);
+        let g = k.gemm.unwrap();
+        assert_eq!(g.epilogue, GemmEpilogue::DGelu, "{dt}");
+        let aux = g.aux.expect("an aux matrix");
+        assert_eq!(aux.buffer, BufferId(2));
+        assert_eq!((aux.ld, aux.trans, aux.offset), (128, false, 0));
+        assert!(g.bias.is_none() && g.beta_c.is_none());
+    }
+    for (dt, n, ld) in [(DType::F32, 128, 128), (DType::BF16, 128, 136), (DType::BF16, 36, 36)] {
+        let k = gen(&c::matmul_dgelu(dt, n, ld));
+        let g = k.gemm.clone().unwrap();
+        assert_eq!(g.epilogue, GemmEpilogue::None, "{dt} n {n} ld {ld}");
+        assert!(g.aux.is_none());
+        assert!(k.source.contains("g_gelu_tanh_grad_f32"), "{dt}: {}", k.source);
+    }
+}
+
 #[test]
 fn matmul_residual_uses_beta_c() {
     let k = gen(&c::matmul_residual());

@@ -70,6 +70,10 @@ pub enum BinaryOp {
     And,
     Or,
     Xor,
+    /// `a * gelu_tanh'(b)`: the tanh GELU's backward (PyTorch's `gelu_backward` with
+    /// `approximate='tanh'`) of the gradient `a` at the input `b`, computed in one
+    /// step (f32 for the 16-bit types, rounded once). Floats only.
+    GeluTanhGrad,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -399,7 +403,7 @@ impl UnaryOp {
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 18] = [
+    pub const ALL: [BinaryOp; 19] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -418,6 +422,7 @@ impl BinaryOp {
         BinaryOp::And,
         BinaryOp::Or,
         BinaryOp::Xor,
+        BinaryOp::GeluTanhGrad,
     ];
 
     pub fn name(self) -> &'static str {
@@ -440,6 +445,7 @@ impl BinaryOp {
             BinaryOp::And => "and",
             BinaryOp::Or => "or",
             BinaryOp::Xor => "xor",
+            BinaryOp::GeluTanhGrad => "gelu_tanh_grad",
         }
     }
 
@@ -459,6 +465,8 @@ impl BinaryOp {
             true
         } else if self.is_logical() {
             d == DType::Bool
+        } else if self == BinaryOp::GeluTanhGrad {
+            d.is_float()
         } else {
             d.is_numeric()
         }

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 pub use graphc_ir::compare::tolerance;
 use graphc_ir::compare::{relative_l2, zip_outputs, CompareError};
 use graphc_ir::nn::{layer_norm, rms_norm, softmax};
-use graphc_ir::{DType, Graph, GraphBuilder, GraphError, PadMode, Tensor, TensorData, TensorType, Value};
+use graphc_ir::{BinaryOp, DType, Graph, GraphBuilder, GraphError, PadMode, Tensor, TensorData, TensorType, Value};
 
 use crate::Compiled;
 
@@ -304,6 +304,27 @@ fn gemm_cases(c: &mut Cases) -> Result<(), GraphError> {
                 let z = x.matmul(wp(b, dt, "w", &[k, n], 1));
                 b.output("g", z.gelu());
                 b.output("e", (z * 0.25).exp());
+            },
+        )?;
+        // The tanh GELU's backward after a GEMM: cuBLASLt's DGELU in f16 / bf16 (the
+        // pre-activation as its aux matrix; batched: the aux batch stride), a
+        // generated epilogue in f32 / f64.
+        c.add(format!("gemm {dt} gelu_tanh_grad(dy@w, x) (DGELU)"), 0, &|b| {
+            let dy = b.input("dy", dt, [m, k]);
+            let x = b.input("x", dt, [m, n]);
+            b.output(
+                "dx",
+                dy.matmul(wp(b, dt, "w", &[k, n], 1)).binary(BinaryOp::GeluTanhGrad, x),
+            );
+        })?;
+        c.add(
+            format!("gemm {dt} gelu_tanh_grad(0.5*(dy@y), x) batched [3,m,k]@[3,k,n] (DGELU)"),
+            0,
+            &|b| {
+                let dy = b.input("dy", dt, [3, m, k]);
+                let y = b.input("y", dt, [3, k, n]);
+                let x = b.input("x", dt, [3, m, n]);
+                b.output("dx", (dy.matmul(y) * 0.5).binary(BinaryOp::GeluTanhGrad, x));
             },
         )?;
         c.add(format!("gemm {dt} 0.5*(x@w)+r (alpha, C)"), 0, &|b| {

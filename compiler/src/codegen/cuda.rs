@@ -503,6 +503,10 @@ pub(crate) fn binary_c(h: &mut Helpers, op: BinaryOp, d: DType, a: &str, b: &str
                 fhelper(h, d, Helper::ModF32, Helper::ModF64);
                 format!("g_mod_{s}({a}, {b})")
             }
+            BinaryOp::GeluTanhGrad => {
+                fhelper(h, d, Helper::GeluTanhGradF32, Helper::GeluTanhGradF64);
+                format!("g_gelu_tanh_grad_{s}({a}, {b})")
+            }
             _ => format!("{}({a}, {b})", math(d, "fmod")),
         };
         return round_op(h, d, r);

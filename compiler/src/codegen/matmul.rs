@@ -6,6 +6,9 @@
 //! (cuBLASLt's GELU is the tanh approximation: the erf GELU is not native), `C` is a
 //! same-shaped tensor (`D = alpha*AB + beta*C`, beta = 1) and `bias` a load along `n`
 //! broadcast over `m` and the batch. The chain must be the only use of the product.
+//!
+//! In the backward: `gelu_tanh_grad(alpha acc, x)` with `x` the forward's pre-activation
+//! (a 16-bit `[m, n]` input laid out as D) is `DGELU`, `x` its aux matrix.
 
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +44,10 @@ pub enum GemmEpilogue {
     BiasRelu,
     /// `GELU_BIAS`.
     BiasGelu,
+    /// `DGELU`: `D = (alpha A B) * gelu_tanh'(aux)`, the tanh GELU's backward of the
+    /// product at the pre-activation [`GemmDesc::aux`] (`EPILOGUE_AUX_POINTER`).
+    #[serde(rename = "dgelu")]
+    DGelu,
 }
 
 /// One matrix operand, in row-major terms.
@@ -104,6 +111,10 @@ pub struct GemmDesc {
     pub epilogue: GemmEpilogue,
     /// The bias vector (`n` elements, contiguous) for `Bias*` epilogues.
     pub bias: Option<GemmOperand>,
+    /// The aux matrix of [`GemmEpilogue::DGelu`]: `[m, n]` row-major like D (never
+    /// transposed, `ld` a multiple of 8, 16-byte aligned), of D's type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux: Option<GemmOperand>,
     pub compute: GemmCompute,
     /// Bytes of scratch for [`GemmOutput::Scratch`] (0 otherwise).
     pub scratch_bytes: u64,
@@ -283,6 +294,7 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
     let space: Vec<usize> = mm.batch.iter().copied().chain([m, n]).collect();
     let chain = native_chain(cx, mm, &acc_ids, dtype)?;
     let epilogue = match (chain.bias.is_some(), chain.act) {
+        _ if chain.aux.is_some() => GemmEpilogue::DGelu,
         (false, None) => GemmEpilogue::None,
         (true, None) => GemmEpilogue::Bias,
         (false, Some(UnaryOp::Relu)) => GemmEpilogue::Relu,
@@ -345,6 +357,7 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
         alpha: chain.alpha,
         epilogue,
         bias: chain.bias,
+        aux: chain.aux,
         compute,
         scratch_bytes,
     };
@@ -417,6 +430,8 @@ struct Chain {
     bias: Option<GemmOperand>,
     beta_c: Option<GemmOperand>,
     act: Option<UnaryOp>,
+    /// `DGELU`'s pre-activation (the chain then ends).
+    aux: Option<GemmOperand>,
     alpha: f64,
 }
 
@@ -430,6 +445,7 @@ fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) ->
         bias: None,
         beta_c: None,
         act: None,
+        aux: None,
         alpha: 1.0,
     };
     let bias_shaped = |x: &Access| {
@@ -490,10 +506,44 @@ fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) ->
                 ch.cur = Some(u);
                 break;
             }
+            // The product is the gradient (left), a same-shaped 16-bit load the
+            // pre-activation: DGELU (nothing added: cuBLASLt's DGELU adds no bias).
+            Expr::Binary(BinaryOp::GeluTanhGrad, x, y)
+                if *x == c
+                    && ch.bias.is_none()
+                    && ch.beta_c.is_none()
+                    && ch.act.is_none()
+                    && matches!(dtype, DType::F16 | DType::BF16) =>
+            {
+                let Expr::Load(ni) = body.exprs[y.index()].0 else {
+                    break;
+                };
+                let input = &mm.inputs[ni.index()];
+                if cx.dtype(input.buffer)? != dtype {
+                    break;
+                }
+                match operand(cx, "aux", input, mm.batch, m, n, false) {
+                    Ok(op) if dgelu_aux_ok(&op, m, n, mm.batch.iter().product()) => ch.aux = Some(op),
+                    _ => break,
+                }
+                ch.cur = Some(u);
+                break;
+            }
             _ => break,
         }
     }
     Ok(ch)
+}
+
+/// Whether cuBLASLt takes `aux` as DGELU's aux matrix: laid out as D (row stride `n`,
+/// a multiple of 8 elements; 16-byte aligned; batches contiguous after each other).
+fn dgelu_aux_ok(aux: &GemmOperand, m: usize, n: usize, batch: usize) -> bool {
+    let ld = n as i64;
+    !aux.trans
+        && (aux.ld == ld || m == 1)
+        && ld % 8 == 0
+        && aux.offset % 8 == 0
+        && (batch == 1 || aux.batch_stride == (m * n) as i64)
 }
 
 /// The epilogue's inputs and body: `D` read through a new last input, by every `acc`

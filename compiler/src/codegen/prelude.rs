@@ -31,6 +31,8 @@ pub enum Helper {
     GeluF64,
     GeluTanhF32,
     GeluTanhF64,
+    GeluTanhGradF32,
+    GeluTanhGradF64,
     SignF32,
     SignF64,
     PowF32,
@@ -70,6 +72,8 @@ impl Helper {
         Helper::GeluF64,
         Helper::GeluTanhF32,
         Helper::GeluTanhF64,
+        Helper::GeluTanhGradF32,
+        Helper::GeluTanhGradF64,
         Helper::SignF32,
         Helper::SignF64,
         Helper::PowF32,
@@ -110,6 +114,8 @@ impl Helper {
             | Helper::GeluF64
             | Helper::GeluTanhF32
             | Helper::GeluTanhF64
+            | Helper::GeluTanhGradF32
+            | Helper::GeluTanhGradF64
             | Helper::SignF32
             | Helper::SignF64
             | Helper::PowF32
@@ -250,6 +256,24 @@ fn float_source(h: Helper, f: &str) -> String {
              }}\n",
             f64_lit((2.0 / std::f64::consts::PI).sqrt()),
             f64_lit(0.044715)
+        ),
+        Helper::GeluTanhGradF32 => format!(
+            "{f} float g_gelu_tanh_grad_f32(float g, float x) {{\n\
+             \x20 const float x2 = x * x;\n\
+             \x20 const float t = tanhf({k} * (x + {c} * x2 * x));\n\
+             \x20 return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * ({k} * (1.0f + 3.0f * {c} * x2)));\n\
+             }}\n",
+            k = f32_lit((2.0 / std::f64::consts::PI).sqrt() as f32),
+            c = f32_lit(0.044715f64 as f32)
+        ),
+        Helper::GeluTanhGradF64 => format!(
+            "{f} double g_gelu_tanh_grad_f64(double g, double x) {{\n\
+             \x20 const double x2 = x * x;\n\
+             \x20 const double t = tanh({k} * (x + {c} * x2 * x));\n\
+             \x20 return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * ({k} * (1.0 + 3.0 * {c} * x2)));\n\
+             }}\n",
+            k = f64_lit((2.0 / std::f64::consts::PI).sqrt()),
+            c = f64_lit(0.044715)
         ),
         Helper::SignF32 => format!(
             "{f} float g_sign_f32(float x) {{ return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x != x ? x : 0.0f)); }}\n"

@@ -588,6 +588,17 @@ pub fn matmul_gelu_tanh() -> Program {
     })
 }
 
+/// `gelu_tanh_grad(a @ b, x)`, `x` an `[m, n]` input stored with row stride `ld`:
+/// the tanh GELU's backward after a GEMM.
+pub fn matmul_dgelu(d: DType, n: usize, ld: usize) -> Program {
+    matmul(d, (64, n, 32), None, None, |p, b, a, inputs| {
+        let x = p.input("x", d, &[64, ld]);
+        inputs.push(acc(x, 0, &[ld as i64, 1]));
+        let l = b.load(0, d);
+        b.bin(BinaryOp::GeluTanhGrad, a, l)
+    })
+}
+
 pub fn matmul_residual() -> Program {
     matmul(DType::F32, (128, 256, 64), None, None, |p, b, a, inputs| {
         let c = p.input("c", DType::F32, &[128, 256]);
@@ -767,6 +778,7 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("matmul_bias_relu", matmul_bias_relu()),
         ("matmul_bias_gelu_erf", matmul_bias_gelu_erf()),
         ("matmul_gelu_tanh", matmul_gelu_tanh()),
+        ("matmul_dgelu", matmul_dgelu(DType::BF16, 128, 128)),
         ("matmul_residual", matmul_residual()),
         ("matmul_transb", matmul_transb()),
         ("matmul_batched_scaled", matmul_batched_scaled()),

@@ -132,15 +132,9 @@ fn unary<'b>(u: UnaryOp, x: Value<'b>, y: Value<'b>, g: Value<'b>) -> Option<Val
             let pdf = (x * x * -0.5).exp() * (1.0 / (2.0 * PI).sqrt());
             g * (cdf + x * pdf)
         }
-        // PyTorch's gelu_backward for approximate='tanh'.
-        UnaryOp::GeluTanh => {
-            let k = (2.0 / PI).sqrt();
-            let c = 0.044715;
-            let t = ((x + x * x * x * c) * k).tanh();
-            let left = (t + 1.0) * 0.5;
-            let right = x * 0.5 * (1.0 - t * t) * ((x * x * (3.0 * c) + 1.0) * k);
-            g * (left + right)
-        }
+        // PyTorch's gelu_backward for approximate='tanh', one op (cuBLASLt's DGELU
+        // epilogue when it follows a GEMM).
+        UnaryOp::GeluTanh => g.binary(BinaryOp::GeluTanhGrad, x),
         // s (1 + x (1 - s))
         UnaryOp::Silu => {
             let s = x.sigmoid();
@@ -203,6 +197,11 @@ fn binary<'b>(
                 -(g * (q.abs().floor() * q.sign()))
             }),
         ),
+        // Linear in the gradient; its derivative in x (second order) is not built.
+        BinaryOp::GeluTanhGrad if wr => {
+            return Err("the tanh GELU's backward with respect to its input (a second derivative)".into())
+        }
+        BinaryOp::GeluTanhGrad => (Some(g.binary(BinaryOp::GeluTanhGrad, r)), None),
         _ => (None, None),
     })
 }

@@ -174,6 +174,17 @@ pub(crate) fn unary(op: UnaryOp, d: &TensorData) -> Result<TensorData, String> {
     })
 }
 
+/// `d/dx` of the tanh GELU, as PyTorch's `gelu_backward` (approximate='tanh') writes
+/// it: `0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3c x²)`, `t = tanh(k (x + c x³))`.
+pub(crate) fn gelu_tanh_derivative<F: Float>(x: F) -> F {
+    let half = F::c(0.5);
+    let k = F::c((2.0 / std::f64::consts::PI).sqrt());
+    let c = F::c(0.044715);
+    let x2 = x * x;
+    let t = (k * (x + c * x2 * x)).tanh();
+    half * (F::ONE + t) + half * x * (F::ONE - t * t) * (k * (F::ONE + F::c(3.0) * c * x2))
+}
+
 fn binary_float<F: Float>(op: BinaryOp, a: F, b: F) -> F {
     match op {
         BinaryOp::Add => a + b,
@@ -210,6 +221,7 @@ fn binary_float<F: Float>(op: BinaryOp, a: F, b: F) -> F {
             r
         }
         BinaryOp::Fmod => a % b,
+        BinaryOp::GeluTanhGrad => a * gelu_tanh_derivative(b),
         // Comparisons and logical ops never reach here.
         _ => F::NAN,
     }

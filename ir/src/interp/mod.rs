@@ -25,6 +25,12 @@ use crate::{Graph, NodeId, Op, Tensor, TensorType};
 pub use convert::{bf16_from_f64, f16_from_f64};
 pub use layout::for_each_strided_row;
 
+/// The tanh GELU's derivative at `x` in f32, as `gelu_tanh_grad` computes it (the
+/// launch emulator's DGELU epilogue).
+pub fn gelu_tanh_derivative_f32(x: f32) -> f32 {
+    elementwise::gelu_tanh_derivative(x)
+}
+
 /// An error while interpreting, naming the node, input or parameter it is about.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InterpError {

@@ -296,6 +296,10 @@ pub(super) fn gemm(mem: &mut Memory, g: &GemmLaunch) -> Result<(), String> {
         Some(c) => Some(load(mem, c, "C")?),
         None => None,
     };
+    let aux = match &lt.aux {
+        Some(x) => Some(load(mem, x, "aux")?),
+        None => None,
+    };
     let bias = match lt.bias {
         Some(addr) => {
             Some(decode_f64(dt, mem.bytes(addr, lt.m * elem)?).ok_or_else(|| "GEMM bias: cannot decode".to_string())?)
@@ -344,6 +348,13 @@ pub(super) fn gemm(mem: &mut Memory, g: &GemmLaunch) -> Result<(), String> {
                     GemmEpilogue::Gelu | GemmEpilogue::BiasGelu => {
                         let x = v as f32;
                         (0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh())) as f64
+                    }
+                    GemmEpilogue::DGelu => {
+                        let (Some(x), Some(xm)) = (&aux, &lt.aux) else {
+                            return Err("DGELU without its aux matrix".to_string());
+                        };
+                        let x = x[bi * xm.batch_stride as usize + i + j * xm.ld as usize] as f32;
+                        (v as f32 * graphc_ir::interp::gelu_tanh_derivative_f32(x)) as f64
                     }
                     GemmEpilogue::None | GemmEpilogue::Bias => v,
                 };

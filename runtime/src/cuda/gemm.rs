@@ -162,6 +162,7 @@ fn set_desc_attributes(p: &PreparedGemm, g: &LtMatmul, base: &dyn Fn(Region) -> 
             GemmEpilogue::Gelu => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU,
             GemmEpilogue::BiasRelu => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
             GemmEpilogue::BiasGelu => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
+            GemmEpilogue::DGelu => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DGELU,
         };
         set(
             D::CUBLASLT_MATMUL_DESC_EPILOGUE,
@@ -175,6 +176,29 @@ fn set_desc_attributes(p: &PreparedGemm, g: &LtMatmul, base: &dyn Fn(Region) -> 
                 &ptr as *const u64 as *const c_void,
                 8,
             )?;
+        }
+        // DGELU's aux matrix (its type is D's, cuBLASLt's default).
+        if let Some(x) = &g.aux {
+            let ptr: u64 = base(x.addr.region) + x.addr.offset;
+            let ld: i64 = x.ld;
+            let stride: i64 = x.batch_stride;
+            set(
+                D::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                &ptr as *const u64 as *const c_void,
+                8,
+            )?;
+            set(
+                D::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                &ld as *const i64 as *const c_void,
+                8,
+            )?;
+            if g.batch > 1 {
+                set(
+                    D::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
+                    &stride as *const i64 as *const c_void,
+                    8,
+                )?;
+            }
         }
     }
     Ok(())

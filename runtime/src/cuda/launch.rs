@@ -362,6 +362,9 @@ impl LaunchPlan {
                     if let Some(b) = &lt.bias {
                         let _ = write!(s, "; bias {b}");
                     }
+                    if let Some(x) = &lt.aux {
+                        let _ = write!(s, "; aux {}", mat(x));
+                    }
                     let _ = writeln!(s, "; D {}", mat(&lt.d));
                 }
                 Launch::Kernel(k) => {

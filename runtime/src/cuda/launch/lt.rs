@@ -47,6 +47,9 @@ pub struct LtMatmul {
     pub epilogue: GemmEpilogue,
     /// `m` elements (along cuBLASLt's rows), broadcast over columns and batches.
     pub bias: Option<DevAddr>,
+    /// `DGELU`'s aux matrix (the pre-activation), `m x n` like D.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux: Option<LtMatrix>,
 }
 
 /// The cuBLASLt call of a row-major [`GemmDesc`]: `D^T = B^T A^T`.
@@ -143,6 +146,24 @@ pub(super) fn lt_matmul(
         Some(bias) => Some(addr(bias, "bias")?),
         None => None,
     };
+    let aux = match &g.aux {
+        Some(x) if !x.trans => Some(LtMatrix {
+            addr: addr(x, "aux")?,
+            rows: n,
+            cols: m,
+            ld: x.ld,
+            batch_stride: x.batch_stride,
+        }),
+        Some(_) => return Err("GEMM aux matrix is transposed".to_string()),
+        None => None,
+    };
+    if (g.epilogue == GemmEpilogue::DGelu) != aux.is_some() {
+        return Err(format!(
+            "GEMM epilogue {:?} with{} an aux matrix",
+            g.epilogue,
+            if aux.is_some() { "" } else { "out" }
+        ));
+    }
     Ok(LtMatmul {
         dtype: g.d_dtype,
         compute: g.compute,
@@ -166,6 +187,7 @@ pub(super) fn lt_matmul(
         beta: if g.beta_c.is_some() { g.beta } else { 0.0 },
         epilogue: g.epilogue,
         bias,
+        aux,
     })
 }
 
@@ -190,6 +212,9 @@ pub(super) fn check_gemm_bounds(layout: &DeviceLayout, lt: &LtMatmul) -> Result<
     let mut mats: Vec<(&str, &LtMatrix)> = vec![("A", &lt.a), ("B", &lt.b), ("D", &lt.d)];
     if let Some(c) = &lt.c {
         mats.push(("C", c));
+    }
+    if let Some(x) = &lt.aux {
+        mats.push(("aux", x));
     }
     for (what, x) in mats {
         if x.ld < x.rows.max(1) as i64 {
