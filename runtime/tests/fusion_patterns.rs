@@ -198,3 +198,53 @@ fn epilogue_through_a_reshape_of_the_product_joins_the_matmul() {
     let p = run_both(&g);
     assert_eq!(kinds(&p), ["matmul"], "{}", print_program(&p));
 }
+
+/// A linear layer's weight and bias gradients, `xᵀ dy` and `Σ dy` over the tokens
+/// (batch and sequence folded into `k`), are one matmul kernel in f16 and bf16
+/// (cuBLASLt's BGRADA for a `[in, out]` weight, which sums the GEMM's `b`; BGRADB for
+/// an `[out, in]` one, which sums `a`), and the kernel executor gives the
+/// interpreter's values. In f32, or when the sum is not of the whole operand, they
+/// stay two kernels.
+#[test]
+fn bias_gradient_joins_the_weight_gradient_gemm() {
+    use graphc_compiler::kernel::Operand;
+    for dt in [DType::BF16, DType::F16, DType::F32] {
+        for (weight_in_out, operand) in [(true, Operand::B), (false, Operand::A)] {
+            let b = GraphBuilder::new();
+            let x = b.input("x", dt, [2, 3, 16]).reshape([6, 16]);
+            let dy = b.input("dy", dt, [2, 3, 8]);
+            let dw = if weight_in_out {
+                x.transpose(&[1, 0]).matmul(dy.reshape([6, 8]))
+            } else {
+                dy.reshape([6, 8]).transpose(&[1, 0]).matmul(x)
+            };
+            b.output("dw", dw);
+            b.output("db", dy.sum(&[0, 1], false));
+            let g = b.finish().unwrap();
+            let p = run_both(&g);
+            let what = format!(
+                "{dt} weight {}:\n{}",
+                if weight_in_out { "[in, out]" } else { "[out, in]" },
+                print_program(&p)
+            );
+            if dt == DType::F32 {
+                assert_eq!(kinds(&p), ["matmul", "row"], "{what}");
+                continue;
+            }
+            assert_eq!(kinds(&p), ["matmul"], "{what}");
+            let KernelKind::MatMul(mm) = &p.kernels[0].kind else {
+                unreachable!()
+            };
+            assert_eq!(mm.bias_grad.as_ref().map(|g| g.operand), Some(operand), "{what}");
+        }
+        // Half the tokens summed: not the GEMM's operand over k.
+        let b = GraphBuilder::new();
+        let x = b.input("x", dt, [6, 16]);
+        let dy = b.input("dy", dt, [6, 8]);
+        b.output("dw", x.transpose(&[1, 0]).matmul(dy));
+        b.output("db", dy.slice(0, 0, 3, 1).sum(&[0], false));
+        let g = b.finish().unwrap();
+        let p = run_both(&g);
+        assert!(kinds(&p).contains(&"row"), "{dt}:\n{}", print_program(&p));
+    }
+}

@@ -497,6 +497,7 @@ fn bad_matmul_kernels() {
                 access: Access::contiguous(out, &[2, 4]),
             }],
             quant: None,
+            bias_grad: None,
         }),
         nodes: vec![],
     });

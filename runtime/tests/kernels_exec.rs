@@ -418,6 +418,7 @@ fn matmul_transposed_broadcast_b_with_epilogue() {
             body,
             stores: vec![store(y, contig(out, &[b0, b1, m, n]))],
             quant: None,
+            bias_grad: None,
         }),
     ));
     p.outputs = vec![("y".into(), out)];
@@ -462,6 +463,7 @@ fn matmul_transposed_a_bf16_and_shared_batch() {
             body,
             stores: vec![store(a, contig(out, &[bt, m, n]))],
             quant: None,
+            bias_grad: None,
         }),
     ));
     p.outputs = vec![("p".into(), out)];

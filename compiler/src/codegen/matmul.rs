@@ -48,6 +48,20 @@ pub enum GemmEpilogue {
     /// product at the pre-activation [`GemmDesc::aux`] (`EPILOGUE_AUX_POINTER`).
     #[serde(rename = "dgelu")]
     DGelu,
+    /// `BGRADA`: D is the bare product, and the bias buffer is *written* with cuBLASLt's
+    /// A (our `b`) summed over `k`: `n` values (a [`crate::kernel::BiasGrad`] of `b`).
+    #[serde(rename = "bgrada")]
+    BGradA,
+    /// `BGRADB`: as [`GemmEpilogue::BGradA`] for cuBLASLt's B (our `a`): `m` values.
+    #[serde(rename = "bgradb")]
+    BGradB,
+}
+
+impl GemmEpilogue {
+    /// `BGradA` / `BGradB`: the bias pointer is an output (a bias gradient).
+    pub fn writes_bias(self) -> bool {
+        matches!(self, GemmEpilogue::BGradA | GemmEpilogue::BGradB)
+    }
 }
 
 /// One matrix operand, in row-major terms.
@@ -109,7 +123,8 @@ pub struct GemmDesc {
     pub alpha: f64,
     pub beta: f64,
     pub epilogue: GemmEpilogue,
-    /// The bias vector (`n` elements, contiguous) for `Bias*` epilogues.
+    /// The bias vector (`n` elements, contiguous) for `Bias*` epilogues; for `BGrad*`
+    /// the bias gradient the GEMM writes (`n` elements for `BGradA`, `m` for `BGradB`).
     pub bias: Option<GemmOperand>,
     /// The aux matrix of [`GemmEpilogue::DGelu`]: `[m, n]` row-major like D (never
     /// transposed, `ld` a multiple of 8, 16-byte aligned), of D's type.
@@ -292,9 +307,34 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
     let b = operand(cx, "b", mm.b, mm.batch, k, n, true)?;
     let batch: usize = mm.batch.iter().product();
     let space: Vec<usize> = mm.batch.iter().copied().chain([m, n]).collect();
-    let chain = native_chain(cx, mm, &acc_ids, dtype)?;
+    let mut chain = native_chain(cx, mm, &acc_ids, dtype)?;
+    // A bias gradient: the bare product (fusion merges it only into such a kernel).
+    if let Some(g) = &mk.bias_grad {
+        if chain.bias.is_some() || chain.beta_c.is_some() || chain.act.is_some() || chain.aux.is_some() {
+            return Err(cx.malformed("a bias gradient beside a GEMM epilogue"));
+        }
+        if dtype == DType::F64 || batch_count(mm.batch) != 1 {
+            return Err(cx.unsupported(format!("a bias gradient of a {dtype} GEMM of batch {:?}", mm.batch)));
+        }
+        let st = &g.store;
+        if st.offset < 0 || st.strides.as_slice() != [1] || cx.dtype(st.buffer)? != dtype {
+            return Err(cx.malformed("a bias gradient not stored contiguously in the product's type"));
+        }
+        chain.bias = Some(GemmOperand {
+            buffer: st.buffer,
+            dtype,
+            offset: st.offset,
+            trans: false,
+            ld: g.len(mk) as i64,
+            batch_stride: 0,
+        });
+    }
     let epilogue = match (chain.bias.is_some(), chain.act) {
         _ if chain.aux.is_some() => GemmEpilogue::DGelu,
+        _ if mk.bias_grad.is_some() => match mk.bias_grad.as_ref().map(|g| g.operand) {
+            Some(crate::kernel::Operand::B) => GemmEpilogue::BGradA,
+            _ => GemmEpilogue::BGradB,
+        },
         (false, None) => GemmEpilogue::None,
         (true, None) => GemmEpilogue::Bias,
         (false, Some(UnaryOp::Relu)) => GemmEpilogue::Relu,
@@ -533,6 +573,10 @@ fn native_chain(cx: &Ctx, mm: MatMulFields, acc_ids: &[ExprId], dtype: DType) ->
         }
     }
     Ok(ch)
+}
+
+fn batch_count(batch: &[usize]) -> usize {
+    batch.iter().product()
 }
 
 /// Whether cuBLASLt takes `aux` as DGELU's aux matrix: laid out as D (row stride `n`,

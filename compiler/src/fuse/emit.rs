@@ -444,6 +444,7 @@ impl Emitter<'_> {
                         body,
                         stores,
                         quant,
+                        bias_grad: None,
                     }),
                 )
             }

@@ -13,6 +13,7 @@
 //! 3. `emit`: one kernel per group in a topological order, with buffers for every value
 //!    read across a kernel boundary.
 
+mod bias_grad;
 mod emit;
 mod group;
 pub mod layout;
@@ -86,7 +87,7 @@ pub fn fuse_keeping(graph: &Graph, in_place: &[String]) -> Result<(Program, Fuse
         }
     }
     groups.fuse(&nodes.nodes, &is_output);
-    let program = emit::emit(graph, &nodes, &mut groups);
+    let program = bias_grad::merge(emit::emit(graph, &nodes, &mut groups));
     let (unfused_kernels, unfused_bytes) = nodes.unfused_cost();
     // A matmul whose epilogue the GEMM library cannot apply writes its product and reads
     // it back in a generated epilogue kernel (one more launch).

@@ -277,6 +277,39 @@ pub struct MatMulKernel {
     /// `b` is a weight-only quantized matrix, dequantized as it is read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quant: Option<QuantB>,
+    /// A bias gradient computed beside the product (cuBLASLt's `BGRADA` / `BGRADB`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bias_grad: Option<BiasGrad>,
+}
+
+/// One of a matmul's two operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operand {
+    A,
+    B,
+}
+
+/// A bias gradient a matmul kernel computes beside its product: operand `a` summed over
+/// `k` (one value per row: `[m]`) or operand `b` summed over `k` (one per column: `[n]`),
+/// as [`ReduceOp::Sum`] in the operand's type, stored by `store` (rank 1, over the whole
+/// buffer). The kernel has no batch (every batch dim of extent 1). Made from the row
+/// kernel that summed the operand (`crate::fuse::bias_grad`): the weight-gradient GEMM
+/// `dW = xᵀ dy` and the bias gradient `Σ_tokens dy` read `dy` once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BiasGrad {
+    pub operand: Operand,
+    pub store: Access,
+}
+
+impl BiasGrad {
+    /// The bias length: `m` (operand a) or `n` (operand b).
+    pub fn len(&self, mm: &MatMulKernel) -> usize {
+        match self.operand {
+            Operand::A => mm.m,
+            Operand::B => mm.n,
+        }
+    }
 }
 
 /// A matmul's right operand stored weight-only quantized ([`Op::Dequantize`] of a
@@ -362,8 +395,14 @@ impl Kernel {
     /// The buffers this kernel writes.
     pub fn writes(&self) -> Vec<BufferId> {
         match &self.kind {
-            KernelKind::Elementwise(ElementwiseKernel { stores, .. })
-            | KernelKind::MatMul(MatMulKernel { stores, .. }) => stores.iter().map(|s| s.access.buffer).collect(),
+            KernelKind::Elementwise(ElementwiseKernel { stores, .. }) => {
+                stores.iter().map(|s| s.access.buffer).collect()
+            }
+            KernelKind::MatMul(MatMulKernel { stores, bias_grad, .. }) => stores
+                .iter()
+                .map(|s| s.access.buffer)
+                .chain(bias_grad.iter().map(|g| g.store.buffer))
+                .collect(),
             KernelKind::Row(RowKernel { row_stores, stores, .. }) => {
                 row_stores.iter().chain(stores).map(|s| s.access.buffer).collect()
             }

@@ -76,6 +76,7 @@ pub fn print_program(p: &Program) -> String {
                 body,
                 stores,
                 quant,
+                bias_grad,
             }) => {
                 let _ = writeln!(s, " batch {batch:?} m {m} n {n} k {kk} nodes [{}]", nodes.join(" "));
                 let _ = writeln!(s, "    a = {}", access(a));
@@ -97,6 +98,13 @@ pub fn print_program(p: &Program) -> String {
                 print_inputs(&mut s, inputs);
                 print_body(&mut s, body);
                 print_stores(&mut s, "store", stores);
+                if let Some(g) = bias_grad {
+                    let which = match g.operand {
+                        crate::kernel::Operand::A => "a",
+                        crate::kernel::Operand::B => "b",
+                    };
+                    let _ = writeln!(s, "    bias grad sum over k of {which} -> {}", access(&g.store));
+                }
             }
             KernelKind::Op(OpKernel { op, inputs, output }) => {
                 let _ = writeln!(s, " nodes [{}]", nodes.join(" "));

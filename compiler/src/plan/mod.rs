@@ -54,5 +54,6 @@ pub use report::{
     check_budget, check_budget_for, check_training_budget_for, diagnose, over_budget_diagnosis, Diagnosis, OverBudget,
     PlanJson, Remedy, Rerun,
 };
-pub use schedule::{apply_schedule, candidate_orders, live_bytes, schedule, Schedule, Scheduler};
+pub(crate) use schedule::rename as rename_kernel;
+pub use schedule::{apply_schedule, candidate_orders, live_bytes, schedule, stable_order, Schedule, Scheduler};
 pub use verify::{verify, verify_plan};

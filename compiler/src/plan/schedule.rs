@@ -634,6 +634,34 @@ pub fn live_bytes(program: &Program) -> Vec<u64> {
 /// `program` with its kernels in `order` (a permutation of its kernel indices: `order[pos]`
 /// is the original index of the kernel to run at `pos`), renamed so that kernel names
 /// still start with their position (`k3_...`).
+/// The program order made valid: a topological order of the kernels' dependencies
+/// (including donations) that runs, of the kernels ready, the one earliest in the
+/// program first. A valid program order is returned unchanged; a kernel that must
+/// move (a reader now before its writer) moves only as late as it has to.
+pub fn stable_order(program: &Program) -> Vec<usize> {
+    let deps = Deps::new(program);
+    let k = program.kernels.len();
+    let mut waiting: Vec<usize> = deps.preds.iter().map(Vec::len).collect();
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> =
+        (0..k).filter(|&i| waiting[i] == 0).map(std::cmp::Reverse).collect();
+    let mut order = Vec::with_capacity(k);
+    while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        order.push(i);
+        for &s in &deps.succs[i] {
+            waiting[s] -= 1;
+            if waiting[s] == 0 {
+                ready.push(std::cmp::Reverse(s));
+            }
+        }
+    }
+    // A cycle (no valid order) leaves kernels out: keep the program's order, which
+    // verification then reports.
+    if order.len() < k {
+        return (0..k).collect();
+    }
+    order
+}
+
 pub fn apply_schedule(program: &Program, order: &[usize]) -> Program {
     let mut out = program.clone();
     out.kernels = order
@@ -651,7 +679,7 @@ pub fn apply_schedule(program: &Program, order: &[usize]) -> Program {
 /// The name of the kernel at original index `from`, moved to position `to`: fusion names
 /// kernels by their index (`k12_row_softmax` at 12), so that prefix becomes the new
 /// position (`k3_row_softmax`); a name without it gets a `k3_` prefix.
-fn rename(name: &str, from: usize, to: usize) -> String {
+pub(crate) fn rename(name: &str, from: usize, to: usize) -> String {
     let rest = name
         .strip_prefix(&format!("k{from}"))
         .filter(|r| !r.starts_with(|c: char| c.is_ascii_digit()));

@@ -558,6 +558,7 @@ pub fn matmul(
             body: body.b,
             stores: vec![store(v, out, &[m, n])],
             quant: None,
+            bias_grad: None,
         }),
     )
 }
@@ -639,6 +640,7 @@ pub fn matmul_batched_scaled() -> Program {
             body: body.b,
             stores: vec![store(v, out, &[bt, m, n])],
             quant: None,
+            bias_grad: None,
         }),
     )
 }

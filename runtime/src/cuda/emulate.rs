@@ -301,6 +301,7 @@ pub(super) fn gemm(mem: &mut Memory, g: &GemmLaunch) -> Result<(), String> {
         None => None,
     };
     let bias = match lt.bias {
+        Some(_) if lt.epilogue.writes_bias() => None,
         Some(addr) => {
             Some(decode_f64(dt, mem.bytes(addr, lt.m * elem)?).ok_or_else(|| "GEMM bias: cannot decode".to_string())?)
         }
@@ -356,7 +357,7 @@ pub(super) fn gemm(mem: &mut Memory, g: &GemmLaunch) -> Result<(), String> {
                         let x = x[bi * xm.batch_stride as usize + i + j * xm.ld as usize] as f32;
                         (v as f32 * graphc_ir::interp::gelu_tanh_derivative_f32(x)) as f64
                     }
-                    GemmEpilogue::None | GemmEpilogue::Bias => v,
+                    GemmEpilogue::None | GemmEpilogue::Bias | GemmEpilogue::BGradA | GemmEpilogue::BGradB => v,
                 };
                 d[bi * dbs + i + j * dld] = v;
             }
@@ -364,7 +365,28 @@ pub(super) fn gemm(mem: &mut Memory, g: &GemmLaunch) -> Result<(), String> {
     }
     let data = encode_f64(dt, &d).ok_or_else(|| format!("GEMM output: cannot encode {dt}"))?;
     mem.write(DevAddr::new(lt.d.addr.region, d_lo), &data)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    // BGRADA / BGRADB: op(A) summed over k (m values) or op(B) over k (n values), in
+    // f32 (the compute type), rounded to the bias type (D's).
+    if let (Some(addr), true) = (lt.bias, lt.epilogue.writes_bias()) {
+        let a_side = lt.epilogue == GemmEpilogue::BGradA;
+        let len = if a_side { m } else { n };
+        let mut sums = vec![0f64; len];
+        for (x, s) in sums.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for p in 0..k {
+                acc += if a_side {
+                    a[if lt.transa { p + x * lda } else { x + p * lda }] as f32
+                } else {
+                    b[if lt.transb { x + p * ldb } else { p + x * ldb }] as f32
+                };
+            }
+            *s = acc as f64;
+        }
+        let data = encode_f64(dt, &sums).ok_or_else(|| format!("GEMM bias gradient: cannot encode {dt}"))?;
+        mem.write(addr, &data).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 fn decode_f64(dt: DType, bytes: &[u8]) -> Option<Vec<f64>> {

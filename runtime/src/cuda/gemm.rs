@@ -163,6 +163,9 @@ fn set_desc_attributes(p: &PreparedGemm, g: &LtMatmul, base: &dyn Fn(Region) -> 
             GemmEpilogue::BiasRelu => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
             GemmEpilogue::BiasGelu => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
             GemmEpilogue::DGelu => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DGELU,
+            // The bias pointer is then written: the operand summed over k.
+            GemmEpilogue::BGradA => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BGRADA,
+            GemmEpilogue::BGradB => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BGRADB,
         };
         set(
             D::CUBLASLT_MATMUL_DESC_EPILOGUE,

@@ -1,11 +1,11 @@
 //! Matmul kernels: `[batch.., m, k] x [batch.., k, n]` through the interpreter's matmul,
 //! then the epilogue body over `batch ++ [m, n]`.
 
-use graphc_compiler::kernel::{Access, BufferId, Expr};
+use graphc_compiler::kernel::{Access, BiasGrad, BufferId, Expr, Operand};
 use graphc_ir::interp::eval_op;
-use graphc_ir::{DType, Op, Tensor, TensorType};
+use graphc_ir::{DType, Op, ReduceOp, Tensor, TensorType};
 
-use super::access::gather_strided;
+use super::access::{gather_strided, scatter};
 use super::body::{self, Leaves};
 use super::Ctx;
 
@@ -106,7 +106,32 @@ pub(super) fn run(ctx: &Ctx, mm: &MatMulKernel) -> Result<Vec<(BufferId, Tensor)
         keep: uses > 1,
     };
     let mut values = body::evaluate(&mm.body, &space, &roots, &[], &mut leaves)?;
-    let mut out = Vec::with_capacity(mm.stores.len());
+    let mut out = Vec::with_capacity(mm.stores.len() + 1);
     body::write_stores(ctx, &mm.stores, &mut values, &mut out)?;
+    if let Some(g) = &mm.bias_grad {
+        out.push(bias_grad(ctx, mm, g).map_err(|m| format!("bias gradient: {m}"))?);
+    }
     Ok(out)
+}
+
+/// The bias gradient: the operand summed over `k` by the interpreter's reduce (the row
+/// kernel it replaces computed the same sum), stored through its access.
+fn bias_grad(ctx: &Ctx, mm: &MatMulKernel, g: &BiasGrad) -> Result<(BufferId, Tensor), String> {
+    let nb = mm.batch.len();
+    let (acc, rows, cols, axis) = match g.operand {
+        Operand::A => (&mm.a, mm.m, mm.k, nb + 1),
+        Operand::B => (&mm.b, mm.k, mm.n, nb),
+    };
+    let dims: Vec<usize> = mm.batch.iter().copied().chain([rows, cols]).collect();
+    let x = gather_strided(ctx.value(acc.buffer)?, acc.offset, &acc.strides, &dims)?;
+    let len = g.len(mm);
+    let axes: Vec<usize> = (0..nb).chain([axis]).collect();
+    let op = Op::Reduce {
+        op: ReduceOp::Sum,
+        axes,
+        keepdims: false,
+    };
+    let sum = eval_op(&op, &[&x], &TensorType::new(x.dtype(), vec![len])).map_err(|m| format!("sum: {m}"))?;
+    let buf = ctx.writable(g.store.buffer)?;
+    Ok((g.store.buffer, scatter(sum, &g.store, &buf.ty)?))
 }

@@ -397,7 +397,42 @@ impl<'p> Verifier<'p> {
         let space = mm.space();
         let dtypes = self.inputs(&mm.inputs, &space)?;
         self.body(&mm.body, &space, &dtypes, &Extra::Acc(acc.dtype))?;
-        self.stores(&mm.body, &mm.stores, &space, "store", &mut Vec::new())
+        let mut seen = Vec::new();
+        self.stores(&mm.body, &mm.stores, &space, "store", &mut seen)?;
+        match &mm.bias_grad {
+            Some(g) => self.bias_grad(mm, g, a.ty.dtype, &mut seen),
+            None => Ok(()),
+        }
+    }
+
+    /// A bias gradient (see [`crate::kernel::BiasGrad`]): a float operand, no batch,
+    /// not quantized, stored whole in the operand's type by a rank-1 access over the
+    /// bias length, to a buffer no other store writes.
+    fn bias_grad(&self, mm: &MatMulKernel, g: &crate::kernel::BiasGrad, dtype: DType, seen: &mut Vec<BufferId>) -> R {
+        let err = |message: String| KernelVerifyError::MatMulShape {
+            kernel: self.kernel(),
+            message,
+        };
+        if mm.quant.is_some() {
+            return Err(err("a bias gradient beside a quantized operand".into()));
+        }
+        if mm.batch.iter().any(|&d| d != 1) {
+            return Err(err(format!(
+                "a bias gradient of a batched product (batch {:?})",
+                mm.batch
+            )));
+        }
+        if !dtype.is_float() {
+            return Err(err(format!("a bias gradient of a {dtype} operand")));
+        }
+        // The sum is a value of the operand's type, stored like any other store.
+        let mut body = Body::default();
+        let v = body.push(Expr::Index(0), dtype);
+        let store = Store {
+            value: v,
+            access: g.store.clone(),
+        };
+        self.stores(&body, &[store], &[g.len(mm)], "bias gradient", seen)
     }
 
     /// A quantized `b` (see [`QuantB`]): the packed data and scales typed and shaped

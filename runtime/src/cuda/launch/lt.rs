@@ -137,7 +137,7 @@ pub(super) fn lt_matmul(
             a.plus(d_off)
         }
     };
-    if d_addr.region != Region::Arena && !(d_addr.region == Region::Io && d_addr.offset >= layout.inputs_end) {
+    if !writable(layout, d_addr) {
         return Err(format!(
             "the GEMM writes {d_addr}, which holds an input, weight or constant"
         ));
@@ -191,6 +191,11 @@ pub(super) fn lt_matmul(
     })
 }
 
+/// Whether a GEMM may write `a`: the arena, or the outputs' part of the I/O region.
+fn writable(layout: &DeviceLayout, a: DevAddr) -> bool {
+    a.region == Region::Arena || (a.region == Region::Io && a.offset >= layout.inputs_end)
+}
+
 /// The byte range `[lo, hi)` a matrix of `batch` batches touches (None: negative
 /// strides or overflow).
 pub(crate) fn matrix_span(x: &LtMatrix, batch: u64, elem: u64) -> Option<(u64, u64)> {
@@ -241,8 +246,19 @@ pub(super) fn check_gemm_bounds(layout: &DeviceLayout, lt: &LtMatmul) -> Result<
         }
     }
     if let Some(b) = lt.bias {
-        if b.offset + lt.m * elem > layout.region_bytes(b.region) {
+        // BGRADB writes n values (op(B)'s columns); every other bias has m.
+        let len = if lt.epilogue == GemmEpilogue::BGradB {
+            lt.n
+        } else {
+            lt.m
+        };
+        if b.offset + len * elem > layout.region_bytes(b.region) {
             return Err(format!("GEMM bias at {b} lies outside its region"));
+        }
+        if lt.epilogue.writes_bias() && !writable(layout, b) {
+            return Err(format!(
+                "the GEMM writes its bias gradient at {b}, which holds an input, weight or constant"
+            ));
         }
     }
     Ok(())
