@@ -329,6 +329,15 @@ pub(crate) fn split(cx: &Ctx, mk: &MatMulKernel) -> Result<(GemmDesc, Option<Epi
             batch_stride: 0,
         });
     }
+    // BGRADA takes cuBLASLt's A (our b) non-transposed, BGRADB its B (our a) transposed.
+    let reduced_trans = match mk.bias_grad.as_ref().map(|g| g.operand) {
+        Some(crate::kernel::Operand::B) => Some(b.trans),
+        Some(crate::kernel::Operand::A) => Some(!a.trans),
+        None => None,
+    };
+    if reduced_trans == Some(true) && m > 1 && n > 1 {
+        return Err(cx.unsupported("a bias gradient of an operand not contiguous along the bias"));
+    }
     let epilogue = match (chain.bias.is_some(), chain.act) {
         _ if chain.aux.is_some() => GemmEpilogue::DGelu,
         _ if mk.bias_grad.is_some() => match mk.bias_grad.as_ref().map(|g| g.operand) {

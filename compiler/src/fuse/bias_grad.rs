@@ -138,7 +138,10 @@ fn plain_product(program: &Program, mm: &MatMulKernel, dtype: DType) -> bool {
 }
 
 /// Whether the row kernel's input, walked over `outer ++ inner`, is `operand` of `mm`
-/// with `outer` flattening to its bias axis (`m` for a, `n` for b) and `inner` to `k`.
+/// with `outer` flattening to its bias axis (`m` for a, `n` for b) and `inner` to `k`,
+/// and the operand is contiguous along that axis: cuBLASLt's `BGRADA` takes only a
+/// non-transposed A (our `b` row-major), `BGRADB` only a transposed B (our `a` stored
+/// column-major), as cuBLASMp's tests of the epilogues state.
 fn sums_operand(rk: &RowKernel, input: &Access, mm: &MatMulKernel, operand: Operand) -> bool {
     let nb = mm.batch.len();
     let (acc, len_axis, k_axis, len) = match operand {
@@ -149,7 +152,8 @@ fn sums_operand(rk: &RowKernel, input: &Access, mm: &MatMulKernel, operand: Oper
         return false;
     };
     let r = rk.outer.len();
-    input.buffer == acc.buffer
+    (s_len == 1 || len == 1)
+        && input.buffer == acc.buffer
         && input.offset == acc.offset
         && input.strides.len() == r + rk.inner.len()
         && rk.outer.iter().product::<usize>() == len
