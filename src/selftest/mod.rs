@@ -330,12 +330,16 @@ fn gemm_cases(c: &mut Cases) -> Result<(), GraphError> {
         // A linear layer's weight and bias gradients: one GEMM with cuBLASLt's BGRADA
         // (weight [in, out]: the sum of its b over k) or BGRADB (weight [out, in]: of
         // its a) in f16 / bf16; a GEMM and a row kernel in f32 / f64.
-        c.add(format!("gemm {dt} x^T@dy and sum(dy) over [2,12] tokens (BGRADA)"), 0, &|b| {
-            let x = b.input("x", dt, [2, m / 2, k]).reshape([m, k]);
-            let dy = b.input("dy", dt, [2, m / 2, n]);
-            b.output("dw", x.transpose(&[1, 0]).matmul(dy.reshape([m, n])));
-            b.output("db", dy.sum(&[0, 1], false));
-        })?;
+        c.add(
+            format!("gemm {dt} x^T@dy and sum(dy) over [2,12] tokens (BGRADA)"),
+            0,
+            &|b| {
+                let x = b.input("x", dt, [2, m / 2, k]).reshape([m, k]);
+                let dy = b.input("dy", dt, [2, m / 2, n]);
+                b.output("dw", x.transpose(&[1, 0]).matmul(dy.reshape([m, n])));
+                b.output("db", dy.sum(&[0, 1], false));
+            },
+        )?;
         c.add(format!("gemm {dt} dy^T@x and sum(dy) over tokens (BGRADB)"), 0, &|b| {
             let x = b.input("x", dt, [m, k]);
             let dy = b.input("dy", dt, [m, n]);
