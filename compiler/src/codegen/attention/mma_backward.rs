@@ -191,7 +191,9 @@ impl B<'_> {
         w.open(format!("for (int n = 0; n < {}; ++n)", bn / 8));
         w.line(format!("{acc}[n][0] = {acc}[n][1] = {acc}[n][2] = {acc}[n][3] = 0.0f;"));
         w.close();
-        w.line("#pragma unroll");
+        // Wide: a rolled loop over the head dim (the accumulators' indices do not
+        // depend on it), so its loads are not all in flight beside the [16, d] output.
+        w.line(if self.wide { "#pragma unroll 1" } else { "#pragma unroll" });
         w.open(format!("for (int kc = 0; kc < {}; ++kc)", width / 16));
         let frag = match frag.strip_prefix('@').and_then(|f| f.split_once('/')) {
             Some((src, fpitch)) => {
