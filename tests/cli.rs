@@ -766,3 +766,62 @@ fn weights_int8_and_int4_on_plan_and_run() {
         stderr(&bad)
     );
 }
+
+/// `--chunk-tokens N`: `graphc plan` runs GPT-2's MLPs in parts and says so, with a
+/// smaller arena than the whole plan (`tests/fit.rs` checks the values); 0 parts, and
+/// a training step, are refused with the reason.
+#[test]
+fn chunk_tokens_runs_mlps_in_parts() {
+    let model = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
+    let dims = ["--dim", "batch=8", "--dim", "seq=16"];
+    let arena = |o: &Output| {
+        let out = stdout(o);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("arena"))
+            .unwrap_or_default()
+            .to_string();
+        line.split_whitespace()
+            .nth(3)
+            .and_then(|b| b.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let whole = graphc(&[&["plan", model][..], &dims].concat());
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    let parts = graphc(&[&["plan", model][..], &dims, &["--chunk-tokens", "4"]].concat());
+    assert!(parts.status.success(), "{}", stderr(&parts));
+    assert!(
+        stdout(&parts).contains("chunks         2 MLPs run in 4 parts of their tokens"),
+        "{}",
+        stdout(&parts)
+    );
+    assert!(
+        arena(&parts) > 0 && arena(&parts) < arena(&whole),
+        "{} vs {}",
+        arena(&parts),
+        arena(&whole)
+    );
+    let zero = graphc(&[&["plan", model][..], &dims, &["--chunk-tokens", "0"]].concat());
+    assert!(
+        !zero.status.success() && stderr(&zero).contains("--chunk-tokens"),
+        "{}",
+        stderr(&zero)
+    );
+    let train = graphc(&[
+        "plan",
+        "tests/fixtures/train/gpt2/model.onnx",
+        "--train",
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--chunk-tokens",
+        "2",
+    ]);
+    assert!(!train.status.success(), "{}", stdout(&train));
+    assert!(
+        stderr(&train).contains("token chunking applies to inference plans"),
+        "{}",
+        stderr(&train)
+    );
+}

@@ -202,3 +202,62 @@ fn int4_weights_fit_a_larger_batch() {
     assert_eq!(q.compiled.plan.workspace_bytes, 0);
     assert!(q.compiled.plan.weights_bytes * 4 < plain.compiled.plan.weights_bytes);
 }
+
+/// `--chunk-tokens 4` in a fit: GPT-2's MLPs run over 4 parts of their tokens, so a
+/// larger batch fits; the chunked plan of a batch whose tokens do not divide by 4
+/// (parts of unequal rows) gives the unchunked plan's outputs bit for bit on the CPU
+/// executor and on cuda-sim when a host compiler is there.
+#[test]
+fn chunked_mlps_fit_a_larger_batch_with_the_same_values() {
+    let seq = [("seq".to_string(), 16)];
+    let mut opts = with_budget(40 << 20);
+    let plain = graphc::fit::fit_model(&repo_path(DYNAMIC), &seq, "batch", &opts, 1 << 20).unwrap();
+    opts.token_chunks = 4;
+    let chunked = graphc::fit::fit_model(&repo_path(DYNAMIC), &seq, "batch", &opts, 1 << 20).unwrap();
+    assert!(
+        chunked.value > plain.value,
+        "chunked {} vs whole {}",
+        chunked.value,
+        plain.value
+    );
+    assert_eq!(chunked.compiled.chunks.regions, 2, "{:?}", chunked.compiled.chunks);
+    assert!(chunked.compiled.plan.fits());
+
+    let g = graphc::load_model(&repo_path(DYNAMIC), &[("batch".into(), 3), ("seq".into(), 5)]).unwrap();
+    let inputs: std::collections::HashMap<_, _> = random_inputs(&g, 9)
+        .into_iter()
+        .map(|(n, t)| {
+            let v: Vec<f64> = t
+                .to_f64_vec()
+                .iter()
+                .map(|x| x.abs().rem_euclid(128.0).floor())
+                .collect();
+            (
+                n,
+                graphc::ir::Tensor::from_f64(t.dtype(), t.shape().clone(), &v).unwrap(),
+            )
+        })
+        .collect();
+    let whole = graphc::compile(&g).unwrap();
+    let parts = graphc::compile_with(
+        &g,
+        &graphc::CompileOptions {
+            token_chunks: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(parts.chunks.regions, 2);
+    let want = graphc::run_cpu(&whole, inputs.clone()).unwrap();
+    let got = graphc::run_cpu(&parts, inputs.clone()).unwrap();
+    for (name, a, b) in zip_outputs(&got, &want).unwrap() {
+        assert_eq!(a.to_f64_vec(), b.to_f64_vec(), "{name}");
+    }
+    if graphc::cuda::sim::build::find_compiler().is_ok() {
+        let sim = graphc::cuda::sim::run_sim(&parts, &inputs, &Default::default()).unwrap();
+        for (name, a, b) in zip_outputs(&sim, &want).unwrap() {
+            let err = relative_l2(a, b);
+            assert!(err < 1e-5, "{name}: cuda-sim {err:.2e}");
+        }
+    }
+}

@@ -8,6 +8,7 @@
 //! [`build`] ([`nvrtc`] compiles them for one architecture, cached on disk); the
 //! runtime only loads and runs what they produce (see ARCHITECTURE.md).
 
+pub mod chunk;
 pub mod codegen;
 pub mod fuse;
 pub mod kernel;

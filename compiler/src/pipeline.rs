@@ -52,6 +52,9 @@ pub struct CompileOptions {
     /// Compile a whole training step (loss, backward, optimizer update) instead of
     /// the forward graph ([`crate::train`]).
     pub train: Option<TrainOptions>,
+    /// Run each position-wise MLP over this many parts of its tokens
+    /// ([`crate::chunk`]; 0 or 1: whole). Inference only.
+    pub token_chunks: usize,
 }
 
 /// The result of compiling: the graph to execute and the report of every pass.
@@ -73,6 +76,11 @@ pub struct Compiled {
     pub precision: PrecisionReport,
     /// The weights quantized (none unless `CompileOptions::weights` asks).
     pub quantize: QuantReport,
+    /// Token chunking ([`CompileOptions::token_chunks`]): the MLPs run in parts.
+    pub chunks: crate::chunk::ChunkReport,
+    /// With token chunking, the graph before it (what a shape family is made of:
+    /// each value's graph is chunked anew).
+    pub unchunked: Option<Graph>,
     /// A training step: its state (parameters, optimizer moments, step counter, with
     /// their initial values) and what the training stages did.
     pub train: Option<Training>,
@@ -195,6 +203,8 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         .as_ref()
         .map(|t| t.state.slots.iter().map(|s| s.name.clone()).collect())
         .unwrap_or_default();
+    let unchunked = (opts.token_chunks > 1).then(|| graph.clone());
+    let (graph, chunks) = run_chunk(graph, opts)?;
     let (mut program, fusion, report) = run_fuse(&graph, &in_place, opts)?;
     passes.push(report);
     // Training: each state output written over its input (in place), where it can be.
@@ -209,6 +219,8 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         program,
         passes,
         optimize,
+        chunks,
+        unchunked,
         fusion,
         schedule,
         plan,
@@ -435,6 +447,38 @@ fn run_optimize(graph: &Graph, opts: &CompileOptions) -> Result<(Graph, Optimize
     };
     check(&graph, Pass::Optimize, opts)?;
     Ok((graph, report, pass))
+}
+
+impl Compiled {
+    /// The graph fusion started from, before token chunking.
+    pub fn fusion_input(&self) -> &Graph {
+        self.unchunked.as_ref().unwrap_or(&self.graph)
+    }
+}
+
+/// Token chunking of an inference graph's MLPs, just before fusion (after the last
+/// optimizer run, which would fold the parts back; shape families write their graph
+/// out at a value and chunk it then).
+fn run_chunk(graph: Graph, opts: &CompileOptions) -> Result<(Graph, crate::chunk::ChunkReport), CompileError> {
+    if opts.token_chunks < 2 {
+        return Ok((graph, Default::default()));
+    }
+    if opts.train.is_some() {
+        return Err(CompileError::Pass {
+            pass: "chunk",
+            error: GraphError::Graph(
+                "token chunking applies to inference plans; a training step is not run in parts yet".into(),
+            ),
+        });
+    }
+    let (graph, report) = crate::chunk::chunk_mlps(&graph, opts.token_chunks)
+        .map_err(|error| CompileError::Pass { pass: "chunk", error })?;
+    if report.regions > 0 {
+        graph
+            .verify()
+            .map_err(|error| CompileError::Pass { pass: "chunk", error })?;
+    }
+    Ok((graph, report))
 }
 
 /// Fusion of the graph into kernels.

@@ -39,7 +39,8 @@ use graphc_ir::{Graph, GraphError, Tensor};
 use serde_json::{Number, Value};
 
 use super::{
-    account_precision, run_fuse, run_plan, CompileError, CompileOptions, Compiled, Pass, PassDetail, PassReport,
+    account_precision, run_chunk, run_fuse, run_plan, CompileError, CompileOptions, Compiled, Pass, PassDetail,
+    PassReport,
 };
 
 /// The small sample: the smallest value whose shapes are generic (at 1, a dimension
@@ -245,13 +246,15 @@ impl ShapeFamily {
     /// The family of `dim` from its compiles at [`LOW`] (`low`) and at [`MARKER`]
     /// (`high`), made with the same options.
     pub fn capture(dim: &str, low: Compiled, high: &Compiled) -> Result<ShapeFamily, FamilyError> {
-        let (low_structure, low_weights) = low.graph.split_weights();
-        let (high_structure, high_weights) = high.graph.split_weights();
+        // The input of fusion before token chunking: a value's graph is chunked anew.
+        let (low_graph, high_graph) = (low.fusion_input(), high.fusion_input());
+        let (low_structure, low_weights) = low_graph.split_weights();
+        let (high_structure, high_weights) = high_graph.split_weights();
         same_weights(dim, &low_weights, &high_weights)?;
         let (a, b) = (json(&low_structure)?, json(&high_structure)?);
         let mut zip = Zip {
             dim,
-            graph: &low.graph,
+            graph: low_graph,
             integers: Vec::new(),
             path: Vec::new(),
         };
@@ -308,6 +311,7 @@ impl ShapeFamily {
         }
         let start = Instant::now();
         let graph = self.graph_at(value)?;
+        let unchunked = (opts.token_chunks > 1).then(|| graph.clone());
         let specialize = PassReport {
             pass: Pass::Specialize,
             nodes_before: graph.len(),
@@ -319,6 +323,7 @@ impl ShapeFamily {
                 integers: self.dependent(),
             }],
         };
+        let (graph, chunks) = run_chunk(graph, opts)?;
         let (program, fusion, fused) = run_fuse(&graph, &[], opts)?;
         let (program, schedule, plan, planned) = run_plan(program, opts)?;
         let mut passes: Vec<PassReport> = self
@@ -335,6 +340,8 @@ impl ShapeFamily {
             program,
             passes,
             optimize: self.low.optimize.clone(),
+            chunks,
+            unchunked,
             fusion,
             schedule,
             plan,
@@ -449,7 +456,7 @@ impl Fill<'_> {
                             return Err(FamilyError::OutOfRange {
                                 dim: self.family.dim.clone(),
                                 value: self.value,
-                                place: place(&self.family.low.graph, &self.path),
+                                place: place(self.family.low.fusion_input(), &self.path),
                                 poly: poly.describe(&self.family.dim),
                             })
                         }

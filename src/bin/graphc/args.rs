@@ -68,6 +68,12 @@ pub struct BudgetArgs {
     /// nearest; GEMMs dequantize as they read them.
     #[arg(long, default_value = "none")]
     pub weights: WeightQuant,
+    /// Run each transformer MLP (up projection, activation, down projection) over this
+    /// many parts of its tokens, one part's wide hidden live at a time (inference; the
+    /// same values). Parts split the outermost dim (the batch of `[batch, seq, d]`, or
+    /// the tokens of `[tokens, d]`), which must divide by N; 1: whole.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub chunk_tokens: u16,
 }
 
 impl BudgetArgs {
@@ -87,6 +93,9 @@ impl BudgetArgs {
         if self.weights != WeightQuant::default() {
             w.extend(["--weights".to_string(), self.weights.to_string()]);
         }
+        if self.chunk_tokens > 1 {
+            w.extend(["--chunk-tokens".to_string(), self.chunk_tokens.to_string()]);
+        }
         w
     }
 
@@ -104,6 +113,7 @@ impl BudgetArgs {
                 ..Default::default()
             },
             weights: self.weights,
+            token_chunks: self.chunk_tokens as usize,
             ..Default::default()
         }
     }

@@ -61,6 +61,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if !compiled.quantize.quantized.is_empty() {
             println!("weights        {}", compiled.quantize.summary());
         }
+        if compiled.chunks.regions > 0 {
+            println!("chunks         {}", compiled.chunks.summary());
+        }
         if let Some(t) = &train_bytes {
             println!();
             print!("{}", t.text());

@@ -193,7 +193,11 @@ impl B<'_> {
         w.close();
         // Wide: a rolled loop over the head dim (the accumulators' indices do not
         // depend on it), so its loads are not all in flight beside the [16, d] output.
-        w.line(if self.wide { "#pragma unroll 1" } else { "#pragma unroll" });
+        w.line(if self.wide {
+            "#pragma unroll 1"
+        } else {
+            "#pragma unroll"
+        });
         w.open(format!("for (int kc = 0; kc < {}; ++kc)", width / 16));
         let frag = match frag.strip_prefix('@').and_then(|f| f.split_once('/')) {
             Some((src, fpitch)) => {
