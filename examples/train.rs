@@ -35,6 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         target: y.ty(),
         output: None,
         loss_scale: None,
+        remat: Default::default(),
     };
     let step = train::compile_step(&graph, opts, &Default::default())?;
     if let Some(t) = &step.train {

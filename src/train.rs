@@ -17,6 +17,7 @@
 //!     target: y.ty(),
 //!     output: None,
 //!     loss_scale: None,
+//!     remat: Default::default(),
 //! };
 //! let step = train::compile_step(&graph, opts, &Default::default()).unwrap();
 //! let mut session = train::cpu_session(&step).unwrap();
@@ -28,7 +29,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use graphc_compiler::train::{AdamW, Loss, LossKind, LossScaling, Optimizer, Sgd, StateClass, TrainOptions};
+pub use graphc_compiler::train::{AdamW, Loss, LossKind, LossScaling, Optimizer, Remat, Sgd, StateClass, TrainOptions};
 use graphc_compiler::{CompileOptions, Compiled};
 use graphc_ir::{Graph, Tensor};
 pub use graphc_runtime::state::{CpuStep, KeptState, StateError, Stateful, StepRunner, Transfers};

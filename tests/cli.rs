@@ -825,3 +825,63 @@ fn chunk_tokens_runs_mlps_in_parts() {
         stderr(&train)
     );
 }
+
+/// `--remat full` on a training plan: the report says what is made again and what it
+/// costs, and the saved activations shrink.
+#[test]
+fn remat_full_recomputes_layers_in_a_training_plan() {
+    let args = |remat: &str| {
+        graphc(&[
+            "plan",
+            "tests/fixtures/train/gpt2/model.onnx",
+            "--train",
+            "--loss",
+            "cross-entropy",
+            "--target",
+            "labels",
+            "--shift-labels",
+            "--remat",
+            remat,
+        ])
+    };
+    let saved = |o: &Output| {
+        let out = stdout(o);
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("saved activations"))
+            .unwrap_or_default()
+            .to_string();
+        let mut w = line.split_whitespace().skip(2);
+        let x = w.next().and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+        let unit = match w.next() {
+            Some("KiB") => 1024.0,
+            Some("MiB") => 1024.0 * 1024.0,
+            Some("GiB") => 1024.0 * 1024.0 * 1024.0,
+            _ => 1.0,
+        };
+        x * unit
+    };
+    let (off, full) = (args("off"), args("full"));
+    assert!(
+        off.status.success() && full.status.success(),
+        "{}{}",
+        stderr(&off),
+        stderr(&full)
+    );
+    assert!(!stdout(&off).contains("remat "), "{}", stdout(&off));
+    let out = stdout(&full);
+    assert!(out.contains("remat        full: 2 layers, "), "{out}");
+    assert!(out.contains("of the step's GEMM and attention FLOPs"), "{out}");
+    assert!(
+        saved(&full) > 0.0 && saved(&full) < saved(&off),
+        "{} vs {}\n{out}",
+        saved(&full),
+        saved(&off)
+    );
+    let bad = args("some");
+    assert!(
+        !bad.status.success() && stderr(&bad).contains("--remat"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -103,6 +103,7 @@ fn kernels() -> Vec<CudaKernel> {
             target: labels.ty(),
             output: None,
             loss_scale: (precision == Precision::Fp16).then(graphc::train::LossScaling::default),
+            remat: Default::default(),
         };
         let base = graphc::CompileOptions {
             precision,

@@ -179,6 +179,18 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
                     }
                 })?;
             training.report.recomputed_casts = recast;
+            // `--remat full`: each layer's forward made again in its backward.
+            let graph = if train.remat == crate::train::Remat::Full {
+                let (graph, layers) =
+                    crate::train::remat::recompute_layers(&graph).map_err(|error| CompileError::Pass {
+                        pass: "autodiff",
+                        error,
+                    })?;
+                training.report.recomputed_layers = Some(layers);
+                graph
+            } else {
+                graph
+            };
             // Cheap saved activations computed again in the backward.
             let (graph, again) =
                 crate::train::remat::recompute_saved_elementwise(&graph).map_err(|error| CompileError::Pass {

@@ -307,6 +307,7 @@ mod tests {
                 target: TensorType::new(DType::F32, [4, 2]),
                 output: None,
                 loss_scale: None,
+                remat: Default::default(),
             }),
             ..Default::default()
         };

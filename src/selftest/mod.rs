@@ -653,6 +653,7 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
             target: y.ty(),
             output: None,
             loss_scale,
+            remat: Default::default(),
         };
         let copts = crate::CompileOptions {
             precision,

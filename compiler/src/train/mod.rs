@@ -47,6 +47,22 @@ pub struct TrainOptions {
     pub output: Option<String>,
     /// Dynamic loss scaling (`torch.amp.GradScaler`), for fp16 training.
     pub loss_scale: Option<LossScaling>,
+    /// What the backward computes again instead of keeping ([`Remat`]).
+    pub remat: Remat,
+}
+
+/// Recomputation in the backward pass (`--remat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Remat {
+    /// Keep what the backward reads (cheap elementwise values and low-precision weight
+    /// copies are still made again: [`remat`]).
+    #[default]
+    Off,
+    /// Keep only each layer's input and compute the layer's forward again in its
+    /// backward, as `gradient_checkpointing_enable()` does
+    /// ([`remat::recompute_layers`]).
+    Full,
 }
 
 /// What a slot of state holds.
@@ -157,6 +173,9 @@ pub struct TrainReport {
     /// Saved elementwise values computed again in the backward pass
     /// ([`remat::recompute_saved_elementwise`]).
     pub recomputed_elementwise: usize,
+    /// `--remat full`: the layers' forward values made again
+    /// ([`remat::recompute_layers`]).
+    pub recomputed_layers: Option<remat::LayerRemat>,
     /// Cross-entropy: the class count (the logits' last dim), which every label must be
     /// under ([`Loss::check_labels`]).
     pub classes: Option<usize>,

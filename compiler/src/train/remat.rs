@@ -197,6 +197,200 @@ pub fn recompute_saved_elementwise(graph: &Graph) -> Result<(Graph, usize), Grap
     Ok((out, count))
 }
 
+/// What [`recompute_layers`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LayerRemat {
+    /// Layers found (by their parameters' names), forward values made again in the
+    /// backward, and the layer inputs kept (the checkpoints).
+    pub layers: usize,
+    pub recomputed: usize,
+    pub checkpoints: usize,
+    /// The step's GEMM and attention FLOPs ([`matmul_flops`]) without recomputation,
+    /// and what the recomputed nodes add.
+    pub step_flops: u64,
+    pub extra_flops: u64,
+}
+
+impl LayerRemat {
+    /// The recomputation's cost as a share of the step's FLOPs.
+    pub fn extra_share(&self) -> f64 {
+        self.extra_flops as f64 / self.step_flops.max(1) as f64
+    }
+}
+
+/// Multiply-adds ×2 of a node's GEMMs: a matmul's `2 m n k` per batch, attention's
+/// score and value products (halved when causal), and each attention gradient's
+/// (dq, dk: three products; dv: two). Elementwise work is not counted: it is memory-
+/// bound and small beside these.
+pub fn matmul_flops(graph: &Graph, id: NodeId) -> u64 {
+    let node = graph.node(id);
+    let ty = |k: usize| &graph.node(node.inputs[k]).ty;
+    let attention = |products: u64, causal: bool| {
+        let args: Vec<&graphc_ir::TensorType> = node.inputs.iter().take(3).map(|&i| &graph.node(i).ty).collect();
+        match graphc_ir::AttentionDims::of(&args) {
+            Ok(d) => {
+                let b: usize = d.batch.iter().product();
+                let per = 2 * (b * d.hq * d.sq * d.sk * d.d.max(d.dv)) as u64;
+                let f = products * per;
+                if causal {
+                    f / 2
+                } else {
+                    f
+                }
+            }
+            Err(_) => 0,
+        }
+    };
+    match &node.op {
+        Op::MatMul => {
+            let out = node.ty.shape.dims();
+            let k = ty(0).shape.dims().last().copied().unwrap_or(0);
+            (2 * out.iter().product::<usize>() * k) as u64
+        }
+        Op::Attention { causal, .. } => attention(2, *causal),
+        Op::AttentionLse { causal, .. } => attention(1, *causal),
+        Op::AttentionGrad { wrt, causal, .. } => {
+            attention(if *wrt == graphc_ir::AttentionOperand::V { 2 } else { 3 }, *causal)
+        }
+        _ => 0,
+    }
+}
+
+/// Gradient checkpointing (`--remat full`, as `gradient_checkpointing_enable()`):
+/// the backward keeps only each layer's input and computes the layer's forward again
+/// where it needs its values.
+///
+/// A forward node's *layer* is that of the parameters it reads (a state input named in
+/// a layer list, `h.3`, `layers.3`: the report's `layer_of`), else the latest of its
+/// operands'. A node outside the layers (it reads a parameter of none, as the
+/// embeddings, the final norm and the LM head do, or only such nodes and sources) is
+/// kept as it is: recomputing the LM head would cost a vocabulary-wide GEMM. A
+/// *checkpoint* is a layer's value read by a later layer or outside the layers (the
+/// residual stream between layers). Every other layer value the backward reads is made
+/// again, with what it needs, from the checkpoints, sources and kept values (the
+/// copies come right before their first backward reader, so each layer's values live
+/// only during its backward). Recomputing deterministic ops gives the same values:
+/// the step's results do not change.
+pub fn recompute_layers(graph: &Graph) -> Result<(Graph, LayerRemat), GraphError> {
+    let n = graph.len();
+    let order = graph.topo_order()?;
+    let forward = forward_of(graph);
+    let users = graph.users();
+    // The layer whose parameters a node reads directly (a layer list's index), or
+    // `Outside` when it reads a parameter of no layer.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Direct {
+        None,
+        Layer(usize),
+        Outside,
+    }
+    let direct = |id: NodeId| {
+        let mut d = Direct::None;
+        for &op in &graph.node(id).inputs {
+            // A parameter read through views (a transposed weight) or a cast.
+            let mut op = op;
+            while matches!(graph.node(op).op, Op::Cast { .. }) || is_view(&graph.node(op).op) {
+                op = graph.node(op).inputs[0];
+            }
+            let src = graph.node(op);
+            if let Op::Input { name, .. } = &src.op {
+                if !src.ty.dtype.is_float() {
+                    continue;
+                }
+                match crate::plan::report::layer_of(name).and_then(|k| k.rsplit('.').next()?.parse::<usize>().ok()) {
+                    Some(l) => {
+                        if d == Direct::None {
+                            d = Direct::Layer(l);
+                        }
+                    }
+                    None => d = Direct::Outside,
+                }
+            }
+        }
+        d
+    };
+    // A node's layer: that of the parameters it reads, else the earliest layer of its
+    // forward readers (a layer norm's statistics belong to the layer whose scale
+    // reads them), computed from the last node back; none outside the layers.
+    let mut layer: Vec<Option<usize>> = vec![None; n];
+    let mut layers = std::collections::BTreeSet::new();
+    for &id in order.iter().rev() {
+        let i = id.index();
+        if !forward[i] || is_source(&graph.node(id).op) {
+            continue;
+        }
+        layer[i] = match direct(id) {
+            Direct::Layer(l) => Some(l),
+            Direct::Outside => None,
+            Direct::None => users[i]
+                .iter()
+                .filter(|u| forward[u.index()])
+                .filter_map(|u| layer[u.index()])
+                .min(),
+        };
+        if let Some(l) = layer[i] {
+            layers.insert(l);
+        }
+    }
+    // The stored value behind views.
+    let base = |mut id: NodeId| {
+        while is_view(&graph.node(id).op) {
+            id = graph.node(id).inputs[0];
+        }
+        id
+    };
+    let mut again = vec![false; n];
+    let mut report = LayerRemat {
+        layers: layers.len(),
+        ..LayerRemat::default()
+    };
+    for &id in &order {
+        let i = id.index();
+        let Some(l) = layer[i] else { continue };
+        let node = graph.node(id);
+        if is_view(&node.op) || is_source(&node.op) {
+            continue;
+        }
+        // A layer's input: made from an earlier layer's values or from outside them.
+        let input = node.inputs.iter().any(|&op| {
+            let b = base(op);
+            !is_source(&graph.node(b).op) && layer[b.index()].is_none_or(|lb| lb < l)
+        });
+        if input {
+            report.checkpoints += 1;
+        } else {
+            again[i] = true;
+        }
+    }
+    // Made again only where the backward reads them (directly or through a copy).
+    let mut out = Graph::new();
+    let mut map: Vec<Option<NodeId>> = vec![None; n];
+    let mut copies: Vec<Option<NodeId>> = vec![None; n];
+    for &id in &order {
+        let node = graph.node(id);
+        let backward = !forward[id.index()];
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for &i in &node.inputs {
+            inputs.push(if backward {
+                backward_value(graph, &mut out, &map, &again, &mut copies, i)?
+            } else {
+                map[i.index()].expect("operands come first in topological order")
+            });
+        }
+        map[id.index()] = Some(out.push(Node { inputs, ..node.clone() }));
+    }
+    report.recomputed = (0..n)
+        .filter(|&i| copies[i].is_some() && !matches!(graph.node(NodeId(i as u32)).op, Op::Iota { .. }))
+        .count();
+    report.step_flops = (0..n).map(|i| matmul_flops(graph, NodeId(i as u32))).sum();
+    report.extra_flops = (0..n)
+        .filter(|&i| copies[i].is_some())
+        .map(|i| matmul_flops(graph, NodeId(i as u32)))
+        .sum();
+    finish(graph, &mut out, &map);
+    Ok((out, report))
+}
+
 /// How deep a chain of elementwise ops [`recompute_saved_elementwise`] makes again.
 const MAX_DEPTH: usize = 6;
 

@@ -227,6 +227,7 @@ mod tests {
                     growth_interval: interval,
                     ..LossScaling::default()
                 }),
+                remat: Default::default(),
             }),
             ..Default::default()
         };

@@ -70,6 +70,18 @@ pub struct TrainArgs {
     /// Dynamic loss scaling: consecutive finite steps before the scale doubles.
     #[arg(long, default_value_t = 2000)]
     pub growth_interval: u32,
+    /// Recomputation: `off` (keep what the backward reads; cheap elementwise values are
+    /// still made again) or `full` (keep only each layer's input and compute the layer
+    /// again in its backward, as `gradient_checkpointing_enable()`; layers are found by
+    /// their parameters' names, `h.N`, `layers.N`, `layer.N`, `blocks.N`).
+    #[arg(long, value_enum, default_value_t = RematArg::Off)]
+    pub remat: RematArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum RematArg {
+    Off,
+    Full,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +211,9 @@ impl TrainArgs {
         if self.shift_labels {
             w.push("--shift-labels".into());
         }
+        if self.remat == RematArg::Full {
+            w.extend(["--remat".into(), "full".into()]);
+        }
         w
     }
 
@@ -257,6 +272,10 @@ impl TrainArgs {
             target,
             output: self.loss_output.clone(),
             loss_scale: self.loss_scaling(precision),
+            remat: match self.remat {
+                RematArg::Off => graphc::train::Remat::Off,
+                RematArg::Full => graphc::train::Remat::Full,
+            },
         })
     }
 }

@@ -31,6 +31,7 @@ pub use picture::picture;
 pub use rerun::{shell_word, CommandLine, Rerun};
 pub use summary::{attention_savings, summary, summary_for};
 pub use svg::{svg, xml_escape};
+pub(crate) use train::layer_of;
 pub use train::TrainBytes;
 
 use super::{Device, MemoryPlan, PlanStep, PlannedBuffer};

@@ -437,7 +437,7 @@ fn kernel_layers(program: &Program, phase: &[Phase], state_names: &HashSet<&str>
 /// The layer a buffer's name places it in: the first `NAME.N` / `NAME_N` / `NAME/N`
 /// path component whose NAME is a layer list's (`h`, `layer`, `layers`, `block`,
 /// `blocks`), as exporters name a module list's members (`/m/transformer/h.3/attn/..`).
-fn layer_of(name: &str) -> Option<String> {
+pub(crate) fn layer_of(name: &str) -> Option<String> {
     let parts: Vec<&str> = name.split(['/', ':']).collect();
     for (k, part) in parts.iter().enumerate() {
         let lowered = part.trim_start_matches(['.', '_']);
