@@ -600,7 +600,8 @@ fn full_recomputation_keeps_layer_inputs_only_and_changes_no_value() {
         let full = graphc::train::compile_step(&f.graph, opts, &Default::default()).unwrap();
         let r = full.train.as_ref().unwrap().report.recomputed_layers.unwrap();
         assert_eq!(r.layers, 2, "{name}: {r:?}");
-        assert!(r.recomputed > 20 && r.checkpoints >= 2, "{name}: {r:?}");
+        // Layer 0 reads the embeddings, which are kept anyway: one input per later layer.
+        assert!(r.recomputed > 20 && r.checkpoints >= 1, "{name}: {r:?}");
         let saved = |c: &graphc::Compiled| {
             TrainBytes::of(&c.program, &c.plan, &c.train.as_ref().unwrap().state, Device::Cuda).saved_activations
         };

@@ -210,6 +210,29 @@ pub fn is_buffer(name: &str) -> bool {
     )
 }
 
+/// Whether an initializer is a constant the exporter made, not a module's parameter:
+/// `torch.onnx`'s default (optimized) export stores the literals of the traced code
+/// (GELU's 0.5 and 0.044715, a `1.0`, an `ones` / `zeros` it folded) as initializers
+/// named `val_N`, `new_ones`, `zeros`, and lifted tensor constants as
+/// `c_lifted_tensor_N` / `_tensor_constantN`, while a parameter carries its module path
+/// (`transformer.h.0.mlp.c_fc.weight`). Constants are never trained: trained, the
+/// literals of the model's own formulas would move.
+pub fn is_export_constant(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let name = name.trim_start_matches('_');
+    name.strip_prefix("val_").is_some_and(digits)
+        || name.strip_prefix("c_lifted_tensor_").is_some_and(digits)
+        || name.strip_prefix("lifted_tensor_").is_some_and(digits)
+        || name.strip_prefix("tensor_constant").is_some_and(digits)
+        || matches!(
+            name,
+            "new_ones" | "new_zeros" | "ones" | "zeros" | "full" | "scalar_tensor"
+        )
+        || ["new_ones_", "new_zeros_", "ones_", "zeros_", "full_", "scalar_tensor_"]
+            .iter()
+            .any(|p| name.strip_prefix(p).is_some_and(digits))
+}
+
 /// Stage 1: trainable parameters become inputs of the graph (state), in table order.
 pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, TrainReport), TrainError> {
     let freeze = match &opts.freeze {
@@ -224,7 +247,10 @@ pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, T
         let mut node = node.clone();
         if let Op::Parameter { name, ty } = &node.op {
             let buffer = is_buffer(name);
-            let trainable = ty.dtype.is_float() && !buffer && !freeze.as_ref().is_some_and(|re| re.is_match(name));
+            let trainable = ty.dtype.is_float()
+                && !buffer
+                && !is_export_constant(name)
+                && !freeze.as_ref().is_some_and(|re| re.is_match(name));
             if trainable {
                 if input_names.contains(name.as_str()) {
                     return Err(TrainError::Invalid(format!(
@@ -251,7 +277,7 @@ pub fn make_state(graph: &Graph, opts: &TrainOptions) -> Result<(Graph, State, T
                 };
             } else if buffer {
                 report.buffers.push(name.clone());
-            } else if ty.dtype.is_float() {
+            } else if ty.dtype.is_float() && !is_export_constant(name) {
                 report.frozen.push(name.clone());
             }
         }
@@ -442,3 +468,36 @@ pub(crate) fn zeros(ty: &TensorType) -> Init {
 
 /// The step counter's type.
 pub const STEP_DTYPE: DType = DType::I64;
+
+#[cfg(test)]
+mod tests {
+    use super::is_export_constant;
+
+    /// The exporter's constants by name; parameters (module paths) are not.
+    #[test]
+    fn export_constants_are_told_from_parameters() {
+        for c in [
+            "val_9",
+            "val_3196",
+            "_val_12",
+            "new_ones",
+            "zeros",
+            "c_lifted_tensor_0",
+            "_tensor_constant3",
+            "ones_2",
+        ] {
+            assert!(is_export_constant(c), "{c}");
+        }
+        for p in [
+            "m.transformer.h.0.mlp.c_fc.weight",
+            "fc1.weight",
+            "val",
+            "val_x",
+            "scale",
+            "zeros_like.weight",
+            "m.val_9",
+        ] {
+            assert!(!is_export_constant(p), "{p}");
+        }
+    }
+}

@@ -265,7 +265,7 @@ pub fn matmul_flops(graph: &Graph, id: NodeId) -> u64 {
 /// operands'. A node outside the layers (it reads a parameter of none, as the
 /// embeddings, the final norm and the LM head do, or only such nodes and sources) is
 /// kept as it is: recomputing the LM head would cost a vocabulary-wide GEMM. A
-/// *checkpoint* is a layer's value read by a later layer or outside the layers (the
+/// *checkpoint* (a layer's input) is a layer value made from an earlier layer's (the
 /// residual stream between layers). Every other layer value the backward reads is made
 /// again, with what it needs, from the checkpoints, sources and kept values (the
 /// copies come right before their first backward reader, so each layer's values live
@@ -351,10 +351,11 @@ pub fn recompute_layers(graph: &Graph) -> Result<(Graph, LayerRemat), GraphError
         if is_view(&node.op) || is_source(&node.op) {
             continue;
         }
-        // A layer's input: made from an earlier layer's values or from outside them.
+        // A layer's input: made from an earlier layer's values (what it reads from
+        // outside the layers, the embeddings or a mask, is kept anyway).
         let input = node.inputs.iter().any(|&op| {
             let b = base(op);
-            !is_source(&graph.node(b).op) && layer[b.index()].is_none_or(|lb| lb < l)
+            !is_source(&graph.node(b).op) && layer[b.index()].is_some_and(|lb| lb < l)
         });
         if input {
             report.checkpoints += 1;
