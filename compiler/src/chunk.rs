@@ -126,19 +126,7 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
             .collect();
         map[id.index()] = Some(out.push(Node { inputs, ..node.clone() }));
     }
-    for (name, w) in graph.weights() {
-        out.set_weight(name.clone(), w.clone());
-    }
-    out.set_input_order(
-        graph
-            .inputs()
-            .iter()
-            .map(|&i| map[i.index()].expect("mapped"))
-            .collect(),
-    );
-    for o in graph.outputs() {
-        out.add_output(o.name.clone(), map[o.node.index()].expect("mapped"));
-    }
+    crate::train::remat::finish(graph, &mut out, &map);
     Ok((out, report))
 }
 

@@ -175,18 +175,30 @@ pub fn recompute_saved_elementwise(graph: &Graph) -> Result<(Graph, usize), Grap
     if count == 0 {
         return Ok((graph.clone(), 0));
     }
-    // Rebuild: backward readers of a recomputed value read its copy (made from the
-    // copies of its recomputed operands and the originals of the rest).
+    let (out, _) = rebuild(graph, &order, &forward, &again)?;
+    Ok((out, count))
+}
+
+/// `graph` rebuilt so that backward readers of a value in `again` read its copy (made
+/// from the copies of its recomputed operands and the originals of the rest, right
+/// before the first reader); and which nodes got a copy.
+fn rebuild(
+    graph: &Graph,
+    order: &[NodeId],
+    forward: &[bool],
+    again: &[bool],
+) -> Result<(Graph, Vec<Option<NodeId>>), GraphError> {
+    let n = graph.len();
     let mut out = Graph::new();
     let mut map: Vec<Option<NodeId>> = vec![None; n];
     let mut copies: Vec<Option<NodeId>> = vec![None; n];
-    for &id in &order {
+    for &id in order {
         let node = graph.node(id);
         let backward = !forward[id.index()];
         let mut inputs = Vec::with_capacity(node.inputs.len());
         for &i in &node.inputs {
             inputs.push(if backward {
-                backward_value(graph, &mut out, &map, &again, &mut copies, i)?
+                backward_value(graph, &mut out, &map, again, &mut copies, i)?
             } else {
                 map[i.index()].expect("operands come first in topological order")
             });
@@ -194,7 +206,7 @@ pub fn recompute_saved_elementwise(graph: &Graph) -> Result<(Graph, usize), Grap
         map[id.index()] = Some(out.push(Node { inputs, ..node.clone() }));
     }
     finish(graph, &mut out, &map);
-    Ok((out, count))
+    Ok((out, copies))
 }
 
 /// What [`recompute_layers`] did.
@@ -364,22 +376,7 @@ pub fn recompute_layers(graph: &Graph) -> Result<(Graph, LayerRemat), GraphError
         }
     }
     // Made again only where the backward reads them (directly or through a copy).
-    let mut out = Graph::new();
-    let mut map: Vec<Option<NodeId>> = vec![None; n];
-    let mut copies: Vec<Option<NodeId>> = vec![None; n];
-    for &id in &order {
-        let node = graph.node(id);
-        let backward = !forward[id.index()];
-        let mut inputs = Vec::with_capacity(node.inputs.len());
-        for &i in &node.inputs {
-            inputs.push(if backward {
-                backward_value(graph, &mut out, &map, &again, &mut copies, i)?
-            } else {
-                map[i.index()].expect("operands come first in topological order")
-            });
-        }
-        map[id.index()] = Some(out.push(Node { inputs, ..node.clone() }));
-    }
+    let (out, copies) = rebuild(graph, &order, &forward, &again)?;
     report.recomputed = (0..n)
         .filter(|&i| copies[i].is_some() && !matches!(graph.node(NodeId(i as u32)).op, Op::Iota { .. }))
         .count();
@@ -388,7 +385,6 @@ pub fn recompute_layers(graph: &Graph) -> Result<(Graph, LayerRemat), GraphError
         .filter(|&i| copies[i].is_some())
         .map(|i| matmul_flops(graph, NodeId(i as u32)))
         .sum();
-    finish(graph, &mut out, &map);
     Ok((out, report))
 }
 
@@ -507,7 +503,7 @@ fn is_cheap(op: &Op) -> bool {
 }
 
 /// Weights, input order and outputs of `graph` onto its rebuilt copy.
-fn finish(graph: &Graph, out: &mut Graph, map: &[Option<NodeId>]) {
+pub(crate) fn finish(graph: &Graph, out: &mut Graph, map: &[Option<NodeId>]) {
     for (name, w) in graph.weights() {
         out.set_weight(name.clone(), w.clone());
     }

@@ -1,0 +1,125 @@
+//! Memory options on the command line: token chunking of inference plans and layer
+//! recomputation of training plans.
+
+use std::process::Output;
+
+use super::{graphc, stderr, stdout};
+
+/// `--chunk-tokens N`: `graphc plan` runs GPT-2's MLPs in parts and says so, with a
+/// smaller arena than the whole plan (`tests/fit.rs` checks the values); 0 parts, and
+/// a training step, are refused with the reason.
+#[test]
+fn chunk_tokens_runs_mlps_in_parts() {
+    let model = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
+    let dims = ["--dim", "batch=8", "--dim", "seq=16"];
+    let arena = |o: &Output| {
+        let out = stdout(o);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("arena"))
+            .unwrap_or_default()
+            .to_string();
+        line.split_whitespace()
+            .nth(3)
+            .and_then(|b| b.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let whole = graphc(&[&["plan", model][..], &dims].concat());
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    let parts = graphc(&[&["plan", model][..], &dims, &["--chunk-tokens", "4"]].concat());
+    assert!(parts.status.success(), "{}", stderr(&parts));
+    assert!(
+        stdout(&parts).contains("chunks         2 MLPs run in 4 parts of their tokens"),
+        "{}",
+        stdout(&parts)
+    );
+    assert!(
+        arena(&parts) > 0 && arena(&parts) < arena(&whole),
+        "{} vs {}",
+        arena(&parts),
+        arena(&whole)
+    );
+    let zero = graphc(&[&["plan", model][..], &dims, &["--chunk-tokens", "0"]].concat());
+    assert!(
+        !zero.status.success() && stderr(&zero).contains("--chunk-tokens"),
+        "{}",
+        stderr(&zero)
+    );
+    let train = graphc(&[
+        "plan",
+        "tests/fixtures/train/gpt2/model.onnx",
+        "--train",
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--chunk-tokens",
+        "2",
+    ]);
+    assert!(!train.status.success(), "{}", stdout(&train));
+    assert!(
+        stderr(&train).contains("token chunking applies to inference plans"),
+        "{}",
+        stderr(&train)
+    );
+}
+
+/// `--remat full` on a training plan: the report says what is made again and what it
+/// costs, and the saved activations shrink.
+#[test]
+fn remat_full_recomputes_layers_in_a_training_plan() {
+    let args = |remat: &str| {
+        graphc(&[
+            "plan",
+            "tests/fixtures/train/gpt2/model.onnx",
+            "--train",
+            "--loss",
+            "cross-entropy",
+            "--target",
+            "labels",
+            "--shift-labels",
+            "--remat",
+            remat,
+        ])
+    };
+    let saved = |o: &Output| {
+        let out = stdout(o);
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("saved activations"))
+            .unwrap_or_default()
+            .to_string();
+        let mut w = line.split_whitespace().skip(2);
+        let x = w.next().and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+        let unit = match w.next() {
+            Some("KiB") => 1024.0,
+            Some("MiB") => 1024.0 * 1024.0,
+            Some("GiB") => 1024.0 * 1024.0 * 1024.0,
+            _ => 1.0,
+        };
+        x * unit
+    };
+    let (off, full) = (args("off"), args("full"));
+    assert!(
+        off.status.success() && full.status.success(),
+        "{}{}",
+        stderr(&off),
+        stderr(&full)
+    );
+    assert!(!stdout(&off).contains("remat "), "{}", stdout(&off));
+    let out = stdout(&full);
+    assert!(out.contains("remat        full: 2 layers, "), "{out}");
+    assert!(out.contains("of the step's GEMM and attention FLOPs"), "{out}");
+    assert!(
+        saved(&full) > 0.0 && saved(&full) < saved(&off),
+        "{} vs {}\n{out}",
+        saved(&full),
+        saved(&off)
+    );
+    let bad = args("some");
+    assert!(
+        !bad.status.success() && stderr(&bad).contains("--remat"),
+        "{}",
+        stderr(&bad)
+    );
+}
