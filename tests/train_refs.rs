@@ -595,6 +595,7 @@ fn full_recomputation_keeps_layer_inputs_only_and_changes_no_value() {
     for name in ["gpt2", "llama"] {
         let f = load(name);
         let mut opts = options(&f, "adamw");
+        opts.remat = graphc::train::Remat::Off;
         let off = graphc::train::compile_step(&f.graph, opts.clone(), &Default::default()).unwrap();
         opts.remat = graphc::train::Remat::Full;
         let full = graphc::train::compile_step(&f.graph, opts, &Default::default()).unwrap();
@@ -623,6 +624,42 @@ fn full_recomputation_keeps_layer_inputs_only_and_changes_no_value() {
         assert_eq!(pa.len(), pb.len());
         for ((n, x), (_, y)) in pa.iter().zip(&pb) {
             assert_eq!(x.to_f64_vec(), y.to_f64_vec(), "{name}: {n}");
+        }
+        // `--remat auto` a byte under the plan without recomputation: the fewest
+        // layers that fit (the first; the plan with none does not), between the two
+        // plans' totals, and the same values bit for bit.
+        let mut opts = options(&f, "adamw");
+        opts.remat = graphc::train::Remat::Auto;
+        let mut budget = graphc::CompileOptions::default();
+        budget.memory.budget_bytes = off.plan.total_bytes - 1;
+        let auto = graphc::train::compile_step(&f.graph, opts, &budget).unwrap();
+        let r = auto.train.as_ref().unwrap().report.recomputed_layers.unwrap();
+        assert!(auto.plan.fits(), "{name}: {r:?}");
+        assert_eq!((r.chosen, r.range), (1, Some((0, 0))), "{name}: {r:?}");
+        assert_eq!(r.bytes_off, Some(off.plan.total_bytes), "{name}");
+        assert!(
+            r.extra_flops > 0
+                && r.extra_flops
+                    < full
+                        .train
+                        .as_ref()
+                        .unwrap()
+                        .report
+                        .recomputed_layers
+                        .unwrap()
+                        .extra_flops
+        );
+        let mut c = graphc::train::cpu_session(&auto).unwrap();
+        let mut a = graphc::train::cpu_session(&off).unwrap();
+        for step in 1..=3 {
+            let la = graphc::train::step_once(&mut a, &f.batch).unwrap().loss;
+            let lc = graphc::train::step_once(&mut c, &f.batch).unwrap().loss;
+            assert_eq!(la.to_bits(), lc.to_bits(), "{name} auto step {step}: loss {la} vs {lc}");
+        }
+        let pc = graphc::train::parameters(&auto, &mut c).unwrap();
+        let pa = graphc::train::parameters(&off, &mut a).unwrap();
+        for ((n, x), (_, y)) in pa.iter().zip(&pc) {
+            assert_eq!(x.to_f64_vec(), y.to_f64_vec(), "{name} auto: {n}");
         }
     }
 }

@@ -65,11 +65,13 @@ fn chunk_tokens_runs_mlps_in_parts() {
 }
 
 /// `--remat full` on a training plan: the report says what is made again and what it
-/// costs, and the saved activations shrink.
+/// costs, and the saved activations shrink; `--remat auto` (the default) makes nothing
+/// again when the step fits, the first layer alone under a budget that needs a little,
+/// and says why when even every layer's recomputation does not fit.
 #[test]
 fn remat_full_recomputes_layers_in_a_training_plan() {
-    let args = |remat: &str| {
-        graphc(&[
+    let with = |remat: &str, budget: Option<&str>| {
+        let mut a = vec![
             "plan",
             "tests/fixtures/train/gpt2/model.onnx",
             "--train",
@@ -80,8 +82,13 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
             "--shift-labels",
             "--remat",
             remat,
-        ])
+        ];
+        if let Some(b) = budget {
+            a.extend(["--budget", b]);
+        }
+        graphc(&a)
     };
+    let args = |remat: &str| with(remat, None);
     let saved = |o: &Output| {
         let out = stdout(o);
         let line = out
@@ -99,16 +106,37 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
         };
         x * unit
     };
-    let (off, full) = (args("off"), args("full"));
+    // The plan's total in bytes (`total  33.7 MiB  35373780 B ...`).
+    let total = |o: &Output| -> u64 {
+        let out = stdout(o);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("total "))
+            .unwrap_or_default()
+            .to_string();
+        let w: Vec<&str> = line.split_whitespace().collect();
+        w.iter()
+            .position(|&x| x == "B")
+            .and_then(|i| w[i - 1].parse().ok())
+            .unwrap_or(0)
+    };
+    let (off, full, auto) = (args("off"), args("full"), args("auto"));
     assert!(
-        off.status.success() && full.status.success(),
-        "{}{}",
+        off.status.success() && full.status.success() && auto.status.success(),
+        "{}{}{}",
         stderr(&off),
-        stderr(&full)
+        stderr(&full),
+        stderr(&auto)
     );
     assert!(!stdout(&off).contains("remat "), "{}", stdout(&off));
+    // Auto under 24 GiB: the plan without recomputation.
+    assert!(!stdout(&auto).contains("remat "), "{}", stdout(&auto));
+    assert_eq!(total(&auto), total(&off));
     let out = stdout(&full);
-    assert!(out.contains("remat        full: 2 layers, "), "{out}");
+    assert!(
+        out.contains("remat          2 of 2 layers made again (layers 0..1): "),
+        "{out}"
+    );
     assert!(out.contains("of the step's GEMM and attention FLOPs"), "{out}");
     assert!(
         saved(&full) > 0.0 && saved(&full) < saved(&off),
@@ -116,6 +144,28 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
         saved(&full),
         saved(&off)
     );
+    let (off_b, full_b) = (total(&off), total(&full));
+    assert!(full_b > 0 && full_b < off_b, "{full_b} vs {off_b}");
+    assert!(out.contains("(saves "), "{out}");
+    // A byte under the plan without: the first layer is enough.
+    let one = with("auto", Some(&(off_b - 1).to_string()));
+    let out = stdout(&one);
+    assert!(one.status.success(), "{}{out}", stderr(&one));
+    assert!(
+        out.contains("remat          1 of 2 layers made again (layer 0): "),
+        "{out}"
+    );
+    let one_b = total(&one);
+    assert!(full_b <= one_b && one_b < off_b, "{full_b} <= {one_b} < {off_b}");
+    // Under every layer's recomputation: the error, with that plan's figures.
+    let none = with("auto", Some(&(full_b - 1).to_string()));
+    assert!(!none.status.success());
+    assert!(
+        stdout(&none).contains("remat          2 of 2 layers made again"),
+        "{}",
+        stdout(&none)
+    );
+    assert!(stderr(&none).contains("over by 1 B"), "{}", stderr(&none));
     let bad = args("some");
     assert!(
         !bad.status.success() && stderr(&bad).contains("--remat"),

@@ -57,8 +57,12 @@ pub struct TrainOptions {
 pub enum Remat {
     /// Keep what the backward reads (cheap elementwise values and low-precision weight
     /// copies are still made again: [`remat`]).
-    #[default]
     Off,
+    /// As `Off` when the step fits the budget; else the fewest layers made again (the
+    /// first ones, as `Full` does each) for it to fit, or all of them when even that
+    /// does not (`pipeline::auto_remat`).
+    #[default]
+    Auto,
     /// Keep only each layer's input and compute the layer's forward again in its
     /// backward, as `gradient_checkpointing_enable()` does
     /// ([`remat::recompute_layers`]).

@@ -212,21 +212,64 @@ fn rebuild(
 /// What [`recompute_layers`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LayerRemat {
-    /// Layers found (by their parameters' names), forward values made again in the
-    /// backward, and the layer inputs kept (the checkpoints).
+    /// Layers found (by their parameters' names), how many of them (the first ones)
+    /// are made again, forward values made again in the backward, and the layer
+    /// inputs kept (the checkpoints).
     pub layers: usize,
+    pub chosen: usize,
+    /// The layer indices made again (first, last), when any.
+    pub range: Option<(usize, usize)>,
     pub recomputed: usize,
     pub checkpoints: usize,
     /// The step's GEMM and attention FLOPs ([`matmul_flops`]) without recomputation,
     /// and what the recomputed nodes add.
     pub step_flops: u64,
     pub extra_flops: u64,
+    /// The step's total bytes without this recomputation (the plan of `--remat off`)
+    /// and with it, where both were planned.
+    pub bytes_off: Option<u64>,
+    pub bytes: Option<u64>,
 }
 
 impl LayerRemat {
     /// The recomputation's cost as a share of the step's FLOPs.
     pub fn extra_share(&self) -> f64 {
         self.extra_flops as f64 / self.step_flops.max(1) as f64
+    }
+
+    /// What the recomputation saves of the step's total bytes, where both plans were
+    /// made.
+    pub fn saved_bytes(&self) -> Option<u64> {
+        Some(self.bytes_off?.saturating_sub(self.bytes?))
+    }
+
+    /// One line: the layers made again, the values, the checkpoints, the extra FLOPs
+    /// and the bytes saved.
+    pub fn text(&self) -> String {
+        use crate::plan::report::human_bytes;
+        let which = match self.range {
+            Some((a, b)) if a == b => format!(" (layer {a})"),
+            Some((a, b)) => format!(" (layers {a}..{b})"),
+            None => String::new(),
+        };
+        let saved = match (self.bytes_off, self.bytes) {
+            (Some(off), Some(on)) => format!(
+                "; the step's total {} instead of {} (saves {})",
+                human_bytes(on),
+                human_bytes(off),
+                human_bytes(off.saturating_sub(on))
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "{} of {} layers made again{which}: {} forward values computed again in their layer's backward, \
+             {} layer inputs kept; +{:.1}% of the step's GEMM and attention FLOPs{saved}",
+            self.chosen,
+            self.layers,
+            self.recomputed,
+            self.checkpoints,
+            100.0 * self.extra_share()
+        )
     }
 }
 
@@ -270,7 +313,8 @@ pub fn matmul_flops(graph: &Graph, id: NodeId) -> u64 {
 
 /// Gradient checkpointing (`--remat full`, as `gradient_checkpointing_enable()`):
 /// the backward keeps only each layer's input and computes the layer's forward again
-/// where it needs its values.
+/// where it needs its values — in the first `first` layers (all: `usize::MAX`; the
+/// others keep what their backward reads, as without).
 ///
 /// A forward node's *layer* is that of the parameters it reads (a state input named in
 /// a layer list, `h.3`, `layers.3`: the report's `layer_of`), else the latest of its
@@ -283,7 +327,7 @@ pub fn matmul_flops(graph: &Graph, id: NodeId) -> u64 {
 /// copies come right before their first backward reader, so each layer's values live
 /// only during its backward). Recomputing deterministic ops gives the same values:
 /// the step's results do not change.
-pub fn recompute_layers(graph: &Graph) -> Result<(Graph, LayerRemat), GraphError> {
+pub fn recompute_layers(graph: &Graph, first: usize) -> Result<(Graph, LayerRemat), GraphError> {
     let n = graph.len();
     let order = graph.topo_order()?;
     let forward = forward_of(graph);
@@ -352,13 +396,21 @@ pub fn recompute_layers(graph: &Graph) -> Result<(Graph, LayerRemat), GraphError
         id
     };
     let mut again = vec![false; n];
+    // The layers made again: the first `first`, by index (their saved values live the
+    // longest: from their forward to the end of the backward).
+    let chosen: std::collections::BTreeSet<usize> = layers.iter().copied().take(first).collect();
     let mut report = LayerRemat {
         layers: layers.len(),
+        chosen: chosen.len(),
+        range: chosen.first().zip(chosen.last()).map(|(&a, &b)| (a, b)),
         ..LayerRemat::default()
     };
     for &id in &order {
         let i = id.index();
         let Some(l) = layer[i] else { continue };
+        if !chosen.contains(&l) {
+            continue;
+        }
         let node = graph.node(id);
         if is_view(&node.op) || is_source(&node.op) {
             continue;

@@ -88,6 +88,19 @@ pub fn run(args: FitArgs) -> Result<()> {
         }
         other => other?,
     };
+    let searched_in = start.elapsed();
+    // `--remat auto` against none: the same search without recomputation.
+    let without = match opts.train.as_ref().map(|t| t.remat) {
+        Some(graphc::train::Remat::Auto) => {
+            let mut off = opts.clone();
+            if let Some(t) = off.train.as_mut() {
+                t.remat = graphc::train::Remat::Off;
+            }
+            progress.set(format!("fitting {dim} without recomputation"));
+            Some(graphc::fit::fit_model(&model, &fixed, dim, &off, max))
+        }
+        _ => None,
+    };
     drop(progress);
     println!(
         "fit          {dim} = {} is the largest that fits {}{}",
@@ -106,10 +119,23 @@ pub fn run(args: FitArgs) -> Result<()> {
     println!(
         "probes       {} in {:.0} ms: {}",
         fit.probes.len(),
-        start.elapsed().as_secs_f64() * 1e3,
+        searched_in.as_secs_f64() * 1e3,
         tried.join(", ")
     );
     println!("compiles     {}", compiles(&fit.compiles, dim));
+    if let Some(without) = without {
+        let off = match without {
+            Ok(f) => format!("{dim} = {}", f.value),
+            Err(graphc::Error::DoesNotFit { value, .. }) => format!("even {dim}={value} does not fit"),
+            Err(e) => format!("{e}"),
+        };
+        println!("remat        off:  {off}");
+        let auto = match fit.compiled.train.as_ref().and_then(|t| t.report.recomputed_layers) {
+            Some(r) => format!("{dim} = {}: {}", fit.value, r.text()),
+            None => format!("{dim} = {}: nothing made again (the step fits without)", fit.value),
+        };
+        println!("             auto: {auto}");
+    }
     println!();
     print!("{}", report::summary(&fit.compiled.program, &fit.compiled.plan));
     if let Some(t) = &fit.compiled.train {

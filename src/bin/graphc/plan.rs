@@ -69,13 +69,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             print!("{}", t.text());
         }
         if let Some(r) = compiled.train.as_ref().and_then(|t| t.report.recomputed_layers) {
-            println!(
-                "remat        full: {} layers, {} forward values made again in their layer's backward, {} layer inputs kept; +{:.1}% of the step's GEMM and attention FLOPs",
-                r.layers,
-                r.recomputed,
-                r.checkpoints,
-                100.0 * r.extra_share()
-            );
+            println!("remat          {}", r.text());
         }
         if args.picture {
             println!();

@@ -71,16 +71,19 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 2000)]
     pub growth_interval: u32,
     /// Recomputation: `off` (keep what the backward reads; cheap elementwise values are
-    /// still made again) or `full` (keep only each layer's input and compute the layer
+    /// still made again), `full` (keep only each layer's input and compute the layer
     /// again in its backward, as `gradient_checkpointing_enable()`; layers are found by
-    /// their parameters' names, `h.N`, `layers.N`, `layer.N`, `blocks.N`).
-    #[arg(long, value_enum, default_value_t = RematArg::Off)]
+    /// their parameters' names, `h.N`, `layers.N`, `layer.N`, `blocks.N`) or `auto`
+    /// (none when the step fits the budget, else the fewest layers, the first ones,
+    /// made again as `full` does for it to fit).
+    #[arg(long, value_enum, default_value_t = RematArg::Auto)]
     pub remat: RematArg,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
 pub enum RematArg {
     Off,
+    Auto,
     Full,
 }
 
@@ -211,8 +214,10 @@ impl TrainArgs {
         if self.shift_labels {
             w.push("--shift-labels".into());
         }
-        if self.remat == RematArg::Full {
-            w.extend(["--remat".into(), "full".into()]);
+        match self.remat {
+            RematArg::Auto => {}
+            RematArg::Off => w.extend(["--remat".into(), "off".into()]),
+            RematArg::Full => w.extend(["--remat".into(), "full".into()]),
         }
         w
     }
@@ -274,6 +279,7 @@ impl TrainArgs {
             loss_scale: self.loss_scaling(precision),
             remat: match self.remat {
                 RematArg::Off => graphc::train::Remat::Off,
+                RematArg::Auto => graphc::train::Remat::Auto,
                 RematArg::Full => graphc::train::Remat::Full,
             },
         })
