@@ -36,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         output: None,
         loss_scale: None,
         remat: Default::default(),
+        accumulate: 1,
     };
     let step = train::compile_step(&graph, opts, &Default::default())?;
     if let Some(t) = &step.train {

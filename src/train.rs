@@ -18,6 +18,7 @@
 //!     output: None,
 //!     loss_scale: None,
 //!     remat: Default::default(),
+//!     accumulate: 1,
 //! };
 //! let step = train::compile_step(&graph, opts, &Default::default()).unwrap();
 //! let mut session = train::cpu_session(&step).unwrap();

@@ -104,6 +104,7 @@ fn kernels() -> Vec<CudaKernel> {
             output: None,
             loss_scale: (precision == Precision::Fp16).then(graphc::train::LossScaling::default),
             remat: Default::default(),
+            accumulate: 1,
         };
         let base = graphc::CompileOptions {
             precision,

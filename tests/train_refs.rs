@@ -87,6 +87,7 @@ fn options(f: &Fixture, optimizer: &str) -> TrainOptions {
         output: None,
         loss_scale: None,
         remat: Default::default(),
+        accumulate: 1,
     }
 }
 
@@ -660,6 +661,114 @@ fn full_recomputation_keeps_layer_inputs_only_and_changes_no_value() {
         let pa = graphc::train::parameters(&off, &mut a).unwrap();
         for ((n, x), (_, y)) in pa.iter().zip(&pc) {
             assert_eq!(x.to_f64_vec(), y.to_f64_vec(), "{name} auto: {n}");
+        }
+    }
+}
+
+/// `--accumulate 2`: two calls on two rows each sum their gradients (each halved) and
+/// the second updates, as one step on the four rows does (a mean loss over equal
+/// microbatches is the mean of theirs); the calls between keep every parameter and
+/// moment; the plan counts the gradients' sums as a class of their own.
+#[test]
+fn accumulated_microbatches_update_as_the_whole_batch_does() {
+    use graphc::ir::{DType, GraphBuilder, TensorType};
+    use graphc_compiler::plan::{report::TrainBytes, Device};
+    let mlp = |rows: usize| {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [rows, 16]);
+        let w1 = b.param("w1", Tensor::randn(&TensorType::new(DType::F32, [16, 32]), 0.3, 1));
+        let b1 = b.param("b1", Tensor::randn(&TensorType::new(DType::F32, [32]), 0.1, 2));
+        let w2 = b.param("w2", Tensor::randn(&TensorType::new(DType::F32, [32, 8]), 0.3, 3));
+        let h = (x.matmul(w1) + b1).relu();
+        b.output("y", h.matmul(w2));
+        b.finish().unwrap()
+    };
+    let x = Tensor::random(&TensorType::new(DType::F32, [4, 16]), 7);
+    let y = Tensor::random(&TensorType::new(DType::F32, [4, 8]), 8);
+    let rows = |t: &Tensor, from: usize, to: usize| {
+        let cols = t.shape().dims()[1];
+        let v = t.to_f64_vec();
+        Tensor::from_f64(DType::F32, [to - from, cols], &v[from * cols..to * cols]).unwrap()
+    };
+    let batch = |from: usize, to: usize| -> HashMap<String, Tensor> {
+        [
+            ("x".to_string(), rows(&x, from, to)),
+            ("y".to_string(), rows(&y, from, to)),
+        ]
+        .into()
+    };
+    for optimizer in [
+        Optimizer::Sgd(Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            dampening: 0.1,
+            weight_decay: 0.01,
+            nesterov: false,
+        }),
+        Optimizer::AdamW(AdamW {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.01,
+        }),
+    ] {
+        let opts = |rows: usize, accumulate: usize| TrainOptions {
+            loss: Loss {
+                kind: LossKind::Mse,
+                target: "y".into(),
+                ignore_index: -100,
+                shift_labels: false,
+            },
+            optimizer: optimizer.clone(),
+            freeze: None,
+            target: TensorType::new(DType::F32, [rows, 8]),
+            output: None,
+            loss_scale: None,
+            remat: Default::default(),
+            accumulate,
+        };
+        let whole = graphc::train::compile_step(&mlp(4), opts(4, 1), &Default::default()).unwrap();
+        let acc = graphc::train::compile_step(&mlp(2), opts(2, 2), &Default::default()).unwrap();
+        let state = &acc.train.as_ref().unwrap().state;
+        let t = TrainBytes::of(&acc.program, &acc.plan, state, Device::Cuda);
+        assert_eq!(t.accumulated, 4 * (16 * 32 + 32 + 32 * 8) + 8, "{}", t.text());
+        assert!(t.text().contains("accumulated gradients"), "{}", t.text());
+        let mut a = graphc::train::cpu_session(&whole).unwrap();
+        let mut b = graphc::train::cpu_session(&acc).unwrap();
+        for step in 1..=3 {
+            let la = graphc::train::step_once(&mut a, &batch(0, 4)).unwrap().loss;
+            let l0 = graphc::train::step_once(&mut b, &batch(0, 2)).unwrap().loss;
+            if step == 1 {
+                // Between the calls nothing is updated yet.
+                let p0 = graphc::train::parameters(&acc, &mut b).unwrap();
+                for (n, p) in &p0 {
+                    let init = &acc.train.as_ref().unwrap().state.get(n).unwrap().init.tensor().unwrap();
+                    assert_eq!(p.to_f64_vec(), init.to_f64_vec(), "{n} after the first microbatch");
+                }
+            }
+            let l1 = graphc::train::step_once(&mut b, &batch(2, 4)).unwrap().loss;
+            let lb = (l0 + l1) / 2.0;
+            assert!(rel(lb, la) < 1e-6, "{} step {step}: {lb} vs {la}", optimizer.name());
+        }
+        let pa = graphc::train::parameters(&whole, &mut a).unwrap();
+        let pb = graphc::train::parameters(&acc, &mut b).unwrap();
+        assert_eq!(pa.len(), 3);
+        // The accumulating step's CUDA C, run on the host, does the same.
+        if graphc::cuda::sim::build::find_compiler().is_ok() {
+            let mut s = graphc::train::sim_session(&acc, &Default::default()).unwrap();
+            for _ in 1..=3 {
+                graphc::train::step_once(&mut s, &batch(0, 2)).unwrap();
+                graphc::train::step_once(&mut s, &batch(2, 4)).unwrap();
+            }
+            let ps = graphc::train::parameters(&acc, &mut s).unwrap();
+            for ((n, p), (_, q)) in pb.iter().zip(&ps) {
+                let e = relative_l2(q, p);
+                assert!(e < 1e-6, "cuda-sim {} {n}: {e}", optimizer.name());
+            }
+        }
+        for ((n, p), (_, q)) in pa.iter().zip(&pb) {
+            let e = relative_l2(q, p);
+            assert!(e < 1e-6, "{} {n}: {e}", optimizer.name());
         }
     }
 }

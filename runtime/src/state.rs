@@ -308,6 +308,7 @@ mod tests {
                 output: None,
                 loss_scale: None,
                 remat: Default::default(),
+                accumulate: 1,
             }),
             ..Default::default()
         };

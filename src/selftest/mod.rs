@@ -588,22 +588,29 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
     ];
     use graphc_compiler::passes::precision::Precision;
     // AdamW in f32, SGD in f32, AdamW in bf16, AdamW in fp16 with loss scaling.
+    // And AdamW in bf16 accumulating 2 microbatches (the call that updates: the
+    // counter at 1, the sums random).
     let runs = [
-        (optimizers[0].clone(), Precision::Fp32, None),
-        (optimizers[1].clone(), Precision::Fp32, None),
-        (optimizers[0].clone(), Precision::Bf16, None),
+        (optimizers[0].clone(), Precision::Fp32, None, 1),
+        (optimizers[1].clone(), Precision::Fp32, None, 1),
+        (optimizers[0].clone(), Precision::Bf16, None, 1),
         (
             optimizers[0].clone(),
             Precision::Fp16,
             Some(crate::train::LossScaling::default()),
+            1,
         ),
+        (optimizers[0].clone(), Precision::Bf16, None, 2),
     ];
-    for (i, ((label, optimizer), precision, loss_scale)) in runs.into_iter().enumerate() {
-        let label = match precision {
+    for (i, ((label, optimizer), precision, loss_scale, accumulate)) in runs.into_iter().enumerate() {
+        let mut label = match precision {
             Precision::Fp32 => label.to_string(),
             Precision::Fp16 => format!("{label} fp16 loss-scaled"),
             p => format!("{label} {p}"),
         };
+        if accumulate > 1 {
+            label = format!("{label} accumulating {accumulate}");
+        }
         let graph = crate::models::mlp(&cfg)?;
         let seed = 5000 + 16 * i as u64;
         let x = random(TensorType::new(DType::F32, [cfg.batch, 13]), seed);
@@ -616,6 +623,7 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
             output: None,
             loss_scale,
             remat: Default::default(),
+            accumulate,
         };
         let copts = crate::CompileOptions {
             precision,
@@ -638,6 +646,20 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
                 StateClass::Step => {
                     let ty = slot.init.ty();
                     Tensor::new(ty.shape.clone(), TensorData::from_f64(ty.dtype, &vec![3.0; ty.numel()]))
+                        .map_err(|e| e.to_string())
+                }
+                StateClass::Accumulator if slot.init.ty().dtype == DType::I64 => {
+                    let ty = slot.init.ty();
+                    Tensor::new(
+                        ty.shape.clone(),
+                        TensorData::from_f64(ty.dtype, &vec![accumulate as f64 - 1.0; ty.numel()]),
+                    )
+                    .map_err(|e| e.to_string())
+                }
+                StateClass::Accumulator => {
+                    let r = random(slot.init.ty(), seed + 2 + k as u64).to_f64_vec();
+                    let v: Vec<f64> = r.iter().map(|x| 0.1 * x).collect();
+                    Tensor::new(slot.init.ty().shape, TensorData::from_f64(slot.init.ty().dtype, &v))
                         .map_err(|e| e.to_string())
                 }
                 StateClass::Parameter | StateClass::LossScale => slot.init.tensor(),

@@ -173,3 +173,66 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
         stderr(&bad)
     );
 }
+
+/// `--accumulate N`: the plan counts the gradients' sums as their own class; `train`
+/// splits the batch's first dim into N microbatches, each of the model's input type
+/// (the fixture's model takes 2 sequences: its batch of 2 cannot be split in two).
+#[test]
+fn accumulate_holds_gradient_sums_and_splits_the_batch() {
+    let plan = graphc(&[
+        "plan",
+        "tests/fixtures/train/gpt2/model.onnx",
+        "--train",
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--shift-labels",
+        "--accumulate",
+        "2",
+    ]);
+    let out = stdout(&plan);
+    assert!(plan.status.success(), "{}{out}", stderr(&plan));
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with("accumulated gradients")),
+        "{out}"
+    );
+    let train = graphc(&[
+        "train",
+        "tests/fixtures/train/gpt2/model.onnx",
+        "--inputs",
+        "tests/fixtures/train/gpt2/inputs.npz",
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--shift-labels",
+        "--accumulate",
+        "2",
+        "--device",
+        "cpu",
+    ]);
+    assert!(!train.status.success(), "{}", stdout(&train));
+    let err = stderr(&train);
+    assert!(err.contains("microbatch 1 of 2") && err.contains("input_ids"), "{err}");
+    let odd = graphc(&[
+        "train",
+        "tests/fixtures/train/gpt2/model.onnx",
+        "--inputs",
+        "tests/fixtures/train/gpt2/inputs.npz",
+        "--loss",
+        "cross-entropy",
+        "--target",
+        "labels",
+        "--accumulate",
+        "3",
+        "--device",
+        "cpu",
+    ]);
+    assert!(!odd.status.success());
+    assert!(
+        stderr(&odd).contains("cannot split into equal microbatches"),
+        "{}",
+        stderr(&odd)
+    );
+}

@@ -17,6 +17,7 @@
 //! Optimizer moments and the step counter are state too, of their own classes
 //! ([`StateClass`]), zero at the start as PyTorch's optimizers create them.
 
+pub mod accumulate;
 pub mod donate;
 pub mod loss;
 pub mod multi;
@@ -49,6 +50,9 @@ pub struct TrainOptions {
     pub loss_scale: Option<LossScaling>,
     /// What the backward computes again instead of keeping ([`Remat`]).
     pub remat: Remat,
+    /// Microbatches whose gradients are summed before one optimizer update
+    /// ([`accumulate`]; 0 or 1: every call updates).
+    pub accumulate: usize,
 }
 
 /// Recomputation in the backward pass (`--remat`).
@@ -81,6 +85,8 @@ pub enum StateClass {
     Step,
     /// Dynamic loss scaling's scale and growth tracker.
     LossScale,
+    /// Gradient accumulation's sums and microbatch counter ([`accumulate`]).
+    Accumulator,
 }
 
 impl StateClass {
@@ -90,6 +96,7 @@ impl StateClass {
             StateClass::OptimizerState => "optimizer state",
             StateClass::Step => "step counter",
             StateClass::LossScale => "loss scale",
+            StateClass::Accumulator => "accumulated gradients",
         }
     }
 }
@@ -441,9 +448,26 @@ pub fn build_backward(
     });
     b.output(LOSS_OUTPUT, loss);
     let updates = match &scaler {
+        None if opts.accumulate > 1 => {
+            let names: Vec<String> = state.parameters().map(|s| s.name.clone()).collect();
+            let acc = b.scope("accumulate", || {
+                accumulate::build(&b, opts.accumulate, state, &names, &grads.grads)
+            })?;
+            let updates = b.scope("update", || {
+                optim::build(&b, &opts.optimizer, state, &params, &acc.grads)
+            })?;
+            let mut updates = b.scope("accumulate", || accumulate::on_last(&b, acc.last, updates))?;
+            updates.extend(acc.outputs);
+            updates
+        }
         None => b.scope("update", || {
             optim::build(&b, &opts.optimizer, state, &params, &grads.grads)
         })?,
+        Some(_) if opts.accumulate > 1 => {
+            return Err(TrainError::Invalid(
+                "--accumulate with dynamic loss scaling is not supported yet (bf16 needs no loss scale)".into(),
+            ))
+        }
         Some(s) => {
             let (grads, finite) = b.scope("grad_scaler", || s.unscale(&grads.grads))?;
             let updates = b.scope("update", || optim::build(&b, &opts.optimizer, state, &params, &grads))?;

@@ -228,6 +228,7 @@ mod tests {
                     ..LossScaling::default()
                 }),
                 remat: Default::default(),
+                accumulate: 1,
             }),
             ..Default::default()
         };

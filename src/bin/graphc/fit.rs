@@ -123,6 +123,13 @@ pub fn run(args: FitArgs) -> Result<()> {
         tried.join(", ")
     );
     println!("compiles     {}", compiles(&fit.compiles, dim));
+    if let Some(n) = opts.train.as_ref().map(|t| t.accumulate).filter(|&n| n > 1) {
+        println!(
+            "accumulate   {dim} = {} is the microbatch: {n} of them make one update's batch of {} (the gradients' sums held between)",
+            fit.value,
+            fit.value.saturating_mul(n)
+        );
+    }
     if let Some(without) = without {
         let off = match without {
             Ok(f) => format!("{dim} = {}", f.value),

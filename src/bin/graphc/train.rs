@@ -78,6 +78,11 @@ pub struct TrainArgs {
     /// made again as `full` does for it to fit).
     #[arg(long, value_enum, default_value_t = RematArg::Auto)]
     pub remat: RematArg,
+    /// Gradient accumulation: sum the gradients of this many microbatches before one
+    /// optimizer update (`graphc train` splits the batch's first dim into them; `plan`
+    /// and `fit` take the model's batch dim as the microbatch).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub accumulate: usize,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -214,6 +219,9 @@ impl TrainArgs {
         if self.shift_labels {
             w.push("--shift-labels".into());
         }
+        if self.accumulate > 1 {
+            w.extend(["--accumulate".into(), self.accumulate.to_string()]);
+        }
         match self.remat {
             RematArg::Auto => {}
             RematArg::Off => w.extend(["--remat".into(), "off".into()]),
@@ -282,6 +290,7 @@ impl TrainArgs {
                 RematArg::Auto => graphc::train::Remat::Auto,
                 RematArg::Full => graphc::train::Remat::Full,
             },
+            accumulate: self.accumulate,
         })
     }
 }
@@ -309,10 +318,65 @@ pub struct TrainCmdArgs {
 
 /// The batch of `path` split into the model's inputs and the target.
 pub fn read_batch(path: &Path, graph: &Graph, target: Option<&str>) -> Result<(HashMap<String, Tensor>, Tensor)> {
+    let arrays = graphc::npz::read_arrays(path).with_context(|| format!("reading {}", path.display()))?;
+    check_batch(path, arrays, graph, target)
+}
+
+/// The microbatches of the batch in `path` for `--accumulate n`: every array split
+/// along its first dim into `n` equal parts, in order, each checked against the model.
+pub fn read_microbatches(
+    path: &Path,
+    graph: &Graph,
+    target: Option<&str>,
+    n: usize,
+) -> Result<Vec<(HashMap<String, Tensor>, Tensor)>> {
+    let arrays = graphc::npz::read_arrays(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut parts: Vec<Vec<(String, Tensor)>> = vec![Vec::new(); n];
+    for (name, t) in arrays {
+        let dims = t.shape().dims().to_vec();
+        let Some(&rows) = dims.first() else {
+            bail!(
+                "{}: \"{name}\" is a scalar: --accumulate {n} splits each array's first dim",
+                path.display()
+            );
+        };
+        if rows % n != 0 {
+            bail!(
+                "{}: \"{name}\" has {rows} rows along its first dim, which --accumulate {n} cannot split into equal microbatches",
+                path.display()
+            );
+        }
+        let mut micro = dims.clone();
+        micro[0] = rows / n;
+        let bytes = t.le_bytes();
+        let per = bytes.len() / n;
+        let numel = t.numel() / n;
+        for (k, part) in parts.iter_mut().enumerate() {
+            let data = graphc::ir::TensorData::from_le_bytes(t.dtype(), &bytes[k * per..(k + 1) * per], numel)
+                .with_context(|| format!("{}: \"{name}\": microbatch {k}", path.display()))?;
+            part.push((name.clone(), Tensor::new(micro.clone(), data)?));
+        }
+    }
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(k, arrays)| {
+            check_batch(path, arrays, graph, target).with_context(|| format!("microbatch {} of {n}", k + 1))
+        })
+        .collect()
+}
+
+/// The model's inputs and the target among `arrays` (from `path`), each of the type
+/// the model takes.
+fn check_batch(
+    path: &Path,
+    arrays: Vec<(String, Tensor)>,
+    graph: &Graph,
+    target: Option<&str>,
+) -> Result<(HashMap<String, Tensor>, Tensor)> {
     let Some(target) = target else {
         bail!("a training step needs --target NAME (an array of --inputs)");
     };
-    let arrays = graphc::npz::read_arrays(path).with_context(|| format!("reading {}", path.display()))?;
     let mut batch = HashMap::new();
     let mut tgt = None;
     let inputs: HashMap<&str, _> = graph
@@ -351,8 +415,13 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
         bail!("--steps must be at least 1");
     }
     let graph = args.model.load()?;
-    let (batch, target) = read_batch(&args.inputs, &graph, args.train.target.as_deref())?;
-    let opts = args.train.options(&target, args.budget.precision)?;
+    let n = args.train.accumulate.max(1);
+    let micro = if n > 1 {
+        read_microbatches(&args.inputs, &graph, args.train.target.as_deref(), n)?
+    } else {
+        vec![read_batch(&args.inputs, &graph, args.train.target.as_deref())?]
+    };
+    let opts = args.train.options(&micro[0].1, args.budget.precision)?;
     let target_name = opts.loss.target.clone();
     let loss = opts.loss.clone();
     let progress = crate::common::Progress::new("compiling the training step");
@@ -373,12 +442,18 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
             step.program.kernels.len()
         );
     }
-    if let Some(classes) = step.train.as_ref().and_then(|t| t.report.classes) {
-        loss.check_labels(&target, classes)
-            .map_err(|m| anyhow::anyhow!("{}: {m}", args.inputs.display()))?;
+    if n > 1 {
+        println!("accumulate {n} microbatches a step: their gradients summed (each divided by {n}), then one update");
     }
-    let mut batch = batch;
-    batch.insert(target_name, target);
+    let mut batch = Vec::with_capacity(micro.len());
+    for (mut b, target) in micro {
+        if let Some(classes) = step.train.as_ref().and_then(|t| t.report.classes) {
+            loss.check_labels(&target, classes)
+                .map_err(|m| anyhow::anyhow!("{}: {m}", args.inputs.display()))?;
+        }
+        b.insert(target_name.clone(), target);
+        batch.push(b);
+    }
     let params = match args.device.device {
         Device::Cpu => {
             graphc::check_host_memory(&step)?;
@@ -422,22 +497,31 @@ const DEVICE_NOTE: &str =
 
 fn run_steps<R: graphc::train::StepRunner>(
     s: &mut graphc::train::Stateful<R>,
-    batch: &HashMap<String, Tensor>,
+    batch: &[HashMap<String, Tensor>],
     steps: u64,
     note: &str,
 ) -> Result<()> {
     let mut times = Vec::with_capacity(steps as usize);
     for n in 1..=steps {
         let t0 = std::time::Instant::now();
-        let out = graphc::train::step_once(s, batch)?;
+        // With gradient accumulation, one call per microbatch: the step's loss is
+        // their mean (the full batch's, for a mean loss over equal microbatches).
+        let mut outs = Vec::with_capacity(batch.len());
+        for micro in batch {
+            outs.push(graphc::train::step_once(s, micro)?);
+        }
         times.push(t0.elapsed().as_secs_f64() * 1e3);
+        let Some(&out) = outs.last() else {
+            bail!("no batch");
+        };
+        let loss = outs.iter().map(|o| o.loss).sum::<f64>() / outs.len() as f64;
         match out.loss_scale {
-            None => println!("step {n} loss {}", out.loss as f32),
+            None => println!("step {n} loss {}", loss as f32),
             Some(scale) if out.skipped => println!(
                 "step {n} loss {} scale {scale} skipped: an inf/NaN gradient (parameters and moments unchanged; the scale halves)",
-                out.loss as f32
+                loss as f32
             ),
-            Some(scale) => println!("step {n} loss {} scale {scale}", out.loss as f32),
+            Some(scale) => println!("step {n} loss {} scale {scale}", loss as f32),
         }
     }
     // The first step builds and loads what the device needs; the median of the others.

@@ -33,6 +33,9 @@ pub struct TrainBytes {
     pub optimizer_state: u64,
     /// Dynamic loss scaling's scale and growth tracker (fp16).
     pub loss_scale: u64,
+    /// Gradient accumulation: the gradients' sums over the microbatches and the
+    /// microbatch counter (state).
+    pub accumulated: u64,
     /// The batch (model inputs and the target).
     pub inputs: u64,
     /// Frozen weights and constants.
@@ -165,12 +168,14 @@ impl TrainBytes {
             (l == "other", head.to_string(), n.parse::<u64>().unwrap_or(0))
         });
         let (mut parameters, mut optimizer_state, mut loss_scale, mut inputs) = (0u64, 0u64, 0u64, 0u64);
+        let mut accumulated = 0u64;
         for b in &program.buffers {
             if let BufferKind::Input { name } = &b.kind {
                 let bytes = b.ty.size_bytes() as u64;
                 match state.get(name).map(|s| s.class) {
                     Some(StateClass::Parameter) => parameters += bytes,
                     Some(StateClass::LossScale) => loss_scale += bytes,
+                    Some(StateClass::Accumulator) => accumulated += bytes,
                     Some(_) => optimizer_state += bytes,
                     None => inputs += bytes,
                 }
@@ -185,6 +190,7 @@ impl TrainBytes {
         let total = parameters
             + optimizer_state
             + loss_scale
+            + accumulated
             + inputs
             + plan.weights_bytes
             + plan.outputs_bytes
@@ -200,6 +206,7 @@ impl TrainBytes {
             parameters,
             optimizer_state,
             loss_scale,
+            accumulated,
             inputs,
             weights: plan.weights_bytes,
             outputs: plan.outputs_bytes,
@@ -236,6 +243,7 @@ impl TrainBytes {
             ("parameters", self.parameters),
             ("optimizer state", self.optimizer_state),
             ("loss scale", self.loss_scale),
+            ("accumulated gradients", self.accumulated),
             ("saved activations", self.saved_activations),
             ("gradients", self.gradients),
             ("temporaries", self.temporaries),
@@ -340,6 +348,13 @@ impl TrainBytes {
                 "loss scale",
                 self.loss_scale,
                 "state: the scale and its growth tracker",
+            ));
+        }
+        if self.accumulated > 0 {
+            s.push_str(&row(
+                "accumulated gradients",
+                self.accumulated,
+                "state: the gradients' sums over the microbatches",
             ));
         }
         s.push_str(&row(
