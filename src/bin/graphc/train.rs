@@ -346,13 +346,12 @@ pub fn read_microbatches(
                 path.display()
             );
         }
-        let mut micro = dims.clone();
-        micro[0] = rows / n;
+        let micro: Vec<usize> = std::iter::once(rows / n).chain(dims.iter().skip(1).copied()).collect();
         let bytes = t.le_bytes();
         let per = bytes.len() / n;
         let numel = t.numel() / n;
-        for (k, part) in parts.iter_mut().enumerate() {
-            let data = graphc::ir::TensorData::from_le_bytes(t.dtype(), &bytes[k * per..(k + 1) * per], numel)
+        for ((k, part), chunk) in parts.iter_mut().enumerate().zip(bytes.chunks_exact(per.max(1))) {
+            let data = graphc::ir::TensorData::from_le_bytes(t.dtype(), chunk, numel)
                 .with_context(|| format!("{}: \"{name}\": microbatch {k}", path.display()))?;
             part.push((name.clone(), Tensor::new(micro.clone(), data)?));
         }
@@ -421,7 +420,10 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     } else {
         vec![read_batch(&args.inputs, &graph, args.train.target.as_deref())?]
     };
-    let opts = args.train.options(&micro[0].1, args.budget.precision)?;
+    let Some((_, first_target)) = micro.first() else {
+        bail!("{}: no batch", args.inputs.display());
+    };
+    let opts = args.train.options(first_target, args.budget.precision)?;
     let target_name = opts.loss.target.clone();
     let loss = opts.loss.clone();
     let progress = crate::common::Progress::new("compiling the training step");
