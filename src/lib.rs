@@ -164,6 +164,7 @@ pub fn check_budget_on(model: &Compiled, rerun: &Rerun, device: graphc_compiler:
             &model.program,
             &model.plan,
             &t.state,
+            t.report.recomputed_layers.map_or((0, 0), |r| (r.layers, r.chosen)),
             rerun,
             device,
         )?),

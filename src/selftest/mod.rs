@@ -733,7 +733,7 @@ mod tests {
     #[test]
     fn training_cases_run_their_updates_as_one_multi_tensor_kernel() {
         let cases: Vec<Case> = cases().unwrap().into_iter().filter(|c| c.train.is_some()).collect();
-        assert_eq!(cases.len(), 4);
+        assert_eq!(cases.len(), 5);
         for case in cases {
             let opts = crate::CompileOptions {
                 precision: case.precision,

@@ -165,7 +165,19 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
         "{}",
         stdout(&none)
     );
-    assert!(stderr(&none).contains("over by 1 B"), "{}", stderr(&none));
+    let err = stderr(&none);
+    assert!(err.contains("over by 1 B"), "{err}");
+    // Every layer is recomputed already: that is no remedy; sharding is stated.
+    assert!(!err.contains("recomputing the layers"), "{err}");
+    assert!(err.contains("sharding across GPUs") && err.contains("ZeRO-3"), "{err}");
+    // Without recomputation, it is.
+    let off_over = with("off", Some(&(off_b - 1).to_string()));
+    let err = stderr(&off_over);
+    assert!(
+        err.contains("recomputing the layers in the backward (gradient checkpointing): no layer is recomputed now")
+            && err.contains("--remat full"),
+        "{err}"
+    );
     let bad = args("some");
     assert!(
         !bad.status.success() && stderr(&bad).contains("--remat"),

@@ -21,7 +21,9 @@
 //! A training step's state (its donated inputs: parameters, optimizer state, the loss
 //! scale) is fixed like the weights: a smaller dimension shrinks the activations beside
 //! it, and quantized weights are no remedy (what is trained stays f32).
-//! [`check_training_budget_for`] adds freezing ([`Remedy::Freeze`]): the embedding
+//! [`check_training_budget_for`] adds recomputing the layers not recomputed yet,
+//! gradient accumulation over a microbatch that fits and the GPUs ZeRO sharding would
+//! need (`train_remedies.rs`), and freezing ([`Remedy::Freeze`]): the embedding
 //! tables (or the largest parameter) left untrained, without gradients and optimizer
 //! state, stored in the low type under mixed precision.
 
@@ -185,6 +187,12 @@ pub enum Remedy {
     QuantizeWeights(QuantEstimate),
     /// A training step: parameters left frozen.
     Freeze(FreezeEstimate),
+    /// A training step: its layers recomputed in the backward (`--remat`).
+    RecomputeLayers(super::train_remedies::LayersEstimate),
+    /// A training step: a smaller microbatch with gradient accumulation.
+    Accumulate(super::train_remedies::AccumulateEstimate),
+    /// A training step: its state sharded across GPUs (ZeRO; a statement).
+    Shard(super::train_remedies::ShardEstimate),
 }
 
 /// Freezing parameters of a training step: they keep no gradient and no optimizer
@@ -261,21 +269,40 @@ pub fn check_budget_for(program: &Program, plan: &MemoryPlan, rerun: &Rerun, dev
     }
 }
 
-/// [`check_budget_for`] for a training step with `state`: the diagnosis adds
-/// [`Remedy::Freeze`] when freezing the embeddings (or the largest parameter) applies.
+/// [`check_budget_for`] for a training step with `state`, whose layers (`layers`
+/// found, `recomputed` of them) the step recomputes: the diagnosis adds recomputing
+/// the rest ([`Remedy::RecomputeLayers`]), gradient accumulation over a microbatch that
+/// fits ([`Remedy::Accumulate`]), [`Remedy::Freeze`] when freezing the embeddings (or
+/// the largest parameter) applies, and the GPUs ZeRO sharding would need
+/// ([`Remedy::Shard`]).
 pub fn check_training_budget_for(
     program: &Program,
     plan: &MemoryPlan,
     state: &crate::train::State,
+    (layers, recomputed): (usize, usize),
     rerun: &Rerun,
     device: Device,
 ) -> Result<(), OverBudget> {
+    use super::train_remedies;
     match diagnose_for(program, plan, rerun, device) {
         None => Ok(()),
         Some(mut d) => {
+            let t = super::TrainBytes::of(program, plan, state, device);
+            let budget = d.budget_bytes;
+            if let Some(l) = train_remedies::layers(&t, layers, recomputed) {
+                d.remedies.push(Remedy::RecomputeLayers(l));
+            }
+            let sums: u64 = state
+                .parameters()
+                .map(|s| s.init.ty().size_bytes() as u64)
+                .fold(8, u64::saturating_add);
+            if let Some(a) = train_remedies::accumulate(&t, budget, rerun, sums) {
+                d.remedies.push(Remedy::Accumulate(a));
+            }
             if let Some(f) = freeze_estimate(program, state, d.total_bytes) {
                 d.remedies.push(Remedy::Freeze(f));
             }
+            d.remedies.push(Remedy::Shard(train_remedies::shard(&t, budget, rerun)));
             Err(OverBudget {
                 over_by: d.over_by,
                 total_bytes: d.total_bytes,

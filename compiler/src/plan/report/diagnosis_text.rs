@@ -173,6 +173,9 @@ impl Remedy {
             Remedy::Recompute(e) => e.text(budget),
             Remedy::QuantizeWeights(e) => e.text(budget, rerun),
             Remedy::Freeze(e) => e.text(budget, rerun),
+            Remedy::RecomputeLayers(e) => e.text(budget, rerun),
+            Remedy::Accumulate(e) => e.text(budget, rerun),
+            Remedy::Shard(e) => e.text(budget),
         }
     }
 }

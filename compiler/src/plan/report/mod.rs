@@ -19,6 +19,7 @@ mod rerun;
 mod summary;
 mod svg;
 mod train;
+pub mod train_remedies;
 
 use serde::Serialize;
 
