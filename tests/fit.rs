@@ -261,3 +261,55 @@ fn chunked_mlps_fit_a_larger_batch_with_the_same_values() {
         }
     }
 }
+
+/// `fit --train` with `--remat auto` (the default) against `off`: a larger batch, whose
+/// plan recomputes layers only because the batch needs it; the next batch does not fit
+/// even with every layer recomputed, nor the batch after `off`'s answer without.
+#[test]
+fn training_fit_with_auto_recomputation_beats_none() {
+    use graphc::train::{Loss, LossKind, Remat, TrainOptions};
+    let path = repo_path(DYNAMIC);
+    let train = |remat: Remat| TrainOptions {
+        loss: Loss {
+            kind: LossKind::CrossEntropy,
+            target: "labels".into(),
+            ignore_index: -100,
+            shift_labels: true,
+        },
+        optimizer: graphc::train::Optimizer::AdamW(graphc::train::AdamW {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.01,
+        }),
+        freeze: None,
+        target: graphc::ir::TensorType::new(graphc::ir::DType::I64, vec![]),
+        output: None,
+        loss_scale: None,
+        remat,
+        accumulate: 1,
+    };
+    let opts = |remat: Remat| graphc::CompileOptions {
+        train: Some(train(remat)),
+        ..with_budget(48 << 20)
+    };
+    let fixed = [("seq".to_string(), 64)];
+    let off = graphc::fit::fit_model(&path, &fixed, "batch", &opts(Remat::Off), 4096).unwrap();
+    let auto = graphc::fit::fit_model(&path, &fixed, "batch", &opts(Remat::Auto), 4096).unwrap();
+    assert!(auto.value > off.value, "auto {} vs off {}", auto.value, off.value);
+    let r = auto.compiled.train.as_ref().unwrap().report.recomputed_layers.unwrap();
+    assert!(auto.compiled.plan.fits() && r.chosen >= 1, "{r:?}");
+    let plan_at = |batch: usize, remat: Remat| {
+        let g = graphc::load_model(&path, &[("batch".into(), batch), ("seq".into(), 64)]).unwrap();
+        let mut o = opts(remat);
+        let t = o.train.as_mut().unwrap();
+        t.target = graphc::train::expected_target(&g, t).unwrap();
+        graphc::compile_with(&g, &o).unwrap()
+    };
+    assert!(!plan_at(auto.value + 1, Remat::Full).plan.fits());
+    assert!(!plan_at(off.value + 1, Remat::Off).plan.fits());
+    // Where the step fits without, auto recomputes nothing.
+    let at_off = plan_at(off.value, Remat::Auto);
+    assert!(at_off.plan.fits());
+    assert!(at_off.train.as_ref().unwrap().report.recomputed_layers.is_none());
+}
