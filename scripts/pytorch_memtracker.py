@@ -11,8 +11,9 @@ tensors cannot run a backward without a device), tracked by
 optimizer state and the gradients the first made), the peak of all devices' bytes by
 PyTorch's classes (parameters, gradients, activations, temporaries, optimizer state).
 
-The peak is linear in the batch (A + b B): measured at two batches, the largest b
-under the budget is solved for, then measured at b and b + 1 to confirm.
+The peak is about linear in the batch (A + b B): measured at two batches (--samples),
+the largest b under the line is the first guess, then measured batches bracket and
+bisect to the exact largest that fits.
 
     python3 scripts/pytorch_memtracker.py                      # bf16, both modes
     python3 scripts/pytorch_memtracker.py --precision fp32 --layers 48 --seq 64 --budget 2GiB
@@ -89,9 +90,12 @@ def fit(args, checkpointing):
             print(f"  batch {b}: {seen[b]['total']} B", file=sys.stderr, flush=True)
         return seen[b]["total"]
 
-    p1, p2 = total(1), total(2)
-    per = p2 - p1
-    fixed = p1 - per
+    # Two batches where the activations decide the peak (at a batch of 1 or 2 the
+    # optimizer's step over parameters, gradients and moments can), for the line.
+    a, b = args.samples
+    pa, pb = total(a), total(b)
+    per = (pb - pa) // (b - a)
+    fixed = pa - a * per
     guess = max(1, (args.budget - fixed) // per) if per > 0 else 1
     # Bracket the answer around the line's guess, then bisect: lo fits, hi does not.
     lo, hi = (guess, guess + 1)
@@ -139,6 +143,8 @@ def main():
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--budget", type=parse_bytes, default=24 << 30)
     ap.add_argument("--mode", choices=["both", "off", "checkpointing"], default="both")
+    ap.add_argument("--samples", type=int, nargs=2, default=[4, 8], metavar=("A", "B"),
+                    help="the two batches measured for the line (default 4 8)")
     ap.add_argument("--out")
     args = ap.parse_args()
     modes = {"both": [False, True], "off": [False], "checkpointing": [True]}[args.mode]
