@@ -593,7 +593,7 @@ fn a_broken_donation_is_reported() {
 #[test]
 fn full_recomputation_keeps_layer_inputs_only_and_changes_no_value() {
     use graphc_compiler::plan::{report::TrainBytes, Device};
-    for name in ["gpt2", "llama"] {
+    for name in ["gpt2", "gpt2_sdpa", "bert", "llama"] {
         let f = load(name);
         let mut opts = options(&f, "adamw");
         opts.remat = graphc::train::Remat::Off;
@@ -636,12 +636,17 @@ fn full_recomputation_keeps_layer_inputs_only_and_changes_no_value() {
         let auto = graphc::train::compile_step(&f.graph, opts, &budget).unwrap();
         let r = auto.train.as_ref().unwrap().report.recomputed_layers.unwrap();
         assert!(auto.plan.fits(), "{name}: {r:?}");
-        assert_eq!((r.chosen, r.range), (1, Some((0, 0))), "{name}: {r:?}");
+        // The first layers (one is enough for GPT-2 and Llama; BERT's peak holds
+        // both layers' values).
+        assert!(r.chosen >= 1 && r.range == Some((0, r.chosen - 1)), "{name}: {r:?}");
+        if name != "bert" {
+            assert_eq!(r.chosen, 1, "{name}: {r:?}");
+        }
         assert_eq!(r.bytes_off, Some(off.plan.total_bytes), "{name}");
         assert!(
             r.extra_flops > 0
                 && r.extra_flops
-                    < full
+                    <= full
                         .train
                         .as_ref()
                         .unwrap()
