@@ -777,3 +777,51 @@ fn accumulated_microbatches_update_as_the_whole_batch_does() {
         }
     }
 }
+
+/// `--chunk-tokens 2` on a training step: the LM head and the cross-entropy over two
+/// parts of the batch, each part's logits made again in its backward; 3 SGD steps
+/// give the losses and parameters of the whole loss (the parts' sums are added in
+/// another order: to 1e-6; SGD, whose update is linear in the gradient, where AdamW
+/// would turn the rounding noise of gradients that are zero in exact arithmetic, as
+/// the attention key's bias has, into steps of lr), on the CPU executor and as CUDA C
+/// on cuda-sim.
+#[test]
+fn a_loss_in_parts_trains_as_the_whole_loss() {
+    for name in ["gpt2", "gpt2_sdpa", "bert", "llama"] {
+        let f = load(name);
+        let mut opts = options(&f, "sgd");
+        opts.remat = graphc::train::Remat::Off;
+        let whole = graphc::train::compile_step(&f.graph, opts.clone(), &Default::default()).unwrap();
+        let base = graphc::CompileOptions {
+            token_chunks: 2,
+            ..Default::default()
+        };
+        let parts = graphc::train::compile_step(&f.graph, opts, &base).unwrap();
+        let t = &parts.train.as_ref().unwrap().report;
+        assert_eq!((t.loss_parts, t.recomputed_logits), (2, 2), "{name}");
+        let mut a = graphc::train::cpu_session(&whole).unwrap();
+        let mut b = graphc::train::cpu_session(&parts).unwrap();
+        for step in 1..=3 {
+            let la = graphc::train::step_once(&mut a, &f.batch).unwrap().loss;
+            let lb = graphc::train::step_once(&mut b, &f.batch).unwrap().loss;
+            assert!(rel(lb, la) < 1e-6, "{name} step {step}: {lb} vs {la}");
+        }
+        let pa = graphc::train::parameters(&whole, &mut a).unwrap();
+        let pb = graphc::train::parameters(&parts, &mut b).unwrap();
+        for ((n, x), (_, y)) in pa.iter().zip(&pb) {
+            let e = relative_l2(y, x);
+            assert!(e < 1e-6, "{name} {n}: {e}");
+        }
+        if name == "gpt2" && graphc::cuda::sim::build::find_compiler().is_ok() {
+            let mut s = graphc::train::sim_session(&parts, &Default::default()).unwrap();
+            for _ in 1..=3 {
+                graphc::train::step_once(&mut s, &f.batch).unwrap();
+            }
+            let ps = graphc::train::parameters(&parts, &mut s).unwrap();
+            for ((n, x), (_, y)) in pb.iter().zip(&ps) {
+                let e = relative_l2(y, x);
+                assert!(e < 1e-5, "cuda-sim {name} {n}: {e}");
+            }
+        }
+    }
+}

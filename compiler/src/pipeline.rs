@@ -156,7 +156,13 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     let (graph, precision) = match (&opts.train, &mut training) {
         (Some(train), Some(training)) => {
             let start = Instant::now();
-            let with_loss = crate::train::build_loss(&graph, &training.state, train, &mut training.report)?;
+            let with_loss = crate::train::build_loss_in_parts(
+                &graph,
+                &training.state,
+                train,
+                &mut training.report,
+                opts.token_chunks,
+            )?;
             let loss_time = start.elapsed();
             let mut p = opts.clone();
             p.outputs = Outputs::Declared;
@@ -292,6 +298,15 @@ impl Back {
             if layers > 0 {
                 let (g, r) = crate::train::remat::recompute_layers(&graph, layers).map_err(pass_error)?;
                 training.report.recomputed_layers = Some(r);
+                graph = std::borrow::Cow::Owned(g);
+            }
+            // A loss computed in parts: each part's logits made again in its backward.
+            if let (true, Some(classes)) = (opts.token_chunks > 1, training.report.classes) {
+                let (g, logits) = crate::train::remat::recompute_loss_chunks(&graph, classes).map_err(pass_error)?;
+                if logits > 1 {
+                    training.report.loss_parts = logits;
+                }
+                training.report.recomputed_logits = logits;
                 graph = std::borrow::Cow::Owned(g);
             }
             // Cheap saved activations computed again in the backward.
@@ -578,13 +593,10 @@ fn run_chunk(graph: Graph, opts: &CompileOptions) -> Result<(Graph, crate::chunk
     if opts.token_chunks < 2 {
         return Ok((graph, Default::default()));
     }
+    // A training step's parts are its loss's (`train::build_loss_in_parts`): its MLPs'
+    // values are saved for the backward, which no region may keep.
     if opts.train.is_some() {
-        return Err(CompileError::Pass {
-            pass: "chunk",
-            error: GraphError::Graph(
-                "token chunking applies to inference plans; a training step is not run in parts yet".into(),
-            ),
-        });
+        return Ok((graph, Default::default()));
     }
     let (graph, report) = crate::chunk::chunk_mlps(&graph, opts.token_chunks)
         .map_err(|error| CompileError::Pass { pass: "chunk", error })?;

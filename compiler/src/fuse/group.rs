@@ -16,6 +16,10 @@ use super::nodes::{FKind, FNode, Operand};
 use crate::kernel::contiguous_strides;
 use graphc_ir::work::{self, Stage};
 
+/// See [`Groups::joins_through_a_scalar`].
+const SMALL: usize = 256;
+const BIG: usize = 1 << 20;
+
 /// Where a member of a row group lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
@@ -294,6 +298,9 @@ impl Groups {
         if self.region[gp] != self.region[gc] {
             return false;
         }
+        if self.joins_through_a_scalar(nodes, gp, gc) {
+            return false;
+        }
         let Some((space, levels)) = self.combine(nodes, gp, gc) else {
             return false;
         };
@@ -346,6 +353,32 @@ impl Groups {
             self.span[gp].1.max(self.span[gc].1),
         );
         true
+    }
+
+    /// Whether `gc` reads `gp` only through values [`SMALL`] times smaller than its
+    /// largest while both hold values of at least [`BIG`] elements: two large
+    /// computations joined by a small value they share (the gradient's scalar seed and
+    /// the class indices that every part of a loss computed in parts reads). One kernel
+    /// would save a few bytes and a launch, and make every part's large values live at
+    /// once; apart, the schedule runs them one by one.
+    fn joins_through_a_scalar(&self, nodes: &[FNode], gp: usize, gc: usize) -> bool {
+        let largest = |g: usize| self.members[g].iter().map(|&m| nodes[m].ty.numel()).max().unwrap_or(0);
+        let (big_p, big_c) = (largest(gp), largest(gc));
+        if big_p < BIG || big_c < BIG {
+            return false;
+        }
+        let mut reads = false;
+        for &n in &self.members[gc] {
+            for o in &nodes[n].operands {
+                if self.find_const(o.root) == gp {
+                    if nodes[o.root].ty.numel().saturating_mul(SMALL) > big_c {
+                        return false;
+                    }
+                    reads = true;
+                }
+            }
+        }
+        reads
     }
 
     /// The merged space, and the new levels of members that change level.

@@ -99,6 +99,7 @@ pub(super) fn build<'b>(
     loss: &Loss,
     pred: Value<'b>,
     target_ty: &TensorType,
+    chunks: usize,
 ) -> Result<Value<'b>, TrainError> {
     let pt = pred.ty();
     if !pt.dtype.is_float() {
@@ -157,20 +158,108 @@ pub(super) fn build<'b>(
             } else {
                 (pred, labels)
             };
-            let ld = logits.shape();
-            let r = ld.rank() as i64;
-            let logp = log_softmax(logits, -1);
-            let lab = labels.reshape(Shape::from([labels.shape().dims(), &[1]].concat()));
-            let hit = b.iota(DType::I64, ld.clone(), r - 1).eq(lab.broadcast_to(&ld));
-            let zero = b.scalar(pt.dtype, 0.0).broadcast_to(&ld);
-            let picked = b.select(hit, logp, zero).sum(&[-1], false);
+            // The summed log-probabilities of the labels of `logits` (valid ones).
+            let picked_sum = |logits: Value<'b>, labels: Value<'b>| {
+                let ld = logits.shape();
+                let logp = log_softmax(logits, -1);
+                let lab = labels.reshape(Shape::from([labels.shape().dims(), &[1]].concat()));
+                // The class index along the last axis (one row of it, broadcast: parts of
+                // a loss share it without sharing a tensor of their shape).
+                let classes = Shape::from([*ld.dims().last().unwrap_or(&1)]);
+                let hit = b
+                    .iota(DType::I64, classes, 0)
+                    .broadcast_to(&ld)
+                    .eq(lab.broadcast_to(&ld));
+                let zero = b.scalar(pt.dtype, 0.0).broadcast_to(&ld);
+                let picked = b.select(hit, logp, zero).sum(&[-1], false);
+                let vf = labels.ne(b.scalar(DType::I64, loss.ignore_index as f64)).cast(pt.dtype);
+                (picked * vf).sum(&all(vf), false)
+            };
             let valid = labels.ne(b.scalar(DType::I64, loss.ignore_index as f64));
             let vf = valid.cast(pt.dtype);
-            let total = (picked * vf).sum(&all(vf), false);
             let count = vf.sum(&all(vf), false);
+            let total = match lm_head(b, logits).filter(|_| chunks > 1) {
+                // The LM head and the loss over parts of the batch: each part's logits
+                // from its rows of the hidden states (the same sums: a GEMM row is the
+                // same whichever rows go with it).
+                Some((h, w, bias)) => {
+                    let rows = pd[0];
+                    let parts = chunks.min(rows);
+                    let mut total: Option<Value<'b>> = None;
+                    for c in 0..parts {
+                        let (start, end) = (rows * c / parts, rows * (c + 1) / parts);
+                        let (s, e) = (start as i64, end as i64);
+                        let mut logits = h.slice(0, s, e, 1).matmul(w);
+                        if let Some(bias) = bias {
+                            logits = logits + bias.slice(0, s, e, 1);
+                        }
+                        let part = picked_sum(logits, labels.slice(0, s, e, 1));
+                        total = Some(match total {
+                            Some(t) => t + part,
+                            None => part,
+                        });
+                    }
+                    total.unwrap_or_else(|| picked_sum(logits, labels))
+                }
+                None => picked_sum(logits, labels),
+            };
             Ok(-(total / count))
         }
     }
+}
+
+/// The hidden states, weight and bias of an LM head `logits = h @ w (+ bias)` (`h`
+/// `[batch, ..]`, `w` a matrix, the bias a value that does not depend on `h`, as
+/// BERT's decoder has), when `logits` is one.
+fn lm_head<'b>(b: &'b GraphBuilder, logits: Value<'b>) -> Option<(Value<'b>, Value<'b>, Option<Value<'b>>)> {
+    let node = |v: graphc_ir::NodeId| {
+        b.with_graph(|g| {
+            let n = g.node(v);
+            (n.op.clone(), n.inputs.clone())
+        })
+    };
+    let matmul = |v: graphc_ir::NodeId| match node(v) {
+        (graphc_ir::Op::MatMul, inputs) => match inputs.as_slice() {
+            [h, w] => {
+                let (h, w) = (b.value(*h)?, b.value(*w)?);
+                (h.rank() >= 2 && w.rank() == 2).then_some((h, w))
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some((h, w)) = matmul(logits.id()) {
+        return Some((h, w, None));
+    }
+    // `matmul + bias`, the bias not computed from the hidden states.
+    let (graphc_ir::Op::Binary(graphc_ir::BinaryOp::Add), inputs) = node(logits.id()) else {
+        return None;
+    };
+    let [x, y] = inputs.as_slice() else { return None };
+    for (m, bias) in [(*x, *y), (*y, *x)] {
+        if let Some((h, w)) = matmul(m) {
+            let depends = b.with_graph(|g| depends_on(g, bias, h.id()));
+            if !depends {
+                return Some((h, w, Some(b.value(bias)?)));
+            }
+        }
+    }
+    None
+}
+
+/// Whether `v` is computed from `of`.
+fn depends_on(g: &graphc_ir::Graph, v: graphc_ir::NodeId, of: graphc_ir::NodeId) -> bool {
+    let mut stack = vec![v];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(x) = stack.pop() {
+        if x == of {
+            return true;
+        }
+        if seen.insert(x) {
+            stack.extend(g.node(x).inputs.iter().copied());
+        }
+    }
+    false
 }
 
 #[cfg(test)]

@@ -187,6 +187,11 @@ pub struct TrainReport {
     /// `--remat full`: the layers' forward values made again
     /// ([`remat::recompute_layers`]).
     pub recomputed_layers: Option<remat::LayerRemat>,
+    /// The LM head and cross-entropy computed over this many parts of the batch
+    /// ([`build_loss_in_parts`]; 0: whole), and the parts' logits made again in the
+    /// backward ([`remat::recompute_loss_chunks`]).
+    pub loss_parts: usize,
+    pub recomputed_logits: usize,
     /// Cross-entropy: the class count (the logits' last dim), which every label must be
     /// under ([`Loss::check_labels`]).
     pub classes: Option<usize>,
@@ -342,6 +347,20 @@ pub fn build_loss(
     opts: &TrainOptions,
     report: &mut TrainReport,
 ) -> Result<Graph, TrainError> {
+    build_loss_in_parts(forward, state, opts, report, 1)
+}
+
+/// [`build_loss`] with a cross-entropy over an LM head (`logits = h @ w`) computed over
+/// `chunks` parts of the batch, each part's logits from its rows of `h` (the same
+/// values; with [`remat::recompute_loss_chunks`] after autodiff, one part's logits and
+/// their gradient live at a time).
+pub fn build_loss_in_parts(
+    forward: &Graph,
+    state: &State,
+    opts: &TrainOptions,
+    report: &mut TrainReport,
+    chunks: usize,
+) -> Result<Graph, TrainError> {
     let pred = match &opts.output {
         Some(name) => forward
             .outputs()
@@ -374,7 +393,7 @@ pub fn build_loss(
     if opts.loss.kind == LossKind::CrossEntropy {
         report.classes = pred.shape().dims().last().copied();
     }
-    let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target))?;
+    let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target, chunks))?;
     b.output(LOSS_OUTPUT, loss);
     let (graph, err) = b.into_parts();
     if let Some(e) = err {

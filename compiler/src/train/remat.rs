@@ -440,6 +440,60 @@ pub fn recompute_layers(graph: &Graph, first: usize) -> Result<(Graph, LayerRema
     Ok((out, report))
 }
 
+/// The LM head's logits of a loss computed in parts ([`super::build_loss_in_parts`]):
+/// every forward matmul output of `classes` columns that feeds no other matmul (only
+/// the loss reads it), with what the loss computes from it at its shape, is made again
+/// where the backward reads it, from the part's hidden rows, instead of held from the forward to the
+/// backward, so that each part's logits live only while its loss is computed and
+/// while its gradient is. Returns how many were.
+pub fn recompute_loss_chunks(graph: &Graph, classes: usize) -> Result<(Graph, usize), GraphError> {
+    let n = graph.len();
+    let order = graph.topo_order()?;
+    let forward = forward_of(graph);
+    let users = graph.users();
+    // Whether a forward value feeds a matmul of the forward (the loss's logits do not:
+    // only the loss reads them; a layer's output of as many columns does).
+    let mut feeds_matmul = vec![false; n];
+    for &id in order.iter().rev() {
+        let i = id.index();
+        feeds_matmul[i] = users[i]
+            .iter()
+            .filter(|u| forward[u.index()])
+            .any(|u| matches!(graph.node(*u).op, Op::MatMul) || feeds_matmul[u.index()]);
+    }
+    let mut again = vec![false; n];
+    for &id in &order {
+        let i = id.index();
+        let node = graph.node(id);
+        if !forward[i] || node.ty.shape.dims().last() != Some(&classes) {
+            continue;
+        }
+        if matches!(node.op, Op::MatMul) {
+            again[i] = !feeds_matmul[i];
+        } else if !matches!(node.op, Op::MatMul)
+            && node
+                .inputs
+                .iter()
+                .any(|&op| again[op.index()] && graph.node(op).ty.shape == node.ty.shape)
+        {
+            // What the loss computes from them at their shape (the logits less their
+            // row maximum that the softmax's backward reads): made again with them.
+            again[i] = true;
+        }
+    }
+    if !again.iter().any(|&a| a) {
+        return Ok((graph.clone(), 0));
+    }
+    let (out, copies) = rebuild(graph, &order, &forward, &again)?;
+    let count = (0..n)
+        .filter(|&i| copies[i].is_some() && matches!(graph.nodes()[i].op, Op::MatMul))
+        .count();
+    if count == 0 {
+        return Ok((graph.clone(), 0));
+    }
+    Ok((out, count))
+}
+
 /// How deep a chain of elementwise ops [`recompute_saved_elementwise`] makes again.
 const MAX_DEPTH: usize = 6;
 
