@@ -125,7 +125,34 @@ impl From<crate::train::TrainError> for CompileError {
 }
 
 /// Compile a graph: verify, then run each stage, verifying between them.
+///
+/// A training step with `--remat auto` and no `token_chunks` given (0) that does not
+/// fit its budget as it is computes its loss over an LM head in parts
+/// ([`crate::train::build_loss_in_parts`], the count chosen: one part's logits about
+/// an MLP hidden wide), the cheapest memory there is (the parts' logits made again: the
+/// LM head's GEMM once more), then recomputes the fewest layers that fit.
 pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    let auto = opts.token_chunks == 0 && opts.train.as_ref().is_some_and(|t| t.remat == Remat::Auto);
+    if !auto {
+        return compile_once(graph, opts);
+    }
+    let mut plain = opts.clone();
+    if let Some(t) = plain.train.as_mut() {
+        t.remat = Remat::Off;
+    }
+    let whole = compile_once(graph, &plain)?;
+    if whole.plan.fits() {
+        return Ok(whole);
+    }
+    let lm_head = whole.train.as_ref().is_some_and(|t| t.report.lm_head);
+    let mut parts = opts.clone();
+    if lm_head {
+        parts.token_chunks = crate::train::loss::AUTO_PARTS;
+    }
+    compile_once(graph, &parts)
+}
+
+fn compile_once(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     graph.verify().map_err(CompileError::Input)?;
     let mut passes = Vec::new();
     // Training: trainable parameters become state (inputs the step updates), so
@@ -303,10 +330,7 @@ impl Back {
             // A loss computed in parts: each part's logits made again in its backward.
             if let (true, Some(classes)) = (opts.token_chunks > 1, training.report.classes) {
                 let (g, logits) = crate::train::remat::recompute_loss_chunks(&graph, classes).map_err(pass_error)?;
-                if logits > 1 {
-                    training.report.loss_parts = logits;
-                }
-                training.report.recomputed_logits = logits;
+                training.report.recomputed_logits = (logits.parts > 0).then_some(logits);
                 graph = std::borrow::Cow::Owned(g);
             }
             // Cheap saved activations computed again in the backward.
@@ -332,7 +356,7 @@ impl Back {
             .as_ref()
             .map(|t| t.state.slots.iter().map(|s| s.name.clone()).collect())
             .unwrap_or_default();
-        let unchunked = (opts.token_chunks > 1).then(|| graph.clone());
+        let unchunked = (opts.token_chunks > 1 && training.is_none()).then(|| graph.clone());
         let (graph, chunks) = run_chunk(graph, opts)?;
         let (mut program, fusion, report) = run_fuse(&graph, &in_place, opts)?;
         passes.push(report);

@@ -71,7 +71,8 @@ fn chunk_tokens_runs_mlps_in_parts() {
 /// and says why when even every layer's recomputation does not fit.
 #[test]
 fn remat_full_recomputes_layers_in_a_training_plan() {
-    let with = |remat: &str, budget: Option<&str>| {
+    // The loss whole (`--chunk-tokens 1`): unset, auto would compute it in parts first.
+    let with_parts = |remat: &str, budget: Option<&str>, parts: Option<&str>| {
         let mut a = vec![
             "plan",
             "tests/fixtures/train/gpt2/model.onnx",
@@ -84,11 +85,15 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
             "--remat",
             remat,
         ];
+        if let Some(p) = parts {
+            a.extend(["--chunk-tokens", p]);
+        }
         if let Some(b) = budget {
             a.extend(["--budget", b]);
         }
         graphc(&a)
     };
+    let with = |remat: &str, budget: Option<&str>| with_parts(remat, budget, Some("1"));
     let args = |remat: &str| with(remat, None);
     let saved = |o: &Output| {
         let out = stdout(o);
@@ -158,6 +163,14 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
     );
     let one_b = total(&one);
     assert!(full_b <= one_b && one_b < off_b, "{full_b} <= {one_b} < {off_b}");
+    // Unset, the loss goes in parts first (2: the batch's sequences).
+    let parts = with_parts("auto", Some(&(off_b - 1).to_string()), None);
+    let out = stdout(&parts);
+    assert!(parts.status.success(), "{}{out}", stderr(&parts));
+    assert!(
+        out.contains("loss           the LM head and the cross-entropy in 2 parts of the batch"),
+        "{out}"
+    );
     // Under every layer's recomputation: the error, with that plan's figures.
     let none = with("auto", Some(&(full_b - 1).to_string()));
     assert!(!none.status.success());

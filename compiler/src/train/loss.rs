@@ -14,6 +14,10 @@ use graphc_ir::{DType, GraphBuilder, Shape, Tensor, TensorData, TensorType, Valu
 
 use super::TrainError;
 
+/// `chunks` of [`build`] that lets it choose the count: one part's logits about as
+/// wide as an MLP's hidden.
+pub const AUTO_PARTS: usize = usize::MAX;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LossKind {
     Mse,
@@ -100,6 +104,8 @@ pub(super) fn build<'b>(
     pred: Value<'b>,
     target_ty: &TensorType,
     chunks: usize,
+    parts_made: &mut usize,
+    lm_head_seen: &mut bool,
 ) -> Result<Value<'b>, TrainError> {
     let pt = pred.ty();
     if !pt.dtype.is_float() {
@@ -178,13 +184,23 @@ pub(super) fn build<'b>(
             let valid = labels.ne(b.scalar(DType::I64, loss.ignore_index as f64));
             let vf = valid.cast(pt.dtype);
             let count = vf.sum(&all(vf), false);
-            let total = match lm_head(b, logits).filter(|_| chunks > 1) {
+            let head = lm_head(b, logits);
+            *lm_head_seen = head.is_some();
+            let total = match head.filter(|_| chunks > 1) {
                 // The LM head and the loss over parts of the batch: each part's logits
                 // from its rows of the hidden states (the same sums: a GEMM row is the
                 // same whichever rows go with it).
                 Some((h, w, bias)) => {
                     let rows = pd[0];
+                    // Auto: one part's logits about as wide as an MLP's hidden (4 d).
+                    let chunks = if chunks == AUTO_PARTS {
+                        let d = h.shape().dims().last().copied().unwrap_or(1).max(1);
+                        pd[pd.len() - 1].div_ceil(4 * d).max(2)
+                    } else {
+                        chunks
+                    };
                     let parts = chunks.min(rows);
+                    *parts_made = parts;
                     let mut total: Option<Value<'b>> = None;
                     for c in 0..parts {
                         let (start, end) = (rows * c / parts, rows * (c + 1) / parts);

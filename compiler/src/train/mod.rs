@@ -191,7 +191,9 @@ pub struct TrainReport {
     /// ([`build_loss_in_parts`]; 0: whole), and the parts' logits made again in the
     /// backward ([`remat::recompute_loss_chunks`]).
     pub loss_parts: usize,
-    pub recomputed_logits: usize,
+    pub recomputed_logits: Option<remat::LossParts>,
+    /// The loss reads an LM head (`logits = h @ w`) that it can compute in parts.
+    pub lm_head: bool,
     /// Cross-entropy: the class count (the logits' last dim), which every label must be
     /// under ([`Loss::check_labels`]).
     pub classes: Option<usize>,
@@ -393,7 +395,12 @@ pub fn build_loss_in_parts(
     if opts.loss.kind == LossKind::CrossEntropy {
         report.classes = pred.shape().dims().last().copied();
     }
-    let loss = b.scope("loss", || loss::build(&b, &opts.loss, pred, &opts.target, chunks))?;
+    let (mut parts, mut lm_head) = (0, false);
+    let loss = b.scope("loss", || {
+        loss::build(&b, &opts.loss, pred, &opts.target, chunks, &mut parts, &mut lm_head)
+    })?;
+    report.loss_parts = if parts > 1 { parts } else { 0 };
+    report.lm_head = lm_head;
     b.output(LOSS_OUTPUT, loss);
     let (graph, err) = b.into_parts();
     if let Some(e) = err {

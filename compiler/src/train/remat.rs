@@ -446,7 +446,7 @@ pub fn recompute_layers(graph: &Graph, first: usize) -> Result<(Graph, LayerRema
 /// where the backward reads it, from the part's hidden rows, instead of held from the forward to the
 /// backward, so that each part's logits live only while its loss is computed and
 /// while its gradient is. Returns how many were.
-pub fn recompute_loss_chunks(graph: &Graph, classes: usize) -> Result<(Graph, usize), GraphError> {
+pub fn recompute_loss_chunks(graph: &Graph, classes: usize) -> Result<(Graph, LossParts), GraphError> {
     let n = graph.len();
     let order = graph.topo_order()?;
     let forward = forward_of(graph);
@@ -482,16 +482,46 @@ pub fn recompute_loss_chunks(graph: &Graph, classes: usize) -> Result<(Graph, us
         }
     }
     if !again.iter().any(|&a| a) {
-        return Ok((graph.clone(), 0));
+        return Ok((graph.clone(), LossParts::default()));
     }
     let (out, copies) = rebuild(graph, &order, &forward, &again)?;
-    let count = (0..n)
+    let copied: Vec<usize> = (0..n)
         .filter(|&i| copies[i].is_some() && matches!(graph.nodes()[i].op, Op::MatMul))
-        .count();
-    if count == 0 {
-        return Ok((graph.clone(), 0));
+        .collect();
+    if copied.is_empty() {
+        return Ok((graph.clone(), LossParts::default()));
     }
-    Ok((out, count))
+    let flops = |i: usize| matmul_flops(graph, NodeId(i as u32));
+    Ok((
+        out,
+        LossParts {
+            parts: copied.len(),
+            extra_flops: copied.iter().map(|&i| flops(i)).sum(),
+            step_flops: (0..n).map(flops).sum(),
+        },
+    ))
+}
+
+/// What [`recompute_loss_chunks`] did: the parts' logits made again, and the GEMM
+/// FLOPs that adds to the step's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LossParts {
+    pub parts: usize,
+    pub extra_flops: u64,
+    pub step_flops: u64,
+}
+
+impl LossParts {
+    /// `the LM head and the cross-entropy in 13 parts of the batch, ...`.
+    pub fn text(&self) -> String {
+        format!(
+            "the LM head and the cross-entropy in {} parts of the batch, each part's logits made again in its \
+             backward (+{:.1}% of the step's GEMM and attention FLOPs): one part's logits and their gradient live \
+             at a time",
+            self.parts,
+            100.0 * self.extra_flops as f64 / self.step_flops.max(1) as f64
+        )
+    }
 }
 
 /// How deep a chain of elementwise ops [`recompute_saved_elementwise`] makes again.

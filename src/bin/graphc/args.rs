@@ -69,11 +69,14 @@ pub struct BudgetArgs {
     #[arg(long, default_value = "none")]
     pub weights: WeightQuant,
     /// Run each transformer MLP (up projection, activation, down projection) over this
-    /// many parts of its tokens, one part's wide hidden live at a time (inference; the
-    /// same values). Parts split the outermost dim (the batch of `[batch, seq, d]`, or
-    /// the tokens of `[tokens, d]`), which must divide by N; 1: whole.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4096))]
-    pub chunk_tokens: u16,
+    /// many parts of its tokens, one part's wide hidden live at a time (inference), or a
+    /// training step's LM head and cross-entropy over this many parts of the batch, each
+    /// part's logits made again in its backward; the same values. Parts split the
+    /// outermost dim (the batch of `[batch, seq, d]`, or the tokens of `[tokens, d]`);
+    /// 1: whole. Unset, a training step with `--remat auto` that does not fit chooses
+    /// the loss's parts itself.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub chunk_tokens: Option<u16>,
 }
 
 impl BudgetArgs {
@@ -93,8 +96,8 @@ impl BudgetArgs {
         if self.weights != WeightQuant::default() {
             w.extend(["--weights".to_string(), self.weights.to_string()]);
         }
-        if self.chunk_tokens > 1 {
-            w.extend(["--chunk-tokens".to_string(), self.chunk_tokens.to_string()]);
+        if let Some(n) = self.chunk_tokens {
+            w.extend(["--chunk-tokens".to_string(), n.to_string()]);
         }
         w
     }
@@ -113,7 +116,7 @@ impl BudgetArgs {
                 ..Default::default()
             },
             weights: self.weights,
-            token_chunks: self.chunk_tokens as usize,
+            token_chunks: self.chunk_tokens.map_or(0, usize::from),
             ..Default::default()
         }
     }

@@ -142,6 +142,9 @@ pub fn run(args: FitArgs) -> Result<()> {
             None => format!("{dim} = {}: nothing made again (the step fits without)", fit.value),
         };
         println!("             auto: {auto}");
+        if let Some(p) = fit.compiled.train.as_ref().and_then(|t| t.report.recomputed_logits) {
+            println!("                   and {}", p.text());
+        }
     }
     println!();
     print!("{}", report::summary(&fit.compiled.program, &fit.compiled.plan));

@@ -71,11 +71,8 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if let Some(r) = compiled.train.as_ref().and_then(|t| t.report.recomputed_layers) {
             println!("remat          {}", r.text());
         }
-        if let Some(t) = compiled.train.as_ref().filter(|t| t.report.loss_parts > 1) {
-            println!(
-                "loss           the LM head and the cross-entropy in {} parts of the batch, each part's logits made again in its backward: one part's logits and their gradient live at a time",
-                t.report.loss_parts
-            );
+        if let Some(p) = compiled.train.as_ref().and_then(|t| t.report.recomputed_logits) {
+            println!("loss           {}", p.text());
         }
         if args.picture {
             println!();
