@@ -132,27 +132,42 @@ impl From<crate::train::TrainError> for CompileError {
 /// an MLP hidden wide), the cheapest memory there is (the parts' logits made again: the
 /// LM head's GEMM once more), then recomputes the fewest layers that fit.
 pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let auto = opts.token_chunks == 0 && opts.train.as_ref().is_some_and(|t| t.remat == Remat::Auto);
-    if !auto {
-        return compile_once(graph, opts);
+    let (back, stepped) = front(graph, opts)?;
+    let Some(remat) = opts.train.as_ref().map(|t| t.remat) else {
+        return back.finish(stepped, opts);
+    };
+    match remat {
+        Remat::Off => back.with_layers(&stepped, 0, opts),
+        Remat::Full => {
+            let off = back.clone().with_layers(&stepped, 0, opts)?;
+            let mut full = back.with_layers(&stepped, usize::MAX, opts)?;
+            set_bytes_off(&mut full, off.plan.total_bytes);
+            Ok(full)
+        }
+        Remat::Auto if opts.token_chunks != 0 => auto_remat(back, &stepped, opts, None),
+        Remat::Auto => {
+            // The step as it is; over the budget, its loss in parts (when it reads an
+            // LM head), then layers.
+            let whole = back.clone().with_layers(&stepped, 0, opts)?;
+            if whole.plan.fits() {
+                return Ok(whole);
+            }
+            if !whole.train.as_ref().is_some_and(|t| t.report.lm_head) {
+                return auto_remat(back, &stepped, opts, Some(whole.plan.total_bytes));
+            }
+            let parts = CompileOptions {
+                token_chunks: crate::train::loss::AUTO_PARTS,
+                ..opts.clone()
+            };
+            let (back, stepped) = front(graph, &parts)?;
+            auto_remat(back, &stepped, &parts, None)
+        }
     }
-    let mut plain = opts.clone();
-    if let Some(t) = plain.train.as_mut() {
-        t.remat = Remat::Off;
-    }
-    let whole = compile_once(graph, &plain)?;
-    if whole.plan.fits() {
-        return Ok(whole);
-    }
-    let lm_head = whole.train.as_ref().is_some_and(|t| t.report.lm_head);
-    let mut parts = opts.clone();
-    if lm_head {
-        parts.token_chunks = crate::train::loss::AUTO_PARTS;
-    }
-    compile_once(graph, &parts)
 }
 
-fn compile_once(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+/// The stages up to recomputation: the step graph (or the forward graph, without
+/// training) and what made it, for [`Back`].
+fn front(graph: &Graph, opts: &CompileOptions) -> Result<(Back, Graph), CompileError> {
     graph.verify().map_err(CompileError::Input)?;
     let mut passes = Vec::new();
     // Training: trainable parameters become state (inputs the step updates), so
@@ -229,17 +244,7 @@ fn compile_once(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compil
         precision,
         training,
     };
-    match opts.train.as_ref().map(|t| t.remat) {
-        None => back.finish(graph, opts),
-        Some(Remat::Off) => back.with_layers(&graph, 0, opts),
-        Some(Remat::Full) => {
-            let off = back.clone().with_layers(&graph, 0, opts)?;
-            let mut full = back.with_layers(&graph, usize::MAX, opts)?;
-            set_bytes_off(&mut full, off.plan.total_bytes);
-            Ok(full)
-        }
-        Some(Remat::Auto) => auto_remat(back, &graph, opts),
-    }
+    Ok((back, graph))
 }
 
 /// `--remat auto`: the fewest layers made again (the first ones) for the step to fit
@@ -248,12 +253,22 @@ fn compile_once(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compil
 /// the count (each layer's saved values are about the same), so the first guess is
 /// where the line through none and all meets the budget, then the count moves by one
 /// toward the answer: a few plans, each exact.
-fn auto_remat(back: Back, graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let off = back.clone().with_layers(graph, 0, opts)?;
-    if off.plan.fits() {
-        return Ok(off);
-    }
-    let off_bytes = off.plan.total_bytes;
+fn auto_remat(
+    back: Back,
+    graph: &Graph,
+    opts: &CompileOptions,
+    off_bytes: Option<u64>,
+) -> Result<Compiled, CompileError> {
+    let off_bytes = match off_bytes {
+        Some(b) => b,
+        None => {
+            let off = back.clone().with_layers(graph, 0, opts)?;
+            if off.plan.fits() {
+                return Ok(off);
+            }
+            off.plan.total_bytes
+        }
+    };
     let mut full = back.clone().with_layers(graph, usize::MAX, opts)?;
     set_bytes_off(&mut full, off_bytes);
     let layers = full
