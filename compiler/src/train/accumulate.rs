@@ -12,6 +12,7 @@
 
 use graphc_ir::{DType, GraphBuilder, NodeId, Shape, Value};
 
+use super::optim::unique;
 use super::{zeros, State, StateClass, StateSlot, TrainError};
 
 /// The microbatch counter's slot.
@@ -39,7 +40,7 @@ pub(super) fn build<'b>(
             "accumulate: {n} microbatches (at least 2)"
         )));
     }
-    let counter_name = unique(state, COUNTER);
+    let counter_name = unique(state, &[], COUNTER);
     let counter = b.input(&counter_name, DType::I64, Shape::scalar());
     let last = counter.eq((n - 1) as f64);
     let mut outputs = Vec::new();
@@ -50,7 +51,7 @@ pub(super) fn build<'b>(
             .value(g)
             .ok_or_else(|| TrainError::Invalid(format!("{g} is not a node")))?;
         let ty = g.ty();
-        let slot = unique_with(state, &slots, &format!("{name}.grad"));
+        let slot = unique(state, &slots, &format!("{name}.grad"));
         let acc = b.input(&slot, ty.dtype, ty.shape.clone());
         let sum = acc + g / n as f64;
         let zero = b.scalar(ty.dtype, 0.0).broadcast_to(&ty.shape);
@@ -99,19 +100,4 @@ pub(super) fn on_last<'b>(
         out.push((name, b.select(last.broadcast_to(&ty.shape), v, old)));
     }
     Ok(out)
-}
-
-fn unique(state: &State, name: &str) -> String {
-    unique_with(state, &[], name)
-}
-
-/// `name`, or `name.1`, `name.2`, .. when a slot already has it.
-fn unique_with(state: &State, more: &[StateSlot], name: &str) -> String {
-    let mut n = name.to_string();
-    let mut k = 1;
-    while state.get(&n).is_some() || more.iter().any(|s| s.name == n) {
-        n = format!("{name}.{k}");
-        k += 1;
-    }
-    n
 }

@@ -189,7 +189,7 @@ pub(super) fn build<'b>(
 }
 
 /// `name`, or `name.1`, `name.2`, .. when a slot already has it.
-fn unique(state: &State, more: &[StateSlot], name: &str) -> String {
+pub(super) fn unique(state: &State, more: &[StateSlot], name: &str) -> String {
     let mut n = name.to_string();
     let mut k = 1;
     while state.get(&n).is_some() || more.iter().any(|s| s.name == n) {

@@ -9,7 +9,7 @@ use super::diagnosis::{
 use super::{budget_arg, display_name, human_bytes, live_words, plural, size_row, table, Rerun};
 
 /// `fits, N to spare` or `still over by N`.
-fn verdict(total: u64, budget: u64) -> String {
+pub(super) fn verdict(total: u64, budget: u64) -> String {
     if total <= budget {
         format!("fits, {} to spare", human_bytes(budget - total))
     } else {

@@ -14,6 +14,7 @@
 
 use serde::Serialize;
 
+use super::diagnosis_text::verdict;
 use super::{human_bytes, Rerun, TrainBytes};
 
 /// Recomputing the layers not recomputed yet.
@@ -172,14 +173,6 @@ pub fn shard(t: &TrainBytes, budget: u64, rerun: &Rerun) -> ShardEstimate {
     ShardEstimate {
         stages,
         batch_split: batch.is_some(),
-    }
-}
-
-fn verdict(total: u64, budget: u64) -> String {
-    if total <= budget {
-        format!("fits, {} to spare", human_bytes(budget - total))
-    } else {
-        format!("still over by {}", human_bytes(total - budget))
     }
 }
 
