@@ -154,7 +154,9 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
             if whole.plan.fits() {
                 return Ok(whole);
             }
-            if !whole.train.as_ref().is_some_and(|t| t.report.lm_head) {
+            // The loss in parts (f32 steps only for now: `Back::with_layers`).
+            let parts_help = opts.precision.low_type().is_none();
+            if !parts_help || !whole.train.as_ref().is_some_and(|t| t.report.lm_head) {
                 return auto_remat(back, &stepped, opts, Some(whole.plan.total_bytes));
             }
             let parts = CompileOptions {

@@ -111,7 +111,10 @@ impl Back {
                 graph = std::borrow::Cow::Owned(g);
             }
             // A loss computed in parts: each part's logits made again in its backward.
-            if let (true, Some(classes)) = (opts.token_chunks > 1, training.report.classes) {
+            // Not under bf16/fp16 yet: there the parts' recomputed logits come out NaN
+            // on cuda-sim (the CPU executor computes them right), a bug not found yet.
+            let low = opts.precision.low_type().is_some();
+            if let (true, false, Some(classes)) = (opts.token_chunks > 1, low, training.report.classes) {
                 let (g, logits) = crate::train::remat::recompute_loss_chunks(&graph, classes).map_err(pass_error)?;
                 training.report.recomputed_logits = (logits.parts > 0).then_some(logits);
                 graph = std::borrow::Cow::Owned(g);
