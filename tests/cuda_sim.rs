@@ -210,3 +210,46 @@ fn cuda_sim_without_a_compiler_is_exit_code_3_and_options_need_it() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("options of --device cuda-sim"));
 }
+
+/// A bf16 value a fused kernel stores is the value the kernel's other expressions read:
+/// rounded where it is defined, not only at its store. An elementwise kernel (`t = 3 *
+/// f32(s)` beside `s = x + y`) and a row kernel (the mean of `f32(s)`, beside `s`) give
+/// exactly what a kernel loading the stored `s` would compute, which is what makes a
+/// value recomputed in the backward from a stored tensor equal to the forward's (the
+/// sum of two bf16 values is exact in f32 and almost never a bf16 value).
+#[test]
+fn a_stored_bf16_value_is_the_value_its_kernel_reads() {
+    use graphc::ir::{DType, GraphBuilder, TensorType};
+    if !have_cxx() {
+        return;
+    }
+    let (n, d) = (64, 96);
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::BF16, [n, d]);
+    let y = b.input("y", DType::BF16, [n, d]);
+    let s = x + y;
+    b.output("s", s);
+    b.output("t", s.cast(DType::F32) * 3.0);
+    b.output("m", s.cast(DType::F32).mean(&[-1], false));
+    let g = b.finish().unwrap();
+    let c = graphc::compile(&g).unwrap();
+    let ty = TensorType::new(DType::BF16, [n, d]);
+    let inputs: HashMap<String, Tensor> = [
+        ("x".to_string(), Tensor::randn(&ty, 1.0, 1)),
+        ("y".to_string(), Tensor::randn(&ty, 1.0, 2)),
+    ]
+    .into();
+    let mut sim = SimSession::new(&c, &SimOptions::default()).unwrap();
+    let out: HashMap<String, Tensor> = sim.run(c.graph.weights(), &inputs).unwrap().into_iter().collect();
+    let s = out["s"].to_f64_vec();
+    let t = out["t"].to_f64_vec();
+    assert!(
+        s.iter().zip(&t).all(|(s, t)| 3.0 * s == *t),
+        "t = 3 * f32(s) for the stored s"
+    );
+    let m = out["m"].to_f64_vec();
+    for (r, m) in m.iter().enumerate() {
+        let want = s[r * d..(r + 1) * d].iter().sum::<f64>() / d as f64;
+        assert!((m - want).abs() <= 1e-6 * want.abs().max(1.0), "row {r}: {m} vs {want}");
+    }
+}

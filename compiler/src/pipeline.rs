@@ -30,7 +30,7 @@ use crate::passes::precision::{apply_precision_with, Outputs, Precision, Precisi
 use crate::passes::quantize::{quantize_weights, QuantReport, WeightQuant};
 use crate::plan::{plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 use crate::train::{Remat, State, TrainOptions, TrainReport};
-use remat::{auto_remat, loss_parts_recomputed, set_bytes_off, Back};
+use remat::{auto_remat, set_bytes_off, Back};
 
 pub use report::{Pass, PassDetail, PassReport};
 
@@ -155,8 +155,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
                 return Ok(whole);
             }
             // The loss in parts, where its logits are made again (what saves memory).
-            let parts_help = loss_parts_recomputed(opts);
-            if !parts_help || !whole.train.as_ref().is_some_and(|t| t.report.lm_head) {
+            if !whole.train.as_ref().is_some_and(|t| t.report.lm_head) {
                 return auto_remat(back, &stepped, opts, Some(whole.plan.total_bytes));
             }
             let parts = CompileOptions {

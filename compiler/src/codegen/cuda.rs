@@ -351,19 +351,44 @@ pub(crate) fn gather_c(
     )
 }
 
+/// Which expressions [`emit_exprs`] writes, and the values the kernel stores.
+#[derive(Clone, Copy)]
+pub(crate) struct Exprs<'a> {
+    pub ids: &'a [ExprId],
+    pub stored: &'a [ExprId],
+}
+
 /// Emit `const T name = expr;` for each of `ids` (in order).
+///
+/// `stored` holds the values the kernel stores. An f16/bf16 one that other expressions
+/// of the body also read is rounded where it is defined, not only at its store: every
+/// reader, in this kernel or in any kernel that loads the stored tensor (a value
+/// recomputed in the backward from it), then sees the same value. Otherwise a fused
+/// kernel's readers would see the f32 value before rounding ([`ROUND_EVERY_HALF_OP`]),
+/// and a recomputation from the stored tensor would not give the forward's bits (a
+/// recomputed row's maximum could then equal none of its elements).
 pub(crate) fn emit_exprs(
     cx: &Ctx,
     w: &mut Writer,
     h: &mut Helpers,
     body: &Body,
-    ids: &[ExprId],
+    Exprs { ids, stored }: Exprs,
     name: &dyn Fn(ExprId) -> String,
     leaf: &mut Leaf,
 ) -> Result<(), CodegenError> {
+    let read_here = |id: ExprId| body.exprs.iter().any(|(e, _)| operands(e).contains(&id));
     for &id in ids {
-        let c = expr_c(cx, h, body, id, name, leaf)?;
-        w.line(format!("const {} {} = {c};", reg_type(body.dtype(id)), name(id)));
+        let mut c = expr_c(cx, h, body, id, name, leaf)?;
+        let d = body.dtype(id);
+        if !ROUND_EVERY_HALF_OP
+            && matches!(d, DType::F16 | DType::BF16)
+            && matches!(body.exprs[id.index()].0, Expr::Unary(..) | Expr::Binary(..))
+            && stored.contains(&id)
+            && read_here(id)
+        {
+            c = round_to(h, d, c);
+        }
+        w.line(format!("const {} {} = {c};", reg_type(d), name(id)));
     }
     Ok(())
 }

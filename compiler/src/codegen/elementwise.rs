@@ -218,7 +218,19 @@ fn body_and_stores(
     leaf: &mut cuda::Leaf,
     store: impl Fn(usize, &Store, String) -> String,
 ) -> Result<(), CodegenError> {
-    cuda::emit_exprs(cx, w, h, s.body, &s.live, &|id| format!("e{id}"), leaf)?;
+    let stored: Vec<ExprId> = s.stores.iter().map(|st| st.value).collect();
+    cuda::emit_exprs(
+        cx,
+        w,
+        h,
+        s.body,
+        cuda::Exprs {
+            ids: &s.live,
+            stored: &stored,
+        },
+        &|id| format!("e{id}"),
+        leaf,
+    )?;
     for (k, st) in s.stores.iter().enumerate() {
         let d = cx.dtype(st.access.buffer)?;
         check_store_dtype(cx, s.body, st, d)?;

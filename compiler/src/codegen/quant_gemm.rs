@@ -528,7 +528,19 @@ impl Gen<'_> {
                 _ => Err(cx.malformed("a stage in a matmul kernel")),
             }
         };
-        cuda::emit_exprs(cx, w, h, body, ep.live, &|id| format!("e{id}"), &mut leaf)?;
+        let stored: Vec<ExprId> = mk.stores.iter().map(|st| st.value).collect();
+        cuda::emit_exprs(
+            cx,
+            w,
+            h,
+            body,
+            cuda::Exprs {
+                ids: ep.live,
+                stored: &stored,
+            },
+            &|id| format!("e{id}"),
+            &mut leaf,
+        )?;
         for (k, st) in mk.stores.iter().enumerate() {
             let sd = cx.dtype(st.access.buffer)?;
             super::elementwise::check_store_dtype(cx, body, st, sd)?;

@@ -71,14 +71,6 @@ pub(super) fn auto_remat(
     Ok(best)
 }
 
-/// Whether a loss computed in parts gets its logits made again in the backward (what
-/// makes the parts save memory). Not under bf16/fp16 yet: there the parts' recomputed
-/// logits come out NaN on cuda-sim (the CPU executor computes them right), a bug not
-/// found yet.
-pub(super) fn loss_parts_recomputed(opts: &CompileOptions) -> bool {
-    opts.precision.low_type().is_none()
-}
-
 pub(super) fn set_bytes_off(c: &mut Compiled, off: u64) {
     let total = c.plan.total_bytes;
     if let Some(r) = c.train.as_mut().and_then(|t| t.report.recomputed_layers.as_mut()) {
@@ -119,10 +111,7 @@ impl Back {
                 graph = std::borrow::Cow::Owned(g);
             }
             // A loss computed in parts: each part's logits made again in its backward.
-            if let (true, Some(classes)) = (
-                opts.token_chunks > 1 && loss_parts_recomputed(opts),
-                training.report.classes,
-            ) {
+            if let (true, Some(classes)) = (opts.token_chunks > 1, training.report.classes) {
                 let (g, logits) = crate::train::remat::recompute_loss_chunks(&graph, classes).map_err(pass_error)?;
                 training.report.recomputed_logits = (logits.parts > 0).then_some(logits);
                 graph = std::borrow::Cow::Owned(g);

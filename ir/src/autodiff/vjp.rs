@@ -253,8 +253,13 @@ fn reduce<'b>(
         }
         ReduceOp::Max | ReduceOp::Min => {
             // As torch.amax / amin: shared evenly among the elements equal to the extreme.
+            // The count is at least 1: where `x` is a recomputed copy of the forward's
+            // input (rematerialization) whose kernels round differently, no element may
+            // equal the saved extreme, and the share is then dropped rather than 0/0.
             let hit = x.eq(up(y)).cast(x.dtype());
-            let count = hit.sum(&axes.iter().map(|&a| a as i64).collect::<Vec<_>>(), true);
+            let count = hit
+                .sum(&axes.iter().map(|&a| a as i64).collect::<Vec<_>>(), true)
+                .binary(BinaryOp::Max, 1.0);
             up(if keepdims { g } else { g.reshape(kept.clone()) } / count) * hit
         }
         ReduceOp::Prod => up(g) * up(y) / x,

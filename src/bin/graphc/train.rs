@@ -130,6 +130,10 @@ pub struct StepArgs {
     /// compute, f32 where it matters; a training step keeps f32 master parameters).
     #[arg(long, default_value = "fp32")]
     pub precision: Precision,
+    /// As `graphc plan --chunk-tokens`: the MLPs (inference) or a training step's LM
+    /// head and loss over this many parts, so the kernels printed are those that run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub chunk_tokens: Option<u16>,
 }
 
 impl StepArgs {
@@ -138,6 +142,7 @@ impl StepArgs {
     pub fn compile(&self, graph: &Graph) -> Result<graphc::Compiled> {
         let base = graphc::CompileOptions {
             precision: self.precision,
+            token_chunks: self.chunk_tokens.map_or(0, usize::from),
             ..Default::default()
         };
         Ok(if self.train {

@@ -152,7 +152,10 @@ impl<'p, 'a> Emit<'p, 'a> {
             &mut self.w,
             &mut self.h,
             p.k.body,
-            &ids,
+            cuda::Exprs {
+                ids: &ids,
+                stored: &p.stored,
+            },
             &|id| p.name(id),
             &mut leaf,
         )
@@ -319,7 +322,10 @@ impl<'p, 'a> Emit<'p, 'a> {
             &mut self.w,
             &mut self.h,
             p.k.body,
-            &elem_ids,
+            cuda::Exprs {
+                ids: &elem_ids,
+                stored: &p.stored,
+            },
             &|id| p.name(id),
             &mut leaf,
         )

@@ -25,6 +25,8 @@ pub(super) struct Plan<'a> {
     pub passes: Vec<Vec<ExprId>>,
     /// Every expression a stage or store needs.
     pub live: Vec<ExprId>,
+    /// The values of the element and row stores.
+    pub stored: Vec<ExprId>,
     /// The inputs read, and of them those that vary along the row.
     pub used: Vec<usize>,
     pub elem_inputs: Vec<usize>,
@@ -138,6 +140,7 @@ impl<'a> Plan<'a> {
         let budget = MAX_CACHE_REGS.min((65536 / block).min(255) / 4);
         let cache = !multi_pass.is_empty() && vpt <= MAX_CACHED_PER_THREAD && multi_pass.len() * vpt <= budget;
 
+        let stored = k.stores.iter().chain(k.row_stores).map(|s| s.value).collect();
         Ok(Plan {
             k,
             ro,
@@ -145,6 +148,7 @@ impl<'a> Plan<'a> {
             stage_dep,
             passes,
             live,
+            stored,
             used,
             elem_inputs,
             params,
