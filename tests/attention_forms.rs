@@ -275,3 +275,36 @@ fn every_fixture_has_one_attention_kernel_per_layer_and_no_score_sized_tensor() 
         }
     }
 }
+
+/// `--chunk-tokens 2` on every fixture (batches of 2 and 3 sequences): each layer's
+/// attention block and MLP runs in 2 parts of the batch, whatever the form (eager or
+/// SDPA, static or symbolic dims, grouped-query heads, padding masks, ONNX's Attention
+/// op), with one attention kernel per part, and gives the whole plan's outputs bit for
+/// bit on the CPU executor.
+#[test]
+fn every_fixture_runs_its_layers_in_parts_of_the_batch_bit_for_bit() {
+    for name in FIXTURES {
+        let (g, inputs, _) = load(name);
+        let whole = graphc::compile(&g).unwrap();
+        // One attention kernel per layer (`each_layer_is_one_attention_kernel`).
+        let layers = attention_kernels(&whole.program).len();
+        assert!(layers >= 2, "{name}");
+        let opts = CompileOptions {
+            token_chunks: 2,
+            ..Default::default()
+        };
+        let parts = graphc::compile_with(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let c = parts.chunks;
+        assert_eq!(
+            (c.attention_blocks, c.batch_mlps, c.batch_parts),
+            (layers, layers, 2),
+            "{name}: {c:?}"
+        );
+        assert_eq!(attention_kernels(&parts.program).len(), 2 * layers, "{name}");
+        let want = graphc::run_cpu(&whole, inputs.clone()).unwrap();
+        let got = graphc::run_cpu(&parts, inputs).unwrap();
+        for ((n, a), (_, b)) in got.iter().zip(&want) {
+            assert_eq!(a.to_f64_vec(), b.to_f64_vec(), "{name} {n}");
+        }
+    }
+}

@@ -203,10 +203,11 @@ fn int4_weights_fit_a_larger_batch() {
     assert!(q.compiled.plan.weights_bytes * 4 < plain.compiled.plan.weights_bytes);
 }
 
-/// `--chunk-tokens 4` in a fit: GPT-2's MLPs run over 4 parts of their tokens, so a
-/// larger batch fits; the chunked plan of a batch whose tokens do not divide by 4
-/// (parts of unequal rows) gives the unchunked plan's outputs bit for bit on the CPU
-/// executor and on cuda-sim when a host compiler is there.
+/// `--chunk-tokens 4` in a fit: GPT-2's attention blocks and MLPs run over 4 parts of
+/// the batch, so a larger batch fits; chunked plans of batches that 4 does not divide
+/// (MLPs in parts of the tokens of 3 sequences; sub-blocks in parts of 6 sequences)
+/// give the unchunked plan's outputs bit for bit on the CPU executor and on cuda-sim
+/// when a host compiler is there.
 #[test]
 fn chunked_mlps_fit_a_larger_batch_with_the_same_values() {
     let seq = [("seq".to_string(), 16)];
@@ -220,10 +221,19 @@ fn chunked_mlps_fit_a_larger_batch_with_the_same_values() {
         chunked.value,
         plain.value
     );
-    assert_eq!(chunked.compiled.chunks.regions, 2, "{:?}", chunked.compiled.chunks);
+    let c = chunked.compiled.chunks;
+    assert_eq!((c.attention_blocks, c.batch_mlps, c.batch_parts), (2, 2, 4), "{c:?}");
     assert!(chunked.compiled.plan.fits());
 
-    let g = graphc::load_model(&repo_path(DYNAMIC), &[("batch".into(), 3), ("seq".into(), 5)]).unwrap();
+    // 3 sequences: the MLPs in 4 parts of their 15 tokens; 6: every sub-block in parts
+    // of 2, 2, 1 and 1 sequences.
+    for (batch, token_regions, attention_blocks) in [(3, 2, 0), (6, 0, 2)] {
+        same_values_in_parts(batch, token_regions, attention_blocks);
+    }
+}
+
+fn same_values_in_parts(batch: usize, token_regions: usize, attention_blocks: usize) {
+    let g = graphc::load_model(&repo_path(DYNAMIC), &[("batch".into(), batch), ("seq".into(), 5)]).unwrap();
     let inputs: std::collections::HashMap<_, _> = random_inputs(&g, 9)
         .into_iter()
         .map(|(n, t)| {
@@ -247,7 +257,10 @@ fn chunked_mlps_fit_a_larger_batch_with_the_same_values() {
         },
     )
     .unwrap();
-    assert_eq!(parts.chunks.regions, 2);
+    assert_eq!(
+        (parts.chunks.regions, parts.chunks.attention_blocks),
+        (token_regions, attention_blocks)
+    );
     let want = graphc::run_cpu(&whole, inputs.clone()).unwrap();
     let got = graphc::run_cpu(&parts, inputs.clone()).unwrap();
     for (name, a, b) in zip_outputs(&got, &want).unwrap() {

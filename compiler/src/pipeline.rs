@@ -490,7 +490,7 @@ fn run_chunk(graph: Graph, opts: &CompileOptions) -> Result<(Graph, crate::chunk
     }
     let (graph, report) = crate::chunk::chunk_mlps(&graph, opts.token_chunks)
         .map_err(|error| CompileError::Pass { pass: "chunk", error })?;
-    if report.regions > 0 {
+    if report.any() {
         graph
             .verify()
             .map_err(|error| CompileError::Pass { pass: "chunk", error })?;

@@ -5,7 +5,8 @@ use std::process::Output;
 
 use super::{graphc, stderr, stdout};
 
-/// `--chunk-tokens N`: `graphc plan` runs GPT-2's MLPs in parts and says so, with a
+/// `--chunk-tokens N`: `graphc plan` runs GPT-2's attention blocks and MLPs in parts of
+/// the batch (of its tokens, with fewer sequences than parts) and says so, with a
 /// smaller arena than the whole plan (`tests/fit.rs` checks the values); 0 parts, and
 /// a training step, are refused with the reason.
 #[test]
@@ -29,9 +30,20 @@ fn chunk_tokens_runs_mlps_in_parts() {
     let parts = graphc(&[&["plan", model][..], &dims, &["--chunk-tokens", "4"]].concat());
     assert!(parts.status.success(), "{}", stderr(&parts));
     assert!(
-        stdout(&parts).contains("chunks         2 MLPs run in 4 parts of their tokens"),
+        stdout(&parts).contains(
+            "chunks         2 attention blocks and 2 MLPs (each from its norm to its residual add, \
+             and what follows the last to the output) run in 4 parts of the batch"
+        ),
         "{}",
         stdout(&parts)
+    );
+    // Fewer sequences than parts: the MLPs in parts of their tokens.
+    let few = ["--dim", "batch=2", "--dim", "seq=16", "--chunk-tokens", "4"];
+    let tokens = graphc(&[&["plan", model][..], &few].concat());
+    assert!(
+        stdout(&tokens).contains("chunks         2 MLPs run in 4 parts of their tokens"),
+        "{}",
+        stdout(&tokens)
     );
     assert!(
         arena(&parts) > 0 && arena(&parts) < arena(&whole),

@@ -68,13 +68,13 @@ pub struct BudgetArgs {
     /// nearest; GEMMs dequantize as they read them.
     #[arg(long, default_value = "none")]
     pub weights: WeightQuant,
-    /// Run each transformer MLP (up projection, activation, down projection) over this
-    /// many parts of its tokens, one part's wide hidden live at a time (inference), or a
-    /// training step's LM head and cross-entropy over this many parts of the batch, each
-    /// part's logits made again in its backward; the same values. Parts split the
-    /// outermost dim (the batch of `[batch, seq, d]`, or the tokens of `[tokens, d]`);
-    /// 1: whole. Unset, a training step with `--remat auto` that does not fit chooses
-    /// the loss's parts itself.
+    /// Inference: run each attention block and MLP (from its norm to its residual add)
+    /// over this many parts of the batch, one part's values live at a time, or with
+    /// fewer sequences than parts each MLP over this many parts of its tokens. A
+    /// training step: its LM head and cross-entropy over this many parts of the batch,
+    /// each part's logits made again in its backward. The same values; 1: whole.
+    /// Unset, a training step with `--remat auto` that does not fit chooses the loss's
+    /// parts itself.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub chunk_tokens: Option<u16>,
 }

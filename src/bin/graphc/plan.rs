@@ -61,7 +61,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if !compiled.quantize.quantized.is_empty() {
             println!("weights        {}", compiled.quantize.summary());
         }
-        if compiled.chunks.regions > 0 {
+        if compiled.chunks.any() {
             println!("chunks         {}", compiled.chunks.summary());
         }
         if let Some(t) = &train_bytes {

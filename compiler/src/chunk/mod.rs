@@ -22,31 +22,72 @@
 //! divide anything: the first `tokens % chunks` parts take one row more, and a batch
 //! of one long sequence splits as well as many short ones.
 //!
+//! Where the model's batch has at least as many sequences as parts, the sub-blocks run
+//! in parts of it instead ([`batch`]): each attention block and MLP from its norm to
+//! its residual add, so the norm's output, the QKV projection and the attention's
+//! output are a part's too, and consecutive sub-blocks pass their parts on without a
+//! `concat` between; token parts are for fewer sequences than parts (a batch of one
+//! long sequence) and for MLPs outside any batch region.
+//!
 //! The parts are emitted one after another where the region ended, then one `concat`:
 //! the program order (and the schedulers) run one part's hidden to its end before the
 //! next part's begins. Run after the last optimizer run (its rules would fold
 //! `concat` of slices back) and before fusion.
+
+mod batch;
 
 use graphc_ir::{Graph, GraphError, Node, NodeId, Op, Shape, SliceRange};
 
 /// What [`chunk_mlps`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ChunkReport {
-    /// Regions run in parts, and into how many parts each.
+    /// MLPs run in parts of their tokens, and into how many parts each.
     pub regions: usize,
     pub chunks: usize,
+    /// Sub-blocks run in parts of the batch ([`batch`]): attention blocks and MLPs,
+    /// each from its norm to its residual add, and into how many parts each.
+    pub attention_blocks: usize,
+    pub batch_mlps: usize,
+    pub batch_parts: usize,
+    /// Whether what follows the last sub-block (the final norm) runs in the parts too.
+    pub tail: bool,
 }
 
 impl ChunkReport {
-    /// `2 MLPs run in 4 parts of their tokens`.
+    /// `2 MLPs run in 4 parts of their tokens`; `2 attention blocks and 2 MLPs run in
+    /// 4 parts of the batch`.
     pub fn summary(&self) -> String {
-        format!(
-            "{} MLP{} run in {} parts of {} tokens, one part's hidden live at a time",
-            self.regions,
-            if self.regions == 1 { "" } else { "s" },
-            self.chunks,
-            if self.regions == 1 { "its" } else { "their" }
-        )
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let mut parts = Vec::new();
+        if self.attention_blocks + self.batch_mlps > 0 {
+            let mut what = Vec::new();
+            if self.attention_blocks > 0 {
+                what.push(plural(self.attention_blocks, "attention block"));
+            }
+            if self.batch_mlps > 0 {
+                what.push(plural(self.batch_mlps, "MLP"));
+            }
+            parts.push(format!(
+                "{} (each from its norm to its residual add{}) run in {} parts of the batch, one part's values live at a time",
+                what.join(" and "),
+                if self.tail { ", and what follows the last to the output" } else { "" },
+                self.batch_parts
+            ));
+        }
+        if self.regions > 0 {
+            parts.push(format!(
+                "{} run in {} parts of {} tokens, one part's hidden live at a time",
+                plural(self.regions, "MLP"),
+                self.chunks,
+                if self.regions == 1 { "its" } else { "their" }
+            ));
+        }
+        parts.join("; ")
+    }
+
+    /// Whether anything runs in parts.
+    pub fn any(&self) -> bool {
+        self.regions + self.attention_blocks + self.batch_mlps > 0
     }
 }
 
@@ -80,6 +121,57 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
         v
     };
     let mut in_region = vec![false; n];
+    // Sub-blocks in parts of the batch first, where there is a batch to split; then
+    // the MLPs left, in parts of their tokens.
+    let pos: std::collections::HashMap<NodeId, usize> = order.iter().enumerate().map(|(p, &v)| (v, p)).collect();
+    let mut batch_regions = Vec::new();
+    let batch_size = batch::batch_of(graph).unwrap_or(0);
+    let bcx = batch::Context {
+        graph,
+        dynamic: &dynamic,
+        users: &users,
+        outputs: &outputs,
+        pos: &pos,
+        batch: batch_size,
+    };
+    // Only where the batch has as many sequences as parts asked for: a few long
+    // sequences go through their MLPs in parts of their tokens instead.
+    if batch_size >= chunks {
+        // Attention blocks first (a grouped-query attention's key projection narrows
+        // like a down projection), then MLPs.
+        let attention = order
+            .iter()
+            .filter(|&&v| matches!(graph.node(v).op, Op::Attention { .. }));
+        let rest = order
+            .iter()
+            .filter(|&&v| !matches!(graph.node(v).op, Op::Attention { .. }));
+        for &id in attention.chain(rest) {
+            if let Some(r) = batch::region_at(&bcx, id, &in_region) {
+                for &m in &r.nodes {
+                    in_region[m.index()] = true;
+                }
+                match r.anchor {
+                    batch::Anchor::Attention => report.attention_blocks += 1,
+                    batch::Anchor::Mlp => report.batch_mlps += 1,
+                    batch::Anchor::Tail => {}
+                }
+                batch_regions.push(r);
+            }
+        }
+        // What reads the last region's end on to the output (the final norm).
+        let last = batch_regions.iter().max_by_key(|r| pos[&r.end]).map(|r| r.end);
+        if let Some(r) = last.and_then(|e| batch::tail_at(&bcx, e, &in_region)) {
+            for &m in &r.nodes {
+                in_region[m.index()] = true;
+            }
+            report.tail = true;
+            batch_regions.push(r);
+        }
+    }
+    let batch_parts = chunks;
+    if !batch_regions.is_empty() {
+        report.batch_parts = batch_parts;
+    }
     let mut regions = Vec::new();
     for &id in &order {
         if let Some(r) = region_at(graph, id, chunks, &dynamic, &users, &outputs, &in_region) {
@@ -89,16 +181,43 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
             regions.push(r);
         }
     }
-    if regions.is_empty() {
+    if regions.is_empty() && batch_regions.is_empty() {
         return Ok((graph.clone(), report));
     }
-    report.regions = regions.len();
-    report.chunks = chunks;
+    if !regions.is_empty() {
+        report.regions = regions.len();
+        report.chunks = chunks;
+    }
     let end_of: std::collections::HashMap<NodeId, usize> =
         regions.iter().enumerate().map(|(i, r)| (r.end, i)).collect();
+    let batch_end_of: std::collections::HashMap<NodeId, usize> =
+        batch_regions.iter().enumerate().map(|(i, r)| (r.end, i)).collect();
+    let mut in_batch = vec![false; n];
+    for r in &batch_regions {
+        for &m in &r.nodes {
+            in_batch[m.index()] = true;
+        }
+    }
+    let mut parts_of: std::collections::HashMap<NodeId, Vec<NodeId>> = std::collections::HashMap::new();
     let mut out = Graph::new();
     let mut map: Vec<Option<NodeId>> = vec![None; n];
     for &id in &order {
+        if let Some(&r) = batch_end_of.get(&id) {
+            let region = &batch_regions[r];
+            let mut parts = Vec::with_capacity(batch_parts);
+            for c in 0..batch_parts {
+                let blocks = part_rows(batch_size, batch_parts, c);
+                parts.push(batch::emit_part(&bcx, &mut out, (&map, &parts_of), region, blocks, c)?);
+            }
+            // The whole value only where something outside the batch regions reads it
+            // (a region reads the parts).
+            if outputs[id.index()] || users[id.index()].iter().any(|u| !in_batch[u.index()]) {
+                let name = graph.node(id).name.as_ref().map(|s| format!("{s}/parts"));
+                map[id.index()] = Some(out.add(Op::Concat { axis: 0 }, parts.clone(), name)?);
+            }
+            parts_of.insert(id, parts);
+            continue;
+        }
         if let Some(&r) = end_of.get(&id) {
             let region = &regions[r];
             let mut views = std::collections::HashMap::new();
@@ -372,10 +491,10 @@ mod tests {
         out[0].1.to_f64_vec()
     }
 
-    /// Both MLPs run in 2 to 7 parts of their 24 tokens (5 and 7: parts of unequal
-    /// rows, crossing the sequences of 6) give the same values bit for bit, with one
-    /// `concat` and a set of projections per part; more parts than tokens leave the
-    /// graph whole.
+    /// Both MLPs run in 2 to 7 parts give the same values bit for bit, with one
+    /// `concat` and a set of projections per part: up to 4 parts, parts of the batch of
+    /// 4 (3: of 2, 1 and 1 sequences); 5 and 7, parts of the 24 tokens (of unequal rows,
+    /// crossing the sequences of 6). More parts than tokens leave the graph whole.
     #[test]
     fn mlps_run_in_parts_give_the_same_values() {
         for swiglu in [false, true] {
@@ -384,7 +503,20 @@ mod tests {
             for chunks in [2, 3, 4, 5, 7] {
                 let (c, report) = chunk_mlps(&g, chunks).unwrap();
                 c.verify().unwrap();
-                assert_eq!(report, ChunkReport { regions: 1, chunks }, "swiglu {swiglu}");
+                let expect = if chunks <= 4 {
+                    ChunkReport {
+                        batch_mlps: 1,
+                        batch_parts: chunks,
+                        ..Default::default()
+                    }
+                } else {
+                    ChunkReport {
+                        regions: 1,
+                        chunks,
+                        ..Default::default()
+                    }
+                };
+                assert_eq!(report, expect, "swiglu {swiglu}");
                 let count = |f: &dyn Fn(&Op) -> bool| c.nodes().iter().filter(|n| f(&n.op)).count();
                 assert_eq!(count(&|o| matches!(o, Op::Concat { .. })), 1);
                 let matmuls = if swiglu { 3 } else { 2 };
@@ -392,7 +524,7 @@ mod tests {
                 assert_eq!(run(&c), want, "swiglu {swiglu}, {chunks} parts");
             }
             let (c, report) = chunk_mlps(&g, 25).unwrap();
-            assert_eq!(report.regions, 0);
+            assert!(!report.any());
             assert_eq!(c.len(), g.len());
         }
     }
