@@ -258,7 +258,7 @@ pub fn fit_model_with(
             message: format!("--dim {dim} is both searched and fixed"),
         });
     }
-    let compile = |value: usize| -> Result<Compiled, Error> {
+    let compile_with = |value: usize, opts: &CompileOptions| -> Result<Compiled, Error> {
         let mut dims = fixed.to_vec();
         dims.push((dim.to_string(), value));
         let graph = crate::load_model(path, &dims)?;
@@ -277,19 +277,34 @@ pub fn fit_model_with(
             None => Ok(graphc_compiler::compile(&graph, opts)?),
         }
     };
-    if opts.train.is_some() {
+    let compile = |value: usize| compile_with(value, opts);
+    if let Some(train) = &opts.train {
         // A training step compiles whole at each value: a shape family captures the
         // optimized graph that fusion starts from, and a step's state and donations
-        // are made around it.
-        return search(
+        // are made around it. With `--remat auto` the probes plan the least memory
+        // auto can reach (`Remat::Least`: a value fits with one exactly when it fits
+        // with the other), without auto's search; the answer is then planned with auto.
+        let auto = train.remat == crate::train::Remat::Auto;
+        let probe_opts = CompileOptions {
+            train: Some(crate::train::TrainOptions {
+                remat: if auto { crate::train::Remat::Least } else { train.remat },
+                ..train.clone()
+            }),
+            ..opts.clone()
+        };
+        let mut fit = search(
             |value| {
                 on_probe(value);
-                compile(value)
+                compile_with(value, &probe_opts)
             },
             opts,
             max,
             ProbeCompiles::EachBecause("a training step compiles whole at each value".into()),
-        );
+        )?;
+        if auto {
+            fit.compiled = compile_with(fit.value, opts)?;
+        }
+        return Ok(fit);
     }
     // The marker on one core; the first two probes (1, then LOW) on the other. Folds of
     // mapped weights (casts, quantizations) made by the first compile to reach them

@@ -30,7 +30,7 @@ use crate::passes::precision::{apply_precision_with, Outputs, Precision, Precisi
 use crate::passes::quantize::{quantize_weights, QuantReport, WeightQuant};
 use crate::plan::{plan_memory, schedule, verify_plan, MemoryOptions, MemoryPlan, PlanError, Schedule};
 use crate::train::{Remat, State, TrainOptions, TrainReport};
-use remat::{auto_remat, set_bytes_off, Back};
+use remat::{auto_remat, set_bytes_off, Back, Selection};
 
 pub use report::{Pass, PassDetail, PassReport};
 
@@ -139,18 +139,45 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         return back.finish(stepped, opts);
     };
     match remat {
-        Remat::Off => back.with_layers(&stepped, 0, opts),
+        Remat::Off => back.with_remat(&stepped, Selection::Layers(0), opts),
         Remat::Full => {
-            let off = back.clone().with_layers(&stepped, 0, opts)?;
-            let mut full = back.with_layers(&stepped, usize::MAX, opts)?;
+            let off = back.clone().with_remat(&stepped, Selection::Layers(0), opts)?;
+            let mut full = back.with_remat(&stepped, Selection::Layers(usize::MAX), opts)?;
             set_bytes_off(&mut full, off.plan.total_bytes);
             Ok(full)
+        }
+        Remat::Least => {
+            let whole = back.clone().with_remat(&stepped, Selection::Layers(0), opts)?;
+            if whole.plan.fits() {
+                return Ok(whole);
+            }
+            let lm_head = whole.train.as_ref().is_some_and(|t| t.report.lm_head);
+            if opts.token_chunks != 0 || !lm_head {
+                let mut full = back.with_remat(&stepped, Selection::Layers(usize::MAX), opts)?;
+                set_bytes_off(&mut full, whole.plan.total_bytes);
+                return Ok(full);
+            }
+            let parts = CompileOptions {
+                token_chunks: crate::train::loss::AUTO_PARTS,
+                ..opts.clone()
+            };
+            let (back, stepped) = front(graph, &parts)?;
+            let mut full = back
+                .clone()
+                .with_remat(&stepped, Selection::Layers(usize::MAX), &parts)?;
+            set_bytes_off(&mut full, whole.plan.total_bytes);
+            if full.plan.fits() {
+                return Ok(full);
+            }
+            // Recomputation that costs more than it saves (a tiny model): the parts alone.
+            let off = back.with_remat(&stepped, Selection::Layers(0), &parts)?;
+            Ok(if off.plan.fits() { off } else { full })
         }
         Remat::Auto if opts.token_chunks != 0 => auto_remat(back, &stepped, opts, None),
         Remat::Auto => {
             // The step as it is; over the budget, its loss in parts (when it reads an
             // LM head), then layers.
-            let whole = back.clone().with_layers(&stepped, 0, opts)?;
+            let whole = back.clone().with_remat(&stepped, Selection::Layers(0), opts)?;
             if whole.plan.fits() {
                 return Ok(whole);
             }

@@ -10,6 +10,54 @@ use super::{
 use crate::optimize::OptimizeReport;
 use crate::passes::precision::PrecisionReport;
 
+/// What the stages after autodiff recompute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Selection {
+    /// The first `k` layers whole (0: none; `usize::MAX`: all, `--remat full`).
+    Layers(usize),
+    /// Per tensor: every layer's GEMM-free values and the first `k` GEMM and attention
+    /// outputs by FLOPs per byte (`train::remat::recompute_tensors`).
+    Tensors(usize),
+}
+
+/// The extra GEMM and attention FLOPs of a plan's recomputation.
+fn extra_flops(c: &Compiled) -> u64 {
+    c.train
+        .as_ref()
+        .and_then(|t| t.report.recomputed_layers)
+        .map_or(0, |r| r.extra_flops)
+}
+
+/// The smallest count `k` in `lo+1 ..= hi` for which `plan(k)` fits, given `lo` does
+/// not (its total `lo_bytes`) and `hi` does (`hi_bytes`, its plan `best`): where the
+/// line through the two totals meets the budget first, then bisection.
+fn smallest_fitting(
+    (mut lo, mut lo_bytes): (usize, u64),
+    (mut hi, mut hi_bytes, mut best): (usize, u64, Compiled),
+    budget: u64,
+    mut plan: impl FnMut(usize) -> Result<Compiled, CompileError>,
+) -> Result<Compiled, CompileError> {
+    let mut tries = 0;
+    while hi - lo > 1 {
+        let k = if tries < 3 && lo_bytes > hi_bytes {
+            let over = u128::from(lo_bytes.saturating_sub(budget)) * (hi - lo) as u128;
+            lo + usize::try_from(over.div_ceil(u128::from(lo_bytes - hi_bytes))).unwrap_or(hi)
+        } else {
+            lo + (hi - lo) / 2
+        }
+        .clamp(lo + 1, hi - 1);
+        tries += 1;
+        let c = plan(k)?;
+        if c.plan.fits() {
+            (hi, hi_bytes) = (k, c.plan.total_bytes);
+            best = c;
+        } else {
+            (lo, lo_bytes) = (k, c.plan.total_bytes);
+        }
+    }
+    Ok(best)
+}
+
 /// `--remat auto`: the fewest layers made again (the first ones) for the step to fit
 /// the budget. Without recomputation when that fits; else every layer's when even that
 /// does not (that plan, with its diagnosis). Between, the bytes are close to a line in
@@ -25,14 +73,14 @@ pub(super) fn auto_remat(
     let off_bytes = match off_bytes {
         Some(b) => b,
         None => {
-            let off = back.clone().with_layers(graph, 0, opts)?;
+            let off = back.clone().with_remat(graph, Selection::Layers(0), opts)?;
             if off.plan.fits() {
                 return Ok(off);
             }
             off.plan.total_bytes
         }
     };
-    let mut full = back.clone().with_layers(graph, usize::MAX, opts)?;
+    let mut full = back.clone().with_remat(graph, Selection::Layers(usize::MAX), opts)?;
     set_bytes_off(&mut full, off_bytes);
     let layers = full
         .train
@@ -44,31 +92,46 @@ pub(super) fn auto_remat(
     }
     // Counts `lo` (does not fit) and `hi` (fits), with their totals.
     let budget = opts.memory.budget_bytes;
-    let (mut lo, mut lo_bytes) = (0usize, off_bytes);
-    let (mut hi, mut hi_bytes) = (layers, full.plan.total_bytes);
-    let mut best = full;
-    let mut tries = 0;
-    while hi - lo > 1 {
-        // Where the line through the two meets the budget (bisection after a few
-        // tries, should the bytes not be close to a line).
-        let k = if tries < 3 && lo_bytes > hi_bytes {
-            let over = u128::from(lo_bytes.saturating_sub(budget)) * (hi - lo) as u128;
-            lo + usize::try_from(over.div_ceil(u128::from(lo_bytes - hi_bytes))).unwrap_or(hi)
-        } else {
-            lo + (hi - lo) / 2
-        }
-        .clamp(lo + 1, hi - 1);
-        tries += 1;
-        let mut c = back.clone().with_layers(graph, k, opts)?;
+    let full_bytes = full.plan.total_bytes;
+    let every_layer = full.clone();
+    let by_layers = smallest_fitting((0, off_bytes), (layers, full_bytes, full), budget, |k| {
+        let mut c = back.clone().with_remat(graph, Selection::Layers(k), opts)?;
         set_bytes_off(&mut c, off_bytes);
-        if c.plan.fits() {
-            (hi, hi_bytes) = (k, c.plan.total_bytes);
-            best = c;
-        } else {
-            (lo, lo_bytes) = (k, c.plan.total_bytes);
-        }
+        Ok(c)
+    })?;
+    // Per tensor: the GEMM-free values of every layer, then the fewest GEMM and
+    // attention outputs; the plan with fewer extra FLOPs wins (the layers' on a tie).
+    // Every output made again is every layer made again: nothing to choose then.
+    if by_layers
+        .train
+        .as_ref()
+        .and_then(|t| t.report.recomputed_layers)
+        .is_some_and(|r| r.chosen == r.layers)
+    {
+        return Ok(by_layers);
     }
-    Ok(best)
+    let costly = crate::train::remat::costly_tensors(graph).map_err(|error| CompileError::Pass {
+        pass: "autodiff",
+        error,
+    })?;
+    let tensors = |k: usize| -> Result<Compiled, CompileError> {
+        let mut c = back.clone().with_remat(graph, Selection::Tensors(k), opts)?;
+        set_bytes_off(&mut c, off_bytes);
+        Ok(c)
+    };
+    let none = tensors(0)?;
+    let by_tensors = if none.plan.fits() {
+        none
+    } else {
+        // All of them is every layer made again (the same values): that plan.
+        let none_bytes = none.plan.total_bytes;
+        smallest_fitting((0, none_bytes), (costly, full_bytes, every_layer), budget, tensors)?
+    };
+    Ok(if extra_flops(&by_tensors) < extra_flops(&by_layers) {
+        by_tensors
+    } else {
+        by_layers
+    })
 }
 
 pub(super) fn set_bytes_off(c: &mut Compiled, off: u64) {
@@ -93,10 +156,10 @@ pub(super) struct Back {
 impl Back {
     /// A training step with the first `layers` layers made again in their backward
     /// (`recompute_layers`; none: 0), then the cheap saved values.
-    pub(super) fn with_layers(
+    pub(super) fn with_remat(
         mut self,
         graph: &Graph,
-        layers: usize,
+        selection: Selection,
         opts: &CompileOptions,
     ) -> Result<Compiled, CompileError> {
         let pass_error = |error| CompileError::Pass {
@@ -105,8 +168,13 @@ impl Back {
         };
         let mut graph = std::borrow::Cow::Borrowed(graph);
         if let Some(training) = self.training.as_mut() {
-            if layers > 0 {
-                let (g, r) = crate::train::remat::recompute_layers(&graph, layers).map_err(pass_error)?;
+            let made = match selection {
+                Selection::Layers(0) => None,
+                Selection::Layers(k) => Some(crate::train::remat::recompute_layers(&graph, k)),
+                Selection::Tensors(k) => Some(crate::train::remat::recompute_tensors(&graph, k)),
+            };
+            if let Some(made) = made {
+                let (g, r) = made.map_err(pass_error)?;
                 training.report.recomputed_layers = Some(r);
                 graph = std::borrow::Cow::Owned(g);
             }

@@ -71,6 +71,11 @@ pub enum Remat {
     /// backward, as `gradient_checkpointing_enable()` does
     /// ([`remat::recompute_layers`]).
     Full,
+    /// The least memory `Auto` can reach, and no search: the step as it is when that
+    /// fits, else every layer made again (with the loss in parts when it reads an LM
+    /// head). What `Auto` fits, this fits: `graphc fit --train` probes with it, then
+    /// plans its answer with `Auto`.
+    Least,
 }
 
 /// What a slot of state holds.

@@ -229,6 +229,10 @@ pub struct LayerRemat {
     /// and with it, where both were planned.
     pub bytes_off: Option<u64>,
     pub bytes: Option<u64>,
+    /// Chosen per tensor ([`recompute_tensors`]): the GEMM and attention outputs made
+    /// again, of how many (every layer's other values are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensors: Option<(usize, usize)>,
 }
 
 impl LayerRemat {
@@ -261,6 +265,18 @@ impl LayerRemat {
             ),
             _ => String::new(),
         };
+        if let Some((costly, of)) = self.tensors {
+            return format!(
+                "per tensor: in all {} layers the values that cost no GEMM, and {costly} of {of} GEMM and \
+                 attention outputs (the fewest FLOPs per byte first), made again: {} forward values computed \
+                 again in their layer's backward, {} layer inputs kept; +{:.1}% of the step's GEMM and attention \
+                 FLOPs{saved}",
+                self.layers,
+                self.recomputed,
+                self.checkpoints,
+                100.0 * self.extra_share()
+            );
+        }
         format!(
             "{} of {} layers made again{which}: {} forward values computed again in their layer's backward, \
              {} layer inputs kept; +{:.1}% of the step's GEMM and attention FLOPs{saved}",
@@ -328,6 +344,142 @@ pub fn matmul_flops(graph: &Graph, id: NodeId) -> u64 {
 /// only during its backward). Recomputing deterministic ops gives the same values:
 /// the step's results do not change.
 pub fn recompute_layers(graph: &Graph, first: usize) -> Result<(Graph, LayerRemat), GraphError> {
+    let lv = layer_values(graph)?;
+    let n = graph.len();
+    let mut again = vec![false; n];
+    // The layers made again: the first `first`, by index (their saved values live the
+    // longest: from their forward to the end of the backward).
+    let chosen: std::collections::BTreeSet<usize> = lv.layers.iter().copied().take(first).collect();
+    let mut report = LayerRemat {
+        layers: lv.layers.len(),
+        chosen: chosen.len(),
+        range: chosen.first().zip(chosen.last()).map(|(&a, &b)| (a, b)),
+        ..LayerRemat::default()
+    };
+    for &id in &lv.order {
+        let i = id.index();
+        let Some(l) = lv.layer[i] else { continue };
+        if !chosen.contains(&l) || !lv.computed(graph, id) {
+            continue;
+        }
+        if lv.checkpoint[i] {
+            report.checkpoints += 1;
+        } else {
+            again[i] = true;
+        }
+    }
+    let (out, copies) = rebuild(graph, &lv.order, &lv.forward, &again)?;
+    lv.count(graph, &copies, &mut report);
+    Ok((out, report))
+}
+
+/// Recomputation chosen per saved tensor: in every layer, the values that cost no GEMM
+/// (norms, activations, views' sources: memory-bound work) are made again in the
+/// backward, and so are the first `count` of the layers' GEMM and attention outputs in
+/// the order of their FLOPs per byte saved (cheapest first; among equals, earlier
+/// layers first, whose values live longest); the others are kept, and what is made
+/// again is made from them and the layer inputs. `count` 0 costs no GEMM FLOPs; every
+/// output made again is `--remat full`. `--remat auto` finds the smallest count that
+/// fits (a greedy knapsack over the outputs, each count planned exactly).
+pub fn recompute_tensors(graph: &Graph, count: usize) -> Result<(Graph, LayerRemat), GraphError> {
+    let lv = layer_values(graph)?;
+    let n = graph.len();
+    let mut again = vec![false; n];
+    let mut costly = Vec::new();
+    let mut checkpoints = 0;
+    for &id in &lv.order {
+        let i = id.index();
+        if lv.layer[i].is_none() || !lv.computed(graph, id) {
+            continue;
+        }
+        if lv.checkpoint[i] {
+            checkpoints += 1;
+            continue;
+        }
+        let flops = matmul_flops(graph, id);
+        if flops > 0 {
+            costly.push(id);
+        } else {
+            again[i] = true;
+        }
+    }
+    // Cheapest FLOPs per byte first, then earlier layers.
+    let bytes = |id: NodeId| graph.node(id).ty.size_bytes().max(1) as u128;
+    costly.sort_by(|&a, &b| {
+        (u128::from(matmul_flops(graph, a)) * bytes(b))
+            .cmp(&(u128::from(matmul_flops(graph, b)) * bytes(a)))
+            .then(lv.layer[a.index()].cmp(&lv.layer[b.index()]))
+            .then(a.cmp(&b))
+    });
+    let chosen_costly = count.min(costly.len());
+    for &id in &costly[..chosen_costly] {
+        again[id.index()] = true;
+    }
+    let mut report = LayerRemat {
+        layers: lv.layers.len(),
+        chosen: lv.layers.len(),
+        range: lv.layers.first().zip(lv.layers.last()).map(|(&a, &b)| (a, b)),
+        checkpoints,
+        tensors: Some((chosen_costly, costly.len())),
+        ..LayerRemat::default()
+    };
+    let (out, copies) = rebuild(graph, &lv.order, &lv.forward, &again)?;
+    lv.count(graph, &copies, &mut report);
+    Ok((out, report))
+}
+
+/// How many GEMM and attention outputs [`recompute_tensors`] chooses among.
+pub fn costly_tensors(graph: &Graph) -> Result<usize, GraphError> {
+    let lv = layer_values(graph)?;
+    Ok(lv
+        .order
+        .iter()
+        .filter(|&&id| {
+            let i = id.index();
+            lv.layer[i].is_some() && lv.computed(graph, id) && !lv.checkpoint[i] && matmul_flops(graph, id) > 0
+        })
+        .count())
+}
+
+/// The forward's nodes by layer, for recomputation.
+struct LayerValues {
+    order: Vec<NodeId>,
+    forward: Vec<bool>,
+    /// Each forward node's layer (none outside the layers).
+    layer: Vec<Option<usize>>,
+    layers: std::collections::BTreeSet<usize>,
+    /// Whether a layer node is its layer's input: made from an earlier layer's values
+    /// (what it reads from outside the layers, the embeddings or a mask, is kept
+    /// anyway).
+    checkpoint: Vec<bool>,
+}
+
+impl LayerValues {
+    /// Whether a node computes a value (not a view or a source).
+    fn computed(&self, graph: &Graph, id: NodeId) -> bool {
+        let op = &graph.node(id).op;
+        !is_view(op) && !is_source(op)
+    }
+
+    /// The report's counts of what was made again (`copies`) and its FLOPs.
+    fn count(&self, graph: &Graph, copies: &[Option<NodeId>], report: &mut LayerRemat) {
+        let n = graph.len();
+        report.recomputed = (0..n)
+            .filter(|&i| copies[i].is_some() && !matches!(graph.node(NodeId(i as u32)).op, Op::Iota { .. }))
+            .count();
+        report.step_flops = (0..n).map(|i| matmul_flops(graph, NodeId(i as u32))).sum();
+        report.extra_flops = (0..n)
+            .filter(|&i| copies[i].is_some())
+            .map(|i| matmul_flops(graph, NodeId(i as u32)))
+            .sum();
+    }
+}
+
+/// A forward node's *layer* is that of the parameters it reads (a state input named in
+/// a layer list, `h.3`, `layers.3`: the report's `layer_of`), else the earliest layer
+/// of its forward readers (a layer norm's statistics belong to the layer whose scale
+/// reads them); none outside the layers.
+fn layer_values(graph: &Graph) -> Result<LayerValues, GraphError> {
     let n = graph.len();
     let order = graph.topo_order()?;
     let forward = forward_of(graph);
@@ -365,9 +517,6 @@ pub fn recompute_layers(graph: &Graph, first: usize) -> Result<(Graph, LayerRema
         }
         d
     };
-    // A node's layer: that of the parameters it reads, else the earliest layer of its
-    // forward readers (a layer norm's statistics belong to the layer whose scale
-    // reads them), computed from the last node back; none outside the layers.
     let mut layer: Vec<Option<usize>> = vec![None; n];
     let mut layers = std::collections::BTreeSet::new();
     for &id in order.iter().rev() {
@@ -395,49 +544,21 @@ pub fn recompute_layers(graph: &Graph, first: usize) -> Result<(Graph, LayerRema
         }
         id
     };
-    let mut again = vec![false; n];
-    // The layers made again: the first `first`, by index (their saved values live the
-    // longest: from their forward to the end of the backward).
-    let chosen: std::collections::BTreeSet<usize> = layers.iter().copied().take(first).collect();
-    let mut report = LayerRemat {
-        layers: layers.len(),
-        chosen: chosen.len(),
-        range: chosen.first().zip(chosen.last()).map(|(&a, &b)| (a, b)),
-        ..LayerRemat::default()
-    };
+    let mut checkpoint = vec![false; n];
     for &id in &order {
-        let i = id.index();
-        let Some(l) = layer[i] else { continue };
-        if !chosen.contains(&l) {
-            continue;
-        }
-        let node = graph.node(id);
-        if is_view(&node.op) || is_source(&node.op) {
-            continue;
-        }
-        // A layer's input: made from an earlier layer's values (what it reads from
-        // outside the layers, the embeddings or a mask, is kept anyway).
-        let input = node.inputs.iter().any(|&op| {
+        let Some(l) = layer[id.index()] else { continue };
+        checkpoint[id.index()] = graph.node(id).inputs.iter().any(|&op| {
             let b = base(op);
             !is_source(&graph.node(b).op) && layer[b.index()].is_some_and(|lb| lb < l)
         });
-        if input {
-            report.checkpoints += 1;
-        } else {
-            again[i] = true;
-        }
     }
-    // Made again only where the backward reads them (directly or through a copy).
-    let (out, copies) = rebuild(graph, &order, &forward, &again)?;
-    report.recomputed = (0..n)
-        .filter(|&i| copies[i].is_some() && !matches!(graph.node(NodeId(i as u32)).op, Op::Iota { .. }))
-        .count();
-    report.step_flops = (0..n).map(|i| matmul_flops(graph, NodeId(i as u32))).sum();
-    report.extra_flops = (0..n)
-        .filter(|&i| copies[i].is_some())
-        .map(|i| matmul_flops(graph, NodeId(i as u32)))
-        .sum();
-    Ok((out, report))
+    Ok(LayerValues {
+        order,
+        forward,
+        layer,
+        layers,
+        checkpoint,
+    })
 }
 
 /// The LM head's logits of a loss computed in parts ([`super::build_loss_in_parts`]):

@@ -65,9 +65,28 @@ pub fn run(args: FitArgs) -> Result<()> {
     if train {
         opts.train = Some(train_opts.options_to_plan(budget.precision)?);
     }
-    let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &opts, max, &mut |value| {
-        probes += 1;
-        progress.set(format!("fitting {dim}: probe {probes}, {dim}={value}"));
+    // `--remat auto` against none: the same search without recomputation, on the other
+    // core (a training step's probes compile on one).
+    let off_opts = match opts.train.as_ref().map(|t| t.remat) {
+        Some(graphc::train::Remat::Auto) => {
+            let mut off = opts.clone();
+            if let Some(t) = off.train.as_mut() {
+                t.remat = graphc::train::Remat::Off;
+            }
+            Some(off)
+        }
+        _ => None,
+    };
+    let (fit, without) = std::thread::scope(|s| {
+        let without = off_opts
+            .as_ref()
+            .map(|off| s.spawn(|| graphc::fit::fit_model(&model, &fixed, dim, off, max)));
+        let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &opts, max, &mut |value| {
+            probes += 1;
+            progress.set(format!("fitting {dim}: probe {probes}, {dim}={value}"));
+        });
+        let without = without.map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        (fit, without)
     });
     let fit = match fit {
         // The remedies as changes of this command.
@@ -89,18 +108,6 @@ pub fn run(args: FitArgs) -> Result<()> {
         other => other?,
     };
     let searched_in = start.elapsed();
-    // `--remat auto` against none: the same search without recomputation.
-    let without = match opts.train.as_ref().map(|t| t.remat) {
-        Some(graphc::train::Remat::Auto) => {
-            let mut off = opts.clone();
-            if let Some(t) = off.train.as_mut() {
-                t.remat = graphc::train::Remat::Off;
-            }
-            progress.set(format!("fitting {dim} without recomputation"));
-            Some(graphc::fit::fit_model(&model, &fixed, dim, &off, max))
-        }
-        _ => None,
-    };
     drop(progress);
     println!(
         "fit          {dim} = {} is the largest that fits {}{}",
