@@ -9,15 +9,19 @@ use super::{
 };
 use crate::optimize::OptimizeReport;
 use crate::passes::precision::PrecisionReport;
+use crate::train::remat::TensorPick;
+
+/// The most plans the exact per-tensor search makes.
+const EXACT_PLANS: usize = 32;
 
 /// What the stages after autodiff recompute.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Selection {
     /// The first `k` layers whole (0: none; `usize::MAX`: all, `--remat full`).
     Layers(usize),
-    /// Per tensor: every layer's GEMM-free values and the first `k` GEMM and attention
-    /// outputs by FLOPs per byte (`train::remat::recompute_tensors`).
-    Tensors(usize),
+    /// Per tensor: every layer's GEMM-free values and the GEMM and attention outputs
+    /// picked (`train::remat::recompute_tensors`).
+    Tensors(TensorPick),
 }
 
 /// The extra GEMM and attention FLOPs of a plan's recomputation.
@@ -110,23 +114,54 @@ pub(super) fn auto_remat(
     {
         return Ok(by_layers);
     }
-    let costly = crate::train::remat::costly_tensors(graph).map_err(|error| CompileError::Pass {
+    let pass_error = |error| CompileError::Pass {
         pass: "autodiff",
         error,
-    })?;
-    let tensors = |k: usize| -> Result<Compiled, CompileError> {
-        let mut c = back.clone().with_remat(graph, Selection::Tensors(k), opts)?;
+    };
+    let candidates = crate::train::remat::tensor_candidates(graph).map_err(pass_error)?;
+    let tensors = |pick: TensorPick| -> Result<Compiled, CompileError> {
+        let mut c = back.clone().with_remat(graph, Selection::Tensors(pick), opts)?;
         set_bytes_off(&mut c, off_bytes);
         Ok(c)
     };
-    let none = tensors(0)?;
-    let by_tensors = if none.plan.fits() {
-        none
-    } else {
-        // All of them is every layer made again (the same values): that plan.
-        let none_bytes = none.plan.total_bytes;
-        smallest_fitting((0, none_bytes), (costly, full_bytes, every_layer), budget, tensors)?
-    };
+    let none = tensors(TensorPick::First(0))?;
+    if none.plan.fits() {
+        return Ok(none);
+    }
+    // The greedy knapsack: the shortest prefix by FLOPs per byte that fits (all of
+    // them is every layer made again, the same values: that plan).
+    let none_bytes = none.plan.total_bytes;
+    let mut by_tensors = smallest_fitting(
+        (0, none_bytes),
+        (candidates.len(), full_bytes, every_layer),
+        budget,
+        |k| tensors(TensorPick::First(k)),
+    )?;
+    // Exact on small graphs: every subset that costs fewer FLOPs than the greedy's
+    // answer, fewest FLOPs first, planned until one fits (the first that does is the
+    // fewest FLOPs that fit); a subset of one that did not fit is taken not to, and at
+    // most `EXACT_PLANS` are planned.
+    let greedy_flops = extra_flops(&by_tensors);
+    if let Some(order) = crate::train::remat::subsets_by_flops(&candidates, greedy_flops) {
+        let mut over: Vec<u32> = Vec::new();
+        let mut planned = 0;
+        for mask in order {
+            if mask == 0 || over.iter().any(|&o| mask & !o == 0) {
+                continue;
+            }
+            if planned == EXACT_PLANS {
+                break;
+            }
+            planned += 1;
+            let subset = (0..candidates.len()).map(|i| mask & (1 << i) != 0).collect();
+            let c = tensors(TensorPick::Subset(subset))?;
+            if c.plan.fits() {
+                by_tensors = c;
+                break;
+            }
+            over.push(mask);
+        }
+    }
     Ok(if extra_flops(&by_tensors) < extra_flops(&by_layers) {
         by_tensors
     } else {
@@ -171,7 +206,7 @@ impl Back {
             let made = match selection {
                 Selection::Layers(0) => None,
                 Selection::Layers(k) => Some(crate::train::remat::recompute_layers(&graph, k)),
-                Selection::Tensors(k) => Some(crate::train::remat::recompute_tensors(&graph, k)),
+                Selection::Tensors(k) => Some(crate::train::remat::recompute_tensors(&graph, &k)),
             };
             if let Some(made) = made {
                 let (g, r) = made.map_err(pass_error)?;

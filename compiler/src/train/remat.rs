@@ -233,6 +233,9 @@ pub struct LayerRemat {
     /// again, of how many (every layer's other values are).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tensors: Option<(usize, usize)>,
+    /// Whether those are the exact solver's subset rather than the greedy prefix.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
 }
 
 impl LayerRemat {
@@ -267,11 +270,15 @@ impl LayerRemat {
         };
         if let Some((costly, of)) = self.tensors {
             return format!(
-                "per tensor: in all {} layers the values that cost no GEMM, and {costly} of {of} GEMM and \
-                 attention outputs (the fewest FLOPs per byte first), made again: {} forward values computed \
-                 again in their layer's backward, {} layer inputs kept; +{:.1}% of the step's GEMM and attention \
-                 FLOPs{saved}",
+                "per tensor: in all {} layers the values that cost no GEMM, and {costly} of {of} saved GEMM \
+                 and attention outputs ({}), made again: {} forward values computed again in their layer's \
+                 backward, {} layer inputs kept; +{:.1}% of the step's GEMM and attention FLOPs{saved}",
                 self.layers,
+                if self.exact {
+                    "the subset of fewest FLOPs"
+                } else {
+                    "the fewest FLOPs per byte first"
+                },
                 self.recomputed,
                 self.checkpoints,
                 100.0 * self.extra_share()
@@ -373,19 +380,36 @@ pub fn recompute_layers(graph: &Graph, first: usize) -> Result<(Graph, LayerRema
     Ok((out, report))
 }
 
+/// Which of the layers' saved GEMM and attention outputs [`recompute_tensors`] makes
+/// again, by index into [`tensor_candidates`]' order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TensorPick {
+    /// The first `k` (the greedy knapsack's prefix).
+    First(usize),
+    /// Those whose entry is true (an exact solver's choice).
+    Subset(Vec<bool>),
+}
+
+impl TensorPick {
+    fn picks(&self, i: usize) -> bool {
+        match self {
+            TensorPick::First(k) => i < *k,
+            TensorPick::Subset(v) => v.get(i).copied().unwrap_or(false),
+        }
+    }
+}
+
 /// Recomputation chosen per saved tensor: in every layer, the values that cost no GEMM
-/// (norms, activations, views' sources: memory-bound work) are made again in the
-/// backward, and so are the first `count` of the layers' GEMM and attention outputs in
-/// the order of their FLOPs per byte saved (cheapest first; among equals, earlier
-/// layers first, whose values live longest); the others are kept, and what is made
-/// again is made from them and the layer inputs. `count` 0 costs no GEMM FLOPs; every
-/// output made again is `--remat full`. `--remat auto` finds the smallest count that
-/// fits (a greedy knapsack over the outputs, each count planned exactly).
-pub fn recompute_tensors(graph: &Graph, count: usize) -> Result<(Graph, LayerRemat), GraphError> {
+/// (norms, activations: memory-bound work) are made again in the backward, and so are
+/// the GEMM and attention outputs `pick` names among the layers' saved ones
+/// ([`tensor_candidates`]); the others are kept, and what is made again is made from
+/// them and the layer inputs. None picked costs no GEMM FLOPs; every one picked is
+/// `--remat full`. `--remat auto` chooses the pick: the shortest prefix that fits (a
+/// greedy knapsack), and on small graphs the subset of fewest FLOPs (exact).
+pub fn recompute_tensors(graph: &Graph, pick: &TensorPick) -> Result<(Graph, LayerRemat), GraphError> {
     let lv = layer_values(graph)?;
     let n = graph.len();
     let mut again = vec![false; n];
-    let mut costly = Vec::new();
     let mut checkpoints = 0;
     for &id in &lv.order {
         let i = id.index();
@@ -394,33 +418,25 @@ pub fn recompute_tensors(graph: &Graph, count: usize) -> Result<(Graph, LayerRem
         }
         if lv.checkpoint[i] {
             checkpoints += 1;
-            continue;
-        }
-        let flops = matmul_flops(graph, id);
-        if flops > 0 {
-            costly.push(id);
-        } else {
+        } else if matmul_flops(graph, id) == 0 {
             again[i] = true;
         }
     }
-    // Cheapest FLOPs per byte first, then earlier layers.
-    let bytes = |id: NodeId| graph.node(id).ty.size_bytes().max(1) as u128;
-    costly.sort_by(|&a, &b| {
-        (u128::from(matmul_flops(graph, a)) * bytes(b))
-            .cmp(&(u128::from(matmul_flops(graph, b)) * bytes(a)))
-            .then(lv.layer[a.index()].cmp(&lv.layer[b.index()]))
-            .then(a.cmp(&b))
-    });
-    let chosen_costly = count.min(costly.len());
-    for &id in &costly[..chosen_costly] {
-        again[id.index()] = true;
+    let costly = lv.candidates(graph);
+    let mut picked = 0;
+    for (k, &id) in costly.iter().enumerate() {
+        if pick.picks(k) {
+            again[id.index()] = true;
+            picked += 1;
+        }
     }
     let mut report = LayerRemat {
         layers: lv.layers.len(),
         chosen: lv.layers.len(),
         range: lv.layers.first().zip(lv.layers.last()).map(|(&a, &b)| (a, b)),
         checkpoints,
-        tensors: Some((chosen_costly, costly.len())),
+        tensors: Some((picked, costly.len())),
+        exact: matches!(pick, TensorPick::Subset(_)),
         ..LayerRemat::default()
     };
     let (out, copies) = rebuild(graph, &lv.order, &lv.forward, &again)?;
@@ -428,18 +444,45 @@ pub fn recompute_tensors(graph: &Graph, count: usize) -> Result<(Graph, LayerRem
     Ok((out, report))
 }
 
-/// How many GEMM and attention outputs [`recompute_tensors`] chooses among.
-pub fn costly_tensors(graph: &Graph) -> Result<usize, GraphError> {
+/// The layers' saved GEMM and attention outputs (those the backward reads, directly
+/// or through views) as (FLOPs to make again, bytes), in [`recompute_tensors`]' order:
+/// the fewest FLOPs per byte first, earlier layers first among equals (their values
+/// live longest).
+pub fn tensor_candidates(graph: &Graph) -> Result<Vec<(u64, u64)>, GraphError> {
     let lv = layer_values(graph)?;
     Ok(lv
-        .order
-        .iter()
-        .filter(|&&id| {
-            let i = id.index();
-            lv.layer[i].is_some() && lv.computed(graph, id) && !lv.checkpoint[i] && matmul_flops(graph, id) > 0
-        })
-        .count())
+        .candidates(graph)
+        .into_iter()
+        .map(|id| (matmul_flops(graph, id), graph.node(id).ty.size_bytes() as u64))
+        .collect())
 }
+
+/// Every subset of `items` (FLOPs, bytes) that costs fewer than `below` FLOPs, as bit
+/// masks, in the order an exact search plans them: fewest FLOPs first, most bytes
+/// first among equals. None with more than [`EXACT_ITEMS`] items.
+pub fn subsets_by_flops(items: &[(u64, u64)], below: u64) -> Option<Vec<u32>> {
+    let n = items.len();
+    if n > EXACT_ITEMS {
+        return None;
+    }
+    let mut all: Vec<(u64, u64, u32)> = (0u32..(1u32 << n))
+        .filter_map(|mask| {
+            let (mut f, mut b) = (0u64, 0u64);
+            for (i, &(fi, bi)) in items.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    f = f.saturating_add(fi);
+                    b = b.saturating_add(bi);
+                }
+            }
+            (f < below).then_some((f, b, mask))
+        })
+        .collect();
+    all.sort_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)).then(x.2.cmp(&y.2)));
+    Some(all.into_iter().map(|(_, _, m)| m).collect())
+}
+
+/// The most candidates [`subsets_by_flops`] takes (2^16 subsets).
+pub const EXACT_ITEMS: usize = 16;
 
 /// The forward's nodes by layer, for recomputation.
 struct LayerValues {
@@ -452,9 +495,36 @@ struct LayerValues {
     /// (what it reads from outside the layers, the embeddings or a mask, is kept
     /// anyway).
     checkpoint: Vec<bool>,
+    /// Whether a backward node reads the value (directly or through views).
+    saved: Vec<bool>,
 }
 
 impl LayerValues {
+    /// The layers' saved GEMM and attention outputs, in [`tensor_candidates`]' order.
+    fn candidates(&self, graph: &Graph) -> Vec<NodeId> {
+        let mut costly: Vec<NodeId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&id| {
+                let i = id.index();
+                self.layer[i].is_some()
+                    && self.computed(graph, id)
+                    && !self.checkpoint[i]
+                    && self.saved[i]
+                    && matmul_flops(graph, id) > 0
+            })
+            .collect();
+        let bytes = |id: NodeId| graph.node(id).ty.size_bytes().max(1) as u128;
+        costly.sort_by(|&a, &b| {
+            (u128::from(matmul_flops(graph, a)) * bytes(b))
+                .cmp(&(u128::from(matmul_flops(graph, b)) * bytes(a)))
+                .then(self.layer[a.index()].cmp(&self.layer[b.index()]))
+                .then(a.cmp(&b))
+        });
+        costly
+    }
+
     /// Whether a node computes a value (not a view or a source).
     fn computed(&self, graph: &Graph, id: NodeId) -> bool {
         let op = &graph.node(id).op;
@@ -552,12 +622,34 @@ fn layer_values(graph: &Graph) -> Result<LayerValues, GraphError> {
             !is_source(&graph.node(b).op) && layer[b.index()].is_some_and(|lb| lb < l)
         });
     }
+    // Read by the backward directly, or by a value that costs no GEMM and is made again
+    // there (per tensor, every such layer value is): from the last node back.
+    let mut saved = vec![false; n];
+    for &id in order.iter().rev() {
+        let i = id.index();
+        let again_cheap = forward[i]
+            && saved[i]
+            && layer[i].is_some()
+            && !checkpoint[i]
+            && !is_source(&graph.node(id).op)
+            && matmul_flops(graph, id) == 0;
+        if forward[i] && !again_cheap {
+            continue;
+        }
+        for &op in &graph.node(id).inputs {
+            let b = base(op);
+            if forward[b.index()] {
+                saved[b.index()] = true;
+            }
+        }
+    }
     Ok(LayerValues {
         order,
         forward,
         layer,
         layers,
         checkpoint,
+        saved,
     })
 }
 
@@ -781,6 +873,19 @@ mod tests {
     use super::*;
     use crate::train::{Init, StateClass, StateSlot};
     use graphc_ir::{DType, GraphBuilder, Shape, Tensor, TensorType};
+
+    /// The exact search's order: subsets under the bound, fewest FLOPs first, most
+    /// bytes among equals; none past `EXACT_ITEMS` items.
+    #[test]
+    fn subsets_come_fewest_flops_first() {
+        let items = [(4, 10), (4, 30), (6, 5)];
+        assert_eq!(
+            subsets_by_flops(&items, 9),
+            Some(vec![0b000, 0b010, 0b001, 0b100, 0b011])
+        );
+        assert_eq!(subsets_by_flops(&items, 0), Some(vec![]));
+        assert_eq!(subsets_by_flops(&[(1, 1); EXACT_ITEMS + 1], 5), None);
+    }
 
     /// `loss = sum(x @ cast(w))` and a backward-like reader of the cast: the reader
     /// gets a cast of its own; the forward keeps its one.
