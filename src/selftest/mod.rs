@@ -588,8 +588,8 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
     ];
     use graphc_compiler::passes::precision::Precision;
     // AdamW in f32, SGD in f32, AdamW in bf16, AdamW in fp16 with loss scaling.
-    // And AdamW in bf16 accumulating 2 microbatches (the call that updates: the
-    // counter at 1, the sums random).
+    // And AdamW in bf16, and in fp16 with loss scaling, accumulating 2 microbatches
+    // (the call that updates: the counter at 1, the sums random).
     let runs = [
         (optimizers[0].clone(), Precision::Fp32, None, 1),
         (optimizers[1].clone(), Precision::Fp32, None, 1),
@@ -601,6 +601,12 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
             1,
         ),
         (optimizers[0].clone(), Precision::Bf16, None, 2),
+        (
+            optimizers[0].clone(),
+            Precision::Fp16,
+            Some(crate::train::LossScaling::default()),
+            2,
+        ),
     ];
     for (i, ((label, optimizer), precision, loss_scale, accumulate)) in runs.into_iter().enumerate() {
         let mut label = match precision {
@@ -733,7 +739,7 @@ mod tests {
     #[test]
     fn training_cases_run_their_updates_as_one_multi_tensor_kernel() {
         let cases: Vec<Case> = cases().unwrap().into_iter().filter(|c| c.train.is_some()).collect();
-        assert_eq!(cases.len(), 5);
+        assert_eq!(cases.len(), 6);
         for case in cases {
             let opts = crate::CompileOptions {
                 precision: case.precision,

@@ -211,6 +211,94 @@ fn accumulated_microbatches_update_as_the_whole_batch_does() {
     }
 }
 
+/// `--accumulate 2` under dynamic loss scaling (GradScaler with accumulation): the
+/// scaled gradients are summed, the second call checks and unscales the sums and
+/// updates, as one unscaled step on the four rows does (the scale is a power of two:
+/// the same sums); the first call keeps the scale and is not a skipped step. A scale
+/// that overflows the gradients skips the update on the second call only, halving the
+/// scale there, and keeps every parameter; the sums start again from zero.
+#[test]
+fn accumulated_microbatches_under_loss_scaling_update_once_and_skip_on_overflow() {
+    use graphc::ir::{DType, GraphBuilder, TensorType};
+    use graphc::train::LossScaling;
+    let mlp = |rows: usize| {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [rows, 16]);
+        let w1 = b.param("w1", Tensor::randn(&TensorType::new(DType::F32, [16, 8]), 0.3, 1));
+        b.output("y", x.matmul(w1).relu());
+        b.finish().unwrap()
+    };
+    let x = Tensor::random(&TensorType::new(DType::F32, [4, 16]), 7);
+    let y = Tensor::random(&TensorType::new(DType::F32, [4, 8]), 8);
+    let rows = |t: &Tensor, from: usize, to: usize| {
+        let cols = t.shape().dims()[1];
+        let v = t.to_f64_vec();
+        Tensor::from_f64(DType::F32, [to - from, cols], &v[from * cols..to * cols]).unwrap()
+    };
+    let batch = |from: usize, to: usize| -> HashMap<String, Tensor> {
+        [
+            ("x".to_string(), rows(&x, from, to)),
+            ("y".to_string(), rows(&y, from, to)),
+        ]
+        .into()
+    };
+    let opts = |rows: usize, accumulate: usize, scale: Option<f64>| TrainOptions {
+        loss: Loss::new(LossKind::Mse, "y"),
+        optimizer: Optimizer::AdamW(AdamW::default()),
+        freeze: None,
+        target: TensorType::new(DType::F32, [rows, 8]),
+        output: None,
+        loss_scale: scale.map(|s| LossScaling {
+            init_scale: s,
+            ..LossScaling::default()
+        }),
+        remat: Default::default(),
+        accumulate,
+    };
+    let whole = graphc::train::compile_step(&mlp(4), opts(4, 1, None), &Default::default()).unwrap();
+    let acc = graphc::train::compile_step(&mlp(2), opts(2, 2, Some(1024.0)), &Default::default()).unwrap();
+    let mut a = graphc::train::cpu_session(&whole).unwrap();
+    let mut b = graphc::train::cpu_session(&acc).unwrap();
+    for step in 1..=3 {
+        let la = graphc::train::step_once(&mut a, &batch(0, 4)).unwrap().loss;
+        let o0 = graphc::train::step_once(&mut b, &batch(0, 2)).unwrap();
+        let o1 = graphc::train::step_once(&mut b, &batch(2, 4)).unwrap();
+        assert_eq!((o0.loss_scale, o0.skipped), (Some(1024.0), false), "step {step}");
+        assert_eq!((o1.loss_scale, o1.skipped), (Some(1024.0), false), "step {step}");
+        let lb = (o0.loss + o1.loss) / 2.0;
+        assert!(rel(lb, la) < 1e-6, "step {step}: {lb} vs {la}");
+    }
+    let pa = graphc::train::parameters(&whole, &mut a).unwrap();
+    let pb = graphc::train::parameters(&acc, &mut b).unwrap();
+    for ((n, p), (_, q)) in pa.iter().zip(&pb) {
+        let e = relative_l2(q, p);
+        assert!(e < 1e-6, "{n}: {e}");
+    }
+    // 2^127 and targets far off: the scaled gradients overflow f32.
+    let big = 2f64.powi(127);
+    let far = |from: usize, to: usize| -> HashMap<String, Tensor> {
+        let mut m = batch(from, to);
+        let t = &m["y"];
+        let v: Vec<f64> = t.to_f64_vec().iter().map(|y| y * 1e4).collect();
+        m.insert("y".into(), Tensor::from_f64(DType::F32, t.shape().clone(), &v).unwrap());
+        m
+    };
+    let over = graphc::train::compile_step(&mlp(2), opts(2, 2, Some(big)), &Default::default()).unwrap();
+    let mut c = graphc::train::cpu_session(&over).unwrap();
+    let before = graphc::train::parameters(&over, &mut c).unwrap();
+    let o0 = graphc::train::step_once(&mut c, &far(0, 2)).unwrap();
+    let o1 = graphc::train::step_once(&mut c, &far(2, 4)).unwrap();
+    assert_eq!((o0.loss_scale, o0.skipped), (Some(big), false));
+    assert_eq!((o1.loss_scale, o1.skipped), (Some(big), true));
+    let after = graphc::train::parameters(&over, &mut c).unwrap();
+    for ((n, p), (_, q)) in before.iter().zip(&after) {
+        assert_eq!(p.to_f64_vec(), q.to_f64_vec(), "{n}: a skipped update");
+    }
+    // The next pair runs at half the scale, from zeroed sums.
+    let o2 = graphc::train::step_once(&mut c, &batch(0, 2)).unwrap();
+    assert_eq!(o2.loss_scale, Some(big / 2.0));
+}
+
 /// `--chunk-tokens 2` on a training step: the LM head and the cross-entropy over two
 /// parts of the batch, each part's logits made again in its backward; 3 SGD steps
 /// give the losses and parameters of the whole loss (the parts' sums are added in

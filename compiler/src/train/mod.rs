@@ -494,15 +494,22 @@ pub fn build_backward(
         None => b.scope("update", || {
             optim::build(&b, &opts.optimizer, state, &params, &grads.grads)
         })?,
-        Some(_) if opts.accumulate > 1 => {
-            return Err(TrainError::Invalid(
-                "--accumulate with dynamic loss scaling is not supported yet (bf16 needs no loss scale)".into(),
-            ))
+        Some(s) if opts.accumulate > 1 => {
+            // The scaled gradients summed; the N-th call checks and unscales the sums.
+            let names: Vec<String> = state.parameters().map(|s| s.name.clone()).collect();
+            let acc = b.scope("accumulate", || {
+                accumulate::build(&b, opts.accumulate, state, &names, &grads.grads)
+            })?;
+            let (sums, finite) = b.scope("grad_scaler", || s.unscale(&acc.grads))?;
+            let updates = b.scope("update", || optim::build(&b, &opts.optimizer, state, &params, &sums))?;
+            let mut updates = b.scope("grad_scaler", || s.finish(state, updates, finite, Some(acc.last)))?;
+            updates.extend(acc.outputs);
+            updates
         }
         Some(s) => {
             let (grads, finite) = b.scope("grad_scaler", || s.unscale(&grads.grads))?;
             let updates = b.scope("update", || optim::build(&b, &opts.optimizer, state, &params, &grads))?;
-            b.scope("grad_scaler", || s.finish(state, updates, finite))?
+            b.scope("grad_scaler", || s.finish(state, updates, finite, None))?
         }
     };
     for (name, v) in updates {

@@ -16,6 +16,11 @@
 //!   at `growth_interval` (2000) consecutive finite steps `scale *= growth` (2; kept
 //!   when that would be inf) and the tracker resets.
 //!
+//! - With gradient accumulation (`--accumulate N`), the microbatches' gradients of the
+//!   scaled loss are summed (each divided by N) and the N-th call checks and unscales
+//!   the sums, as GradScaler's `step()` does `.grad` after N `backward()`s; the scale
+//!   and the tracker change on that call only.
+//!
 //! The step's extra output `grad_scaler` is `[scale used, skipped (0 or 1)]`, f32.
 
 use graphc_ir::{DType, GraphBuilder, NodeId, Shape, Tensor, TensorData, Value};
@@ -139,14 +144,22 @@ impl<'b> Scaler<'b> {
     }
 
     /// The optimizer's updates kept only when `finite` (a skipped step leaves every
-    /// slot as it was), then the scale's and the tracker's, and their slots.
+    /// slot as it was), then the scale's and the tracker's, and their slots. With
+    /// gradient accumulation, `last` says whether this call is the one that updates:
+    /// the other calls keep every slot, the scale and the tracker as they were (the
+    /// scale is GradScaler's between `update()`s: one per optimizer step).
     pub(super) fn finish(
         &self,
         state: &mut State,
         updates: Vec<(String, Value<'b>)>,
         finite: Value<'b>,
+        last: Option<Value<'b>>,
     ) -> Result<Vec<(String, Value<'b>)>, TrainError> {
         let b = self.b;
+        let applies = match last {
+            Some(l) => finite.and(l),
+            None => finite,
+        };
         let mut out = Vec::with_capacity(updates.len() + 2);
         for (name, new) in updates {
             let old = b.with_graph(|g| {
@@ -158,7 +171,7 @@ impl<'b> Scaler<'b> {
             let old = old
                 .and_then(|o| b.value(o))
                 .ok_or_else(|| TrainError::Invalid(format!("no state input \"{name}\"")))?;
-            let keep = finite.broadcast_to(&new.shape());
+            let keep = applies.broadcast_to(&new.shape());
             out.push((name, b.select(keep, new, old)));
         }
         let o = &self.opts;
@@ -168,10 +181,15 @@ impl<'b> Scaler<'b> {
         let grown = scale * o.growth_factor;
         let grown_ok = grown.abs().le(f64::from(f32::MAX));
         let finite_scale = b.select(grow.and(grown_ok), grown, scale);
-        let new_scale = b.select(finite, finite_scale, scale * o.backoff_factor);
+        let mut new_scale = b.select(finite, finite_scale, scale * o.backoff_factor);
         let zero = b.scalar(DType::I32, 0.0);
-        let new_tracker = b.select(finite, b.select(grow, zero, next), zero);
-        let skipped = b.select(finite, b.scalar(DType::F32, 0.0), b.scalar(DType::F32, 1.0));
+        let mut new_tracker = b.select(finite, b.select(grow, zero, next), zero);
+        let mut skipped = b.select(finite, b.scalar(DType::F32, 0.0), b.scalar(DType::F32, 1.0));
+        if let Some(l) = last {
+            new_scale = b.select(l, new_scale, scale);
+            new_tracker = b.select(l, new_tracker, tracker);
+            skipped = b.select(l, skipped, b.scalar(DType::F32, 0.0));
+        }
         let report = b.concat(&[scale.reshape(Shape::from([1])), skipped.reshape(Shape::from([1]))], 0);
         out.push((SCALE.to_string(), new_scale));
         out.push((GROWTH_TRACKER.to_string(), new_tracker));
