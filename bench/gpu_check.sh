@@ -10,7 +10,8 @@
 # b. correctness: `graphc run MODEL --device cuda --check` (CUDA against graphc's CPU
 #    executor on the same inputs), with and without CUDA graphs, for every
 #    examples/models/*.gir, the builder models (write_models), the fusion kernels
-#    (kernel_bench) and the ONNX fixtures;
+#    (kernel_bench) and the ONNX fixtures, and the SDPA fixtures in bf16 with every layer
+#    in 2 parts of the batch (--chunk-tokens 2);
 # b1. training: graphc train --device cuda against PyTorch's references, and a GPT-2-small
 #     training step against PyTorch eager and torch.compile (bench/train_check.py);
 # c. bench/torch_compare.py: graphc against PyTorch eager and torch.compile;
@@ -375,6 +376,12 @@ for dir in "$ROOT"/tests/fixtures/onnx/*/; do
 	[ -z "$dims" ] && [ "$name" = gpt2_dynamic ] && dims="batch=2 seq=16"
 	for d in $dims; do extra+=(--dim "$d"); done
 	check_both "fixtures/$name" "$dir/model.onnx" "${extra[@]}"
+	# Every layer in 2 parts of the batch (the slices, the parts' kernels and the last
+	# concat), in bf16, for the SDPA exports (one per family).
+	case "$name" in gpt2_sdpa | llama_sdpa | bert_sdpa | vit_sdpa)
+		check_both "fixtures/${name}_bf16_2parts" "$dir/model.onnx" "${extra[@]}" --precision bf16 --chunk-tokens 2
+		;;
+	esac
 done
 [ "${#PIDS[@]}" -gt 0 ] && wait "${PIDS[@]}"
 write_md
