@@ -7,8 +7,9 @@ use super::{graphc, stderr, stdout};
 
 /// `--chunk-tokens N`: `graphc plan` runs GPT-2's attention blocks and MLPs in parts of
 /// the batch (of its tokens, with fewer sequences than parts) and says so, with a
-/// smaller arena than the whole plan (`tests/fit.rs` checks the values); 0 parts, and
-/// a training step, are refused with the reason.
+/// smaller arena than the whole plan (`tests/fit.rs` checks the values); over the
+/// budget, the diagnosis names the fewest parts that fit, planned; 0 parts are refused
+/// with the reason.
 #[test]
 fn chunk_tokens_runs_mlps_in_parts() {
     let model = "tests/fixtures/onnx/gpt2_dynamic/model.onnx";
@@ -50,6 +51,22 @@ fn chunk_tokens_runs_mlps_in_parts() {
         "{} vs {}",
         arena(&parts),
         arena(&whole)
+    );
+    // Over the budget, the diagnosis plans the fewest parts that fit.
+    let total = |o: &Output| {
+        stdout(o)
+            .lines()
+            .find(|l| l.starts_with("total"))
+            .and_then(|l| l.split_whitespace().nth(3).and_then(|b| b.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    let under = (total(&whole) - 1).to_string();
+    let over = graphc(&[&["plan", model][..], &dims, &["--budget", &under]].concat());
+    let err = stderr(&over);
+    assert!(!over.status.success(), "{}", stdout(&over));
+    assert!(
+        err.contains("  - every layer in 2 parts (`") && err.contains("--chunk-tokens 2`") && err.contains(": fits"),
+        "{err}"
     );
     let zero = graphc(&[&["plan", model][..], &dims, &["--chunk-tokens", "0"]].concat());
     assert!(

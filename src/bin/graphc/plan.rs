@@ -99,6 +99,15 @@ pub fn run(args: PlanArgs) -> Result<()> {
         } else {
             print_summary();
         }
+        // An inference plan not run in parts yet: the fewest parts that fit, planned.
+        if !args.train && args.budget.chunk_tokens.is_none() {
+            let progress = crate::common::Progress::new("planning in parts");
+            let parts = in_parts(&graph, &args.budget, &rerun);
+            drop(progress);
+            if let Some(line) = parts {
+                return Err(anyhow::anyhow!("{}\n{line}", over.to_string().trim_end()));
+            }
+        }
         return Err(over.into());
     }
     if let Some(path) = &args.svg {
@@ -113,4 +122,36 @@ pub fn run(args: PlanArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The remedy of running every layer in parts (`--chunk-tokens N`): the fewest of 2,
+/// 4, .., 64 parts whose plan fits, planned exactly, as a line of the diagnosis (or the
+/// most parts' total, when none fits); None when the model has nothing to run in parts.
+fn in_parts(graph: &graphc::ir::Graph, budget: &crate::args::BudgetArgs, rerun: &graphc::Rerun) -> Option<String> {
+    use graphc_compiler::plan::report::human_bytes;
+    let mut last = None;
+    for n in [2usize, 4, 8, 16, 32, 64] {
+        let opts = graphc::CompileOptions {
+            token_chunks: n,
+            ..budget.options()
+        };
+        let c = graphc::compile_with(graph, &opts).ok()?;
+        if !c.chunks.any() {
+            return None;
+        }
+        let command = rerun.with("--chunk-tokens", &n.to_string());
+        let what = c.chunks.summary();
+        if c.plan.fits() {
+            return Some(format!(
+                "  - every layer in {n} parts (`{command}`, the same values: {what}): planned, total {}: fits",
+                human_bytes(c.plan.total_bytes)
+            ));
+        }
+        last = Some(format!(
+            "  - every layer in parts: with {n} (`{command}`: {what}) the plan's total is {}, still over by {}",
+            human_bytes(c.plan.total_bytes),
+            human_bytes(c.plan.total_bytes.saturating_sub(c.plan.budget_bytes))
+        ));
+    }
+    last
 }
