@@ -103,6 +103,22 @@ fn full_recomputation_keeps_layer_inputs_only_and_changes_no_value() {
     }
 }
 
+/// Rows `from..to` of four random `x [4, 16]` and `y [4, 8]` (the microbatch tests'
+/// batch), by input name.
+fn four_rows() -> impl Fn(usize, usize) -> HashMap<String, Tensor> {
+    use graphc::ir::{DType, TensorType};
+    let x = Tensor::random(&TensorType::new(DType::F32, [4, 16]), 7);
+    let y = Tensor::random(&TensorType::new(DType::F32, [4, 8]), 8);
+    move |from, to| {
+        let rows = |t: &Tensor| {
+            let cols = t.shape().dims()[1];
+            let v = t.to_f64_vec();
+            Tensor::from_f64(DType::F32, [to - from, cols], &v[from * cols..to * cols]).unwrap()
+        };
+        [("x".to_string(), rows(&x)), ("y".to_string(), rows(&y))].into()
+    }
+}
+
 /// `--accumulate 2`: two calls on two rows each sum their gradients (each halved) and
 /// the second updates, as one step on the four rows does (a mean loss over equal
 /// microbatches is the mean of theirs); the calls between keep every parameter and
@@ -121,20 +137,7 @@ fn accumulated_microbatches_update_as_the_whole_batch_does() {
         b.output("y", h.matmul(w2));
         b.finish().unwrap()
     };
-    let x = Tensor::random(&TensorType::new(DType::F32, [4, 16]), 7);
-    let y = Tensor::random(&TensorType::new(DType::F32, [4, 8]), 8);
-    let rows = |t: &Tensor, from: usize, to: usize| {
-        let cols = t.shape().dims()[1];
-        let v = t.to_f64_vec();
-        Tensor::from_f64(DType::F32, [to - from, cols], &v[from * cols..to * cols]).unwrap()
-    };
-    let batch = |from: usize, to: usize| -> HashMap<String, Tensor> {
-        [
-            ("x".to_string(), rows(&x, from, to)),
-            ("y".to_string(), rows(&y, from, to)),
-        ]
-        .into()
-    };
+    let batch = four_rows();
     for optimizer in [
         Optimizer::Sgd(Sgd {
             lr: 0.05,
@@ -228,20 +231,7 @@ fn accumulated_microbatches_under_loss_scaling_update_once_and_skip_on_overflow(
         b.output("y", x.matmul(w1).relu());
         b.finish().unwrap()
     };
-    let x = Tensor::random(&TensorType::new(DType::F32, [4, 16]), 7);
-    let y = Tensor::random(&TensorType::new(DType::F32, [4, 8]), 8);
-    let rows = |t: &Tensor, from: usize, to: usize| {
-        let cols = t.shape().dims()[1];
-        let v = t.to_f64_vec();
-        Tensor::from_f64(DType::F32, [to - from, cols], &v[from * cols..to * cols]).unwrap()
-    };
-    let batch = |from: usize, to: usize| -> HashMap<String, Tensor> {
-        [
-            ("x".to_string(), rows(&x, from, to)),
-            ("y".to_string(), rows(&y, from, to)),
-        ]
-        .into()
-    };
+    let batch = four_rows();
     let opts = |rows: usize, accumulate: usize, scale: Option<f64>| TrainOptions {
         loss: Loss::new(LossKind::Mse, "y"),
         optimizer: Optimizer::AdamW(AdamW::default()),
