@@ -124,7 +124,6 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
     // Sub-blocks in parts of the batch first, where there is a batch to split; then
     // the MLPs left, in parts of their tokens.
     let pos: std::collections::HashMap<NodeId, usize> = order.iter().enumerate().map(|(p, &v)| (v, p)).collect();
-    let mut batch_regions = Vec::new();
     let batch_size = batch::batch_of(graph).unwrap_or(0);
     let bcx = batch::Context {
         graph,
@@ -136,38 +135,11 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
     };
     // Only where the batch has as many sequences as parts asked for: a few long
     // sequences go through their MLPs in parts of their tokens instead.
-    if batch_size >= chunks {
-        // Attention blocks first (a grouped-query attention's key projection narrows
-        // like a down projection), then MLPs.
-        let attention = order
-            .iter()
-            .filter(|&&v| matches!(graph.node(v).op, Op::Attention { .. }));
-        let rest = order
-            .iter()
-            .filter(|&&v| !matches!(graph.node(v).op, Op::Attention { .. }));
-        for &id in attention.chain(rest) {
-            if let Some(r) = batch::region_at(&bcx, id, &in_region) {
-                for &m in &r.nodes {
-                    in_region[m.index()] = true;
-                }
-                match r.anchor {
-                    batch::Anchor::Attention => report.attention_blocks += 1,
-                    batch::Anchor::Mlp => report.batch_mlps += 1,
-                    batch::Anchor::Tail => {}
-                }
-                batch_regions.push(r);
-            }
-        }
-        // What reads the last region's end on to the output (the final norm).
-        let last = batch_regions.iter().max_by_key(|r| pos[&r.end]).map(|r| r.end);
-        if let Some(r) = last.and_then(|e| batch::tail_at(&bcx, e, &in_region)) {
-            for &m in &r.nodes {
-                in_region[m.index()] = true;
-            }
-            report.tail = true;
-            batch_regions.push(r);
-        }
-    }
+    let batch_regions = if batch_size >= chunks {
+        batch_regions_of(&bcx, &order, &mut in_region, &mut report)
+    } else {
+        Vec::new()
+    };
     let batch_parts = chunks;
     if !batch_regions.is_empty() {
         report.batch_parts = batch_parts;
@@ -247,6 +219,50 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
     }
     crate::train::remat::finish(graph, &mut out, &map);
     Ok((out, report))
+}
+
+/// The batch regions of the graph (attention blocks first, then MLPs, then what follows
+/// the last to the output), marked in `in_region` and counted in `report`.
+fn batch_regions_of(
+    bcx: &batch::Context,
+    order: &[NodeId],
+    in_region: &mut [bool],
+    report: &mut ChunkReport,
+) -> Vec<batch::BatchRegion> {
+    let graph = bcx.graph;
+    let pos = bcx.pos;
+    let mut batch_regions = Vec::new();
+    // Attention blocks first (a grouped-query attention's key projection narrows
+    // like a down projection), then MLPs.
+    let attention = order
+        .iter()
+        .filter(|&&v| matches!(graph.node(v).op, Op::Attention { .. }));
+    let rest = order
+        .iter()
+        .filter(|&&v| !matches!(graph.node(v).op, Op::Attention { .. }));
+    for &id in attention.chain(rest) {
+        if let Some(r) = batch::region_at(bcx, id, in_region) {
+            for &m in &r.nodes {
+                in_region[m.index()] = true;
+            }
+            match r.anchor {
+                batch::Anchor::Attention => report.attention_blocks += 1,
+                batch::Anchor::Mlp => report.batch_mlps += 1,
+                batch::Anchor::Tail => {}
+            }
+            batch_regions.push(r);
+        }
+    }
+    // What reads the last region's end on to the output (the final norm).
+    let last = batch_regions.iter().max_by_key(|r| pos[&r.end]).map(|r| r.end);
+    if let Some(r) = last.and_then(|e| batch::tail_at(bcx, e, in_region)) {
+        for &m in &r.nodes {
+            in_region[m.index()] = true;
+        }
+        report.tail = true;
+        batch_regions.push(r);
+    }
+    batch_regions
 }
 
 /// A value as `[rows, width]`: the product of its leading dims and its last dim.
