@@ -1,5 +1,5 @@
 //! The stages after autodiff, run once per recomputation tried ([`Back`]), and
-//! `--remat auto`'s search over the count of layers ([`auto_remat`]).
+//! `--remat auto`'s searches, by layers and per tensor ([`auto_remat`]).
 
 use graphc_ir::Graph;
 
@@ -24,12 +24,14 @@ pub(super) enum Selection {
     Tensors(TensorPick),
 }
 
+/// What a plan's layer or per-tensor recomputation did, if any.
+fn remat_of(c: &Compiled) -> Option<crate::train::remat::LayerRemat> {
+    c.train.as_ref().and_then(|t| t.report.recomputed_layers)
+}
+
 /// The extra GEMM and attention FLOPs of a plan's recomputation.
 fn extra_flops(c: &Compiled) -> u64 {
-    c.train
-        .as_ref()
-        .and_then(|t| t.report.recomputed_layers)
-        .map_or(0, |r| r.extra_flops)
+    remat_of(c).map_or(0, |r| r.extra_flops)
 }
 
 /// The smallest count `k` in `lo+1 ..= hi` for which `plan(k)` fits, given `lo` does
@@ -62,12 +64,11 @@ fn smallest_fitting(
     Ok(best)
 }
 
-/// `--remat auto`: the fewest layers made again (the first ones) for the step to fit
-/// the budget. Without recomputation when that fits; else every layer's when even that
-/// does not (that plan, with its diagnosis). Between, the bytes are close to a line in
-/// the count (each layer's saved values are about the same), so the first guess is
-/// where the line through none and all meets the budget, then the count moves by one
-/// toward the answer: a few plans, each exact.
+/// `--remat auto`: the recomputation that fits the budget for the fewest extra FLOPs.
+/// Without recomputation when that fits; else every layer's when even that does not
+/// (that plan, with its diagnosis). Between, two searches ([`smallest_fitting`], each
+/// count planned exactly): the fewest first layers, and per tensor the shortest
+/// greedy prefix, then on small graphs the exact search; the fewer FLOPs wins.
 pub(super) fn auto_remat(
     back: Back,
     graph: &Graph,
@@ -86,11 +87,7 @@ pub(super) fn auto_remat(
     };
     let mut full = back.clone().with_remat(graph, Selection::Layers(usize::MAX), opts)?;
     set_bytes_off(&mut full, off_bytes);
-    let layers = full
-        .train
-        .as_ref()
-        .and_then(|t| t.report.recomputed_layers)
-        .map_or(0, |r| r.layers);
+    let layers = remat_of(&full).map_or(0, |r| r.layers);
     if !full.plan.fits() || layers <= 1 {
         return Ok(full);
     }
@@ -106,12 +103,7 @@ pub(super) fn auto_remat(
     // Per tensor: the GEMM-free values of every layer, then the fewest GEMM and
     // attention outputs; the plan with fewer extra FLOPs wins (the layers' on a tie).
     // Every output made again is every layer made again: nothing to choose then.
-    if by_layers
-        .train
-        .as_ref()
-        .and_then(|t| t.report.recomputed_layers)
-        .is_some_and(|r| r.chosen == r.layers)
-    {
+    if remat_of(&by_layers).is_some_and(|r| r.chosen == r.layers) {
         return Ok(by_layers);
     }
     let pass_error = |error| CompileError::Pass {
