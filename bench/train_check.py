@@ -30,6 +30,13 @@ from pathlib import Path
 import numpy as np
 
 
+def plain(o):
+    """JSON for numpy's scalars (a comparison gives np.bool_, a norm np.float64)."""
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
 def compare(name, opt, meta, ref, got_npz, losses):
     out = {"model": name, "optimizer": opt}
     want = ref["losses"]
@@ -49,7 +56,7 @@ def compare(name, opt, meta, ref, got_npz, losses):
             w[noise] = 0.0
         worst = max(worst, float(np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-30)))
     out["param_rel_l2"] = worst
-    out["ok"] = len(losses) == 3 and out["loss_rel"] <= 1e-4 and worst <= 1e-4
+    out["ok"] = bool(len(losses) == 3 and out["loss_rel"] <= 1e-4 and worst <= 1e-4)
     return out
 
 
@@ -81,7 +88,7 @@ def correctness(root, graphc, scratch, timeout):
                 r = {"model": d.name, "optimizer": opt, "ok": False, "error": repr(e)[-400:]}
             r["seconds"] = round(time.time() - t0, 1)
             rows.append(r)
-            print(json.dumps(r), flush=True)
+            print(json.dumps(r, default=plain), flush=True)
     return rows
 
 
@@ -156,7 +163,7 @@ def amp_rows(root, graphc, scratch, timeout):
                 r.update(ok=False, error=repr(e)[-400:])
             r["seconds"] = round(time.time() - t0, 1)
             rows.append(r)
-            print(json.dumps(r), flush=True)
+            print(json.dumps(r, default=plain), flush=True)
     return rows
 
 
@@ -286,12 +293,12 @@ def main():
     rows = [] if a.skip_correctness else correctness(root, a.graphc, scratch, a.timeout)
     rows += [] if a.skip_correctness else amp_rows(root, a.graphc, scratch, a.timeout)
     result = {"correctness": rows}
-    (out / "train_check.json").write_text(json.dumps(result, indent=1))
+    (out / "train_check.json").write_text(json.dumps(result, indent=1, default=plain))
     try:
         result["timing"] = timing(a.graphc, scratch, a.timeout * 3, a.small)
     except Exception as e:  # noqa: BLE001 - e.g. no transformers on the machine
         result["timing"] = {"error": repr(e)[-400:]}
-    (out / "train_check.json").write_text(json.dumps(result, indent=1))
+    (out / "train_check.json").write_text(json.dumps(result, indent=1, default=plain))
     md = ["| model | optimizer | result | loss rel | params rel L2 |", "|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['model']} | {r['optimizer']} | {'ok' if r.get('ok') else 'FAIL'} | "

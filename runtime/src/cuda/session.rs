@@ -251,8 +251,9 @@ impl Session {
     }
 
     /// Run on named inputs (each with its input's exact type); returns the named
-    /// outputs in order. The first run with CUDA graphs on runs the launches once, then
-    /// captures them; this and every later run replays the graph.
+    /// outputs in order. The first run with CUDA graphs on runs the launches plainly,
+    /// then captures them (without running them again); every later run replays the
+    /// graph.
     pub fn run(&mut self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, CudaError> {
         self.upload_inputs(inputs)?;
         self.forward()?;
@@ -455,8 +456,11 @@ impl Session {
             return self.enqueue(None);
         }
         if self.graph.is_none() {
-            // One plain run first: lazy initialization (module loading, cuBLASLt
-            // kernels) happens outside the capture, and errors name their kernel.
+            // The first run is a plain run: lazy initialization (module loading,
+            // cuBLASLt kernels) happens outside the capture, and errors name their
+            // kernel. It is this run's work: capture records the launches without
+            // running them, and the graph first runs on the next call. (Running it now
+            // too would run a training step twice: its state is updated in place.)
             self.enqueue(None)?;
             self.stream.synchronize().map_err(|e| CudaError::Async {
                 at: "the run before CUDA graph capture".to_string(),
@@ -465,12 +469,12 @@ impl Session {
             match self.capture() {
                 Ok(g) => self.graph = g,
                 Err(e) => {
-                    // Capture is an optimization: run without it, and say why.
+                    // Capture is an optimization: later runs go without it; say why.
                     self.graph_error = Some(e.to_string());
                     self.options.cuda_graph = false;
-                    return self.enqueue(None);
                 }
             }
+            return Ok(());
         }
         match &self.graph {
             Some(g) => g.launch().map_err(driver("cuGraphLaunch")),
