@@ -347,7 +347,7 @@ fn bf16_and_fp16_steps_match_pytorch_autocast_and_grad_scaler() {
             let want = arrays(dir(name).join(file));
             let mut opts = options(&f, "adamw");
             opts.loss_scale = scaling;
-            // Also with the LM head and the loss in two parts of the batch, each part's
+            // Also with the LM head and the loss in two parts of the tokens, each part's
             // logits made again in its backward (GPT-2 and Llama: the causal LMs).
             let parts: &[usize] = if matches!(name, "gpt2" | "llama") && label != "fp16 overflow" {
                 &[0, 2]

@@ -85,11 +85,11 @@ fn chunk_tokens_runs_mlps_in_parts() {
         "--chunk-tokens",
         "2",
     ]);
-    // A training step: the LM head and the loss in parts of the batch.
+    // A training step: the LM head and the loss in parts of the tokens.
     let out = stdout(&train);
     assert!(train.status.success(), "{}{out}", stderr(&train));
     assert!(
-        out.contains("loss           the LM head and the cross-entropy in 2 parts of the batch"),
+        out.contains("loss           the LM head and the cross-entropy in 2 parts of the tokens"),
         "{out}"
     );
 }
@@ -202,7 +202,7 @@ fn remat_full_recomputes_layers_in_a_training_plan() {
     let out = stdout(&parts);
     assert!(parts.status.success(), "{}{out}", stderr(&parts));
     assert!(
-        out.contains("loss           the LM head and the cross-entropy in 2 parts of the batch"),
+        out.contains("loss           the LM head and the cross-entropy in 2 parts of the tokens"),
         "{out}"
     );
     // Under every layer's recomputation: the error, with that plan's figures.

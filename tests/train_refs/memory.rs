@@ -290,7 +290,7 @@ fn accumulated_microbatches_under_loss_scaling_update_once_and_skip_on_overflow(
 }
 
 /// `--chunk-tokens 2` on a training step: the LM head and the cross-entropy over two
-/// parts of the batch, each part's logits made again in its backward; 3 SGD steps
+/// parts of the tokens, each part's logits made again in its backward; 3 SGD steps
 /// give the losses and parameters of the whole loss (the parts' sums are added in
 /// another order: to 1e-6; SGD, whose update is linear in the gradient, where AdamW
 /// would turn the rounding noise of gradients that are zero in exact arithmetic, as

@@ -187,35 +187,59 @@ pub(super) fn build<'b>(
             let head = lm_head(b, logits);
             *lm_head_seen = head.is_some();
             let total = match head.filter(|_| chunks > 1) {
-                // The LM head and the loss over parts of the batch: each part's logits
-                // from its rows of the hidden states (the same sums: a GEMM row is the
-                // same whichever rows go with it).
+                // The LM head and the loss over parts of the tokens: the logits'
+                // rows (every axis but the classes, flattened: a part is a range of
+                // tokens in order, a view of the hidden states), each part's logits
+                // from its rows of `h` (the same sums: a GEMM row is the same whichever
+                // rows go with it). The auto count divides the sequence, so a part's
+                // bounds are a multiple of the batch: a step in parts is then the same
+                // graph at every batch but for its sizes (a shape family).
                 Some((h, w, bias)) => {
-                    let rows = pd[0];
-                    // Auto: one part's logits about as wide as an MLP's hidden (4 d).
+                    let classes = pd[pd.len() - 1];
+                    let rows: usize = pd[..pd.len() - 1].iter().product();
+                    let per_sequence = if pd.len() >= 3 { pd[pd.len() - 2] } else { rows };
                     let chunks = if chunks == AUTO_PARTS {
+                        // One part's logits about as wide as an MLP's hidden (4 d).
                         let d = h.shape().dims().last().copied().unwrap_or(1).max(1);
-                        pd[pd.len() - 1].div_ceil(4 * d).max(2)
+                        let n = classes.div_ceil(4 * d).max(2);
+                        (n..=2 * n).find(|k| per_sequence % k == 0).unwrap_or(n)
                     } else {
                         chunks
                     };
                     let parts = chunks.min(rows);
-                    *parts_made = parts;
-                    let mut total: Option<Value<'b>> = None;
-                    for c in 0..parts {
-                        let (start, end) = (rows * c / parts, rows * (c + 1) / parts);
-                        let (s, e) = (start as i64, end as i64);
-                        let mut logits = h.slice(0, s, e, 1).matmul(w);
-                        if let Some(bias) = bias {
-                            logits = logits + bias.slice(0, s, e, 1);
+                    // The bias by rows (the logits' shape), or one row for all.
+                    let bias = match bias {
+                        Some(v) if v.shape() == pt.shape => Some(Some(v.reshape(Shape::from([rows, classes])))),
+                        Some(v) if v.shape().dims().iter().rev().skip(1).all(|&d| d == 1) => {
+                            Some(Some(v.reshape(Shape::from([classes]))))
                         }
-                        let part = picked_sum(logits, labels.slice(0, s, e, 1));
-                        total = Some(match total {
-                            Some(t) => t + part,
-                            None => part,
-                        });
+                        Some(_) => None,
+                        None => Some(None),
+                    };
+                    match bias {
+                        Some(bias) => {
+                            let d = h.shape().dims().last().copied().unwrap_or(1);
+                            let h = h.reshape(Shape::from([rows, d]));
+                            let labels = labels.reshape(Shape::from([rows]));
+                            *parts_made = parts;
+                            let mut total: Option<Value<'b>> = None;
+                            for c in 0..parts {
+                                let (s, e) = ((rows * c / parts) as i64, (rows * (c + 1) / parts) as i64);
+                                let mut logits = h.slice(0, s, e, 1).matmul(w);
+                                if let Some(bias) = bias {
+                                    logits = logits + if bias.rank() == 2 { bias.slice(0, s, e, 1) } else { bias };
+                                }
+                                let part = picked_sum(logits, labels.slice(0, s, e, 1));
+                                total = Some(match total {
+                                    Some(t) => t + part,
+                                    None => part,
+                                });
+                            }
+                            total.unwrap_or_else(|| picked_sum(logits, labels))
+                        }
+                        // A bias that varies along some rows but not all: whole.
+                        None => picked_sum(logits, labels),
                     }
-                    total.unwrap_or_else(|| picked_sum(logits, labels))
                 }
                 None => picked_sum(logits, labels),
             };

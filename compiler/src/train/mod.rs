@@ -192,7 +192,7 @@ pub struct TrainReport {
     /// `--remat full`: the layers' forward values made again
     /// ([`remat::recompute_layers`]).
     pub recomputed_layers: Option<remat::LayerRemat>,
-    /// The LM head and cross-entropy computed over this many parts of the batch
+    /// The LM head and cross-entropy computed over this many parts of the tokens
     /// ([`build_loss_in_parts`]; 0: whole), and the parts' logits made again in the
     /// backward ([`remat::recompute_loss_chunks`]).
     pub loss_parts: usize,
@@ -358,8 +358,9 @@ pub fn build_loss(
 }
 
 /// [`build_loss`] with a cross-entropy over an LM head (`logits = h @ w`) computed over
-/// `chunks` parts of the batch, each part's logits from its rows of `h` (the same
-/// values; with [`remat::recompute_loss_chunks`] after autodiff, one part's logits and
+/// `chunks` parts of the tokens (the sequence axis of `[batch, seq, classes]` logits,
+/// the rows of `[rows, classes]` ones), each part's logits from its tokens of `h` (the
+/// same values; the parts' bounds do not depend on the batch; with [`remat::recompute_loss_chunks`] after autodiff, one part's logits and
 /// their gradient live at a time).
 pub fn build_loss_in_parts(
     forward: &Graph,

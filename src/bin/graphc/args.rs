@@ -71,7 +71,7 @@ pub struct BudgetArgs {
     /// Inference: run each attention block and MLP (from its norm to its residual add)
     /// over this many parts of the batch, one part's values live at a time, or with
     /// fewer sequences than parts each MLP over this many parts of its tokens. A
-    /// training step: its LM head and cross-entropy over this many parts of the batch,
+    /// training step: its LM head and cross-entropy over this many parts of the tokens,
     /// each part's logits made again in its backward. The same values; 1: whole.
     /// Unset, a training step with `--remat auto` that does not fit chooses the loss's
     /// parts itself.

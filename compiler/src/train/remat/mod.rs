@@ -288,10 +288,10 @@ pub struct LossParts {
 }
 
 impl LossParts {
-    /// `the LM head and the cross-entropy in 13 parts of the batch, ...`.
+    /// `the LM head and the cross-entropy in 13 parts of the tokens, ...`.
     pub fn text(&self) -> String {
         format!(
-            "the LM head and the cross-entropy in {} parts of the batch, each part's logits made again in its \
+            "the LM head and the cross-entropy in {} parts of the tokens, each part's logits made again in its \
              backward (+{:.1}% of the step's GEMM and attention FLOPs): one part's logits and their gradient live \
              at a time",
             self.parts,
