@@ -2,13 +2,13 @@
 //! budget, found by replanning.
 //!
 //! The search assumes that memory grows with the dimension (true of batch and sequence
-//! dims): it probes 1, then grows the value (at least doubling it, further when the
-//! totals seen so far, extended as a straight line, say the budget is further) until a
-//! plan does not fit (or `max` is reached), then closes in between the last value that
-//! fit and the first that did not: at the point where the line through the two totals
-//! meets the budget (memory is close to linear in a batch dim, so this lands at or next
-//! to the answer), or at the midpoint when that did not halve the bracket, or when the
-//! upper end could not be planned at all. A probe whose graph cannot be built or
+//! dims): it probes 1, then grows the value (doubling it, then to where the totals seen
+//! so far, extended as a straight line, meet the budget) until a plan does not fit (or
+//! `max` is reached), then closes in between the last value that fit and the first
+//! that did not: at the point where the line through the two totals meets the budget
+//! (memory is close to linear in a batch dim, so this lands at or next to the answer),
+//! or at the midpoint after such steps in a row that did not halve the bracket (two,
+//! the last over; or four), or when the upper end could not be planned at all. A probe whose graph cannot be built or
 //! compiled at a value larger than 1 (a shape too large to index, sizes past 2^64
 //! bytes) counts as not fitting, and its reason is kept.
 //!
@@ -27,10 +27,17 @@
 //! values are integers, so overflow saturates at `max`. Should the budget run out before
 //! the bracket closes, the result says so ([`Fit::exhausted`]): the answer is then at
 //! least [`Fit::value`] and below [`Fit::first_over`].
+//!
+//! A training step's probes come from a shape family of the step (`fit_step`): the
+//! step graph (made trainable, its loss, gradients and update, optimized) captured at
+//! `family::LOW` and `family::MARKER`, written out at each value, then recomputation
+//! chosen, fused and planned; with `--remat auto`, the step as it is and with every
+//! layer made again are searched on one core each.
 
-use graphc_compiler::pipeline::family::{self, ShapeFamily};
+use graphc_compiler::pipeline::family::{self, FamilyError, ShapeFamily, StepFamily};
+use graphc_compiler::train::{Remat, TrainOptions};
 use graphc_compiler::{CompileOptions, Compiled};
-use graphc_ir::Graph;
+use graphc_ir::{Graph, TensorType};
 
 use crate::Error;
 
@@ -62,6 +69,12 @@ pub struct Fit {
     pub probes: Vec<Probe>,
     /// How the probes were compiled.
     pub compiles: ProbeCompiles,
+    /// The model compiled at the first value over ([`Fit::first_over`]), when the
+    /// search kept it: planned as [`Fit::compiled`] is, so the two tell what grows.
+    pub over: Option<Compiled>,
+    /// A training step fitted with `--remat auto`: the largest value with nothing made
+    /// again (`--remat off`), or why none is.
+    pub without: Option<Result<usize, Box<Error>>>,
 }
 
 /// How [`fit`]'s probes got their compiled model.
@@ -102,32 +115,73 @@ where
         opts,
         max,
         ProbeCompiles::Each,
+        1,
     )
 }
 
 /// The search of [`fit`], given the model compiled at each value.
-fn search<F>(mut compile_at: F, opts: &CompileOptions, max: usize, compiles: ProbeCompiles) -> Result<Fit, Error>
+///
+/// `start` above 1: the first probe (a value that fitting makes 1 fit too, so 1 is not
+/// probed; when it does not fit, the search goes on from 1 below it).
+fn search<F>(
+    mut compile_at: F,
+    opts: &CompileOptions,
+    max: usize,
+    compiles: ProbeCompiles,
+    start: usize,
+) -> Result<Fit, Error>
 where
     F: FnMut(usize) -> Result<Compiled, Error>,
 {
     let max = max.max(1);
     let budget = opts.memory.budget_bytes;
-    // Value 1 must fit; report its plan otherwise.
-    let one = compile_at(1)?;
-    let mut probes = vec![Probe {
-        value: 1,
-        total_bytes: Some(one.plan.total_bytes),
-        fits: one.plan.fits(),
-        error: None,
-    }];
-    if let Some(diagnosis) = graphc_compiler::plan::diagnose(&one.program, &one.plan, &crate::Rerun::default()) {
-        return Err(Error::DoesNotFit {
-            value: 1,
-            plan: Box::new(one.plan),
-            diagnosis: Box::new(diagnosis),
+    let mut probes = Vec::new();
+    // The start, when above 1: the plan that fits there, or the first value over.
+    let mut started = None;
+    let mut hi: Option<(usize, Option<u64>)> = None;
+    let mut over: Option<Compiled> = None;
+    if start > 1 && start <= max {
+        let c = compile_at(start);
+        let total_bytes = c.as_ref().ok().map(|c| c.plan.total_bytes);
+        probes.push(Probe {
+            value: start,
+            total_bytes,
+            fits: c.as_ref().is_ok_and(|c| c.plan.fits()),
+            error: c.as_ref().err().map(|e| e.to_string()),
         });
+        match c {
+            Ok(c) if c.plan.fits() => started = Some(c),
+            c => {
+                hi = Some((start, total_bytes));
+                over = c.ok();
+            }
+        }
     }
-    let mut probe = |value: usize, probes: &mut Vec<Probe>| -> Result<Option<Compiled>, Error> {
+    let one = match started {
+        Some(c) => c,
+        None => {
+            // Value 1 must fit; report its plan otherwise.
+            let one = compile_at(1)?;
+            probes.push(Probe {
+                value: 1,
+                total_bytes: Some(one.plan.total_bytes),
+                fits: one.plan.fits(),
+                error: None,
+            });
+            if let Some(diagnosis) = graphc_compiler::plan::diagnose(&one.program, &one.plan, &crate::Rerun::default())
+            {
+                return Err(Error::DoesNotFit {
+                    value: 1,
+                    plan: Box::new(one.plan),
+                    diagnosis: Box::new(diagnosis),
+                });
+            }
+            one
+        }
+    };
+    // Ok(Ok(plan that fits)), Ok(Err(plan over, if it could be planned)).
+    type Probed = Result<Compiled, Option<Compiled>>;
+    let mut probe = |value: usize, probes: &mut Vec<Probe>| -> Result<Probed, Error> {
         let compiled = compile_at(value);
         match compiled {
             Ok(c) => {
@@ -138,7 +192,7 @@ where
                     fits,
                     error: None,
                 });
-                Ok(fits.then_some(c))
+                Ok(if fits { Ok(c) } else { Err(Some(c)) })
             }
             Err(e) if value > 1 => {
                 probes.push(Probe {
@@ -147,29 +201,33 @@ where
                     fits: false,
                     error: Some(e.to_string()),
                 });
-                Ok(None)
+                Ok(Err(None))
             }
             Err(e) => Err(e),
         }
     };
     // The last value that fit and its total; the first that did not (and its total).
-    let (mut lo, mut lo_total, mut best) = (1usize, one.plan.total_bytes, one);
-    let mut hi: Option<(usize, Option<u64>)> = None;
+    let lo = probes.iter().filter(|p| p.fits).map(|p| p.value).max().unwrap_or(1);
+    let (mut lo, mut lo_total, mut best) = (lo, one.plan.total_bytes, one);
     let mut prev: Option<(usize, u64)> = None;
-    while lo < max && probes.len() < MAX_PROBES {
+    while hi.is_none() && lo < max && probes.len() < MAX_PROBES {
         let next = grow(lo, lo_total, prev, budget, max);
         match probe(next, &mut probes)? {
-            Some(c) => {
+            Ok(c) => {
                 prev = Some((lo, lo_total));
                 (lo, lo_total, best) = (next, c.plan.total_bytes, c);
             }
-            None => {
+            Err(c) => {
                 hi = Some((next, probes.last().and_then(|p| p.total_bytes)));
+                over = c;
                 break;
             }
         }
     }
-    let mut halving = false;
+    // Interpolation steps in a row that did not halve the bracket; after two whose
+    // last was over, or four, a midpoint (a line that keeps landing just below the
+    // boundary is closing in on it: the step after usually closes the bracket).
+    let (mut slow, mut halving) = (0, false);
     while let Some((h, h_total)) = hi {
         if h - lo <= 1 || probes.len() >= MAX_PROBES {
             break;
@@ -180,12 +238,19 @@ where
         };
         let width = h - lo;
         match probe(mid, &mut probes)? {
-            Some(c) => (lo, lo_total, best) = (mid, c.plan.total_bytes, c),
-            None => hi = Some((mid, probes.last().and_then(|p| p.total_bytes))),
+            Ok(c) => (lo, lo_total, best) = (mid, c.plan.total_bytes, c),
+            Err(c) => {
+                hi = Some((mid, probes.last().and_then(|p| p.total_bytes)));
+                over = c;
+            }
         }
-        // A step that did not halve the bracket is followed by a midpoint.
         let new_width = hi.map_or(0, |(h, _)| h - lo);
-        halving = !halving && new_width > width / 2;
+        slow = if !halving && new_width > width / 2 { slow + 1 } else { 0 };
+        let over_again = hi.is_some_and(|(h, _)| h == mid);
+        halving = (slow >= 2 && over_again) || slow >= 4;
+        if halving {
+            slow = 0;
+        }
     }
     let open = hi.is_some_and(|(h, _)| h - lo > 1) || (hi.is_none() && lo < max);
     Ok(Fit {
@@ -195,13 +260,15 @@ where
         compiled: best,
         probes,
         compiles,
+        over,
+        without: None,
     })
 }
 
 /// The next value to try above `lo` (which fit, with `lo_total` bytes): where the line
-/// through the last two totals meets the budget, at least `2 * lo`; but `lo + 1` when
-/// that line puts the boundary at `lo` itself (a probe at the line's prediction that
-/// fit: one more settles it). Never past `max`; saturates instead of overflowing.
+/// through the last two totals meets the budget (`2 * lo` without a line); but `lo + 1`
+/// when that line puts the boundary at `lo` itself (a probe at the line's prediction
+/// that fit: one more settles it). Never past `max`; saturates instead of overflowing.
 fn grow(lo: usize, lo_total: u64, prev: Option<(usize, u64)>, budget: u64, max: usize) -> usize {
     let double = lo.saturating_mul(2);
     let line = prev.and_then(|(v, t)| {
@@ -215,7 +282,8 @@ fn grow(lo: usize, lo_total: u64, prev: Option<(usize, u64)>, budget: u64, max: 
     });
     match line {
         Some(l) if l == lo => lo.saturating_add(1).min(max),
-        _ => line.map_or(double, |l| l.max(double)).min(max),
+        Some(l) => l.min(max),
+        None => double.min(max),
     }
 }
 
@@ -258,54 +326,15 @@ pub fn fit_model_with(
             message: format!("--dim {dim} is both searched and fixed"),
         });
     }
-    let compile_with = |value: usize, opts: &CompileOptions| -> Result<Compiled, Error> {
+    if let Some(train) = &opts.train {
+        return fit_step(path, fixed, dim, opts, train, max, on_probe);
+    }
+    let compile = |value: usize| -> Result<Compiled, Error> {
         let mut dims = fixed.to_vec();
         dims.push((dim.to_string(), value));
         let graph = crate::load_model(path, &dims)?;
-        match &opts.train {
-            // A training step's target (labels) takes its shape from the model's
-            // output at this value.
-            Some(train) => {
-                let mut train = train.clone();
-                train.target = crate::train::expected_target(&graph, &train)?;
-                let opts = CompileOptions {
-                    train: Some(train),
-                    ..opts.clone()
-                };
-                Ok(graphc_compiler::compile(&graph, &opts)?)
-            }
-            None => Ok(graphc_compiler::compile(&graph, opts)?),
-        }
+        Ok(graphc_compiler::compile(&graph, opts)?)
     };
-    let compile = |value: usize| compile_with(value, opts);
-    if let Some(train) = &opts.train {
-        // A training step compiles whole at each value: a shape family captures the
-        // optimized graph that fusion starts from, and a step's state and donations
-        // are made around it. With `--remat auto` the probes plan the least memory
-        // auto can reach (`Remat::Least`: a value fits with one exactly when it fits
-        // with the other), without auto's search; the answer is then planned with auto.
-        let auto = train.remat == crate::train::Remat::Auto;
-        let probe_opts = CompileOptions {
-            train: Some(crate::train::TrainOptions {
-                remat: if auto { crate::train::Remat::Least } else { train.remat },
-                ..train.clone()
-            }),
-            ..opts.clone()
-        };
-        let mut fit = search(
-            |value| {
-                on_probe(value);
-                compile_with(value, &probe_opts)
-            },
-            opts,
-            max,
-            ProbeCompiles::EachBecause("a training step compiles whole at each value".into()),
-        )?;
-        if auto {
-            fit.compiled = compile_with(fit.value, opts)?;
-        }
-        return Ok(fit);
-    }
     // The marker on one core; the first two probes (1, then LOW) on the other. Folds of
     // mapped weights (casts, quantizations) made by the first compile to reach them
     // are remembered while they live (and stored in the fold cache), so the others
@@ -351,5 +380,239 @@ pub fn fit_model_with(
         opts,
         max,
         compiles,
+        1,
     )
+}
+
+/// A training step's model at one value: the graph, and its training target's type
+/// there (the labels take their shape from the model's output).
+fn step_model(
+    path: &std::path::Path,
+    fixed: &[(String, usize)],
+    dim: &str,
+    train: &TrainOptions,
+    value: usize,
+) -> Result<(Graph, TensorType), Error> {
+    let mut dims = fixed.to_vec();
+    dims.push((dim.to_string(), value));
+    let graph = crate::load_model(path, &dims)?;
+    let target = crate::train::expected_target(&graph, train)?;
+    Ok((graph, target))
+}
+
+/// Compiles a training step at each value a search asks for: at 1 from the model
+/// imported there, past it from a [`StepFamily`] (the step imported, differentiated
+/// and optimized at [`family::LOW`] and [`family::MARKER`] only), or from the model
+/// imported at the value when the family cannot give it (and then says why).
+struct StepProbes<'a> {
+    path: &'a std::path::Path,
+    fixed: &'a [(String, usize)],
+    dim: &'a str,
+    train: &'a TrainOptions,
+    family: Option<StepFamily>,
+    /// Why some probe compiled whole, if one did.
+    whole: Option<String>,
+}
+
+impl<'a> StepProbes<'a> {
+    fn new(
+        path: &'a std::path::Path,
+        fixed: &'a [(String, usize)],
+        dim: &'a str,
+        train: &'a TrainOptions,
+        samples: Option<((Graph, TensorType), (Graph, TensorType))>,
+    ) -> StepProbes<'a> {
+        StepProbes {
+            path,
+            fixed,
+            dim,
+            train,
+            family: samples.map(|(low, high)| StepFamily::new(dim, low, high)),
+            whole: None,
+        }
+    }
+
+    /// The step compiled at `value` with `opts` (`opts.train`'s target is set here).
+    fn compile(&mut self, value: usize, opts: &CompileOptions) -> Result<Compiled, Error> {
+        if value >= family::LOW {
+            match self.family.as_mut().map(|f| f.compile_at(value, opts)) {
+                Some(Ok(c)) => return Ok(c),
+                // The compile itself failed at this value: a direct compile would too.
+                Some(Err(FamilyError::Compile(e))) => return Err(e.into()),
+                Some(Err(e)) => {
+                    self.whole.get_or_insert_with(|| e.to_string());
+                }
+                None => {}
+            }
+        }
+        let (graph, target) = step_model(self.path, self.fixed, self.dim, self.train, value)?;
+        let mut opts = opts.clone();
+        if let Some(t) = opts.train.as_mut() {
+            t.target = target;
+        }
+        Ok(graphc_compiler::compile(&graph, &opts)?)
+    }
+
+    /// The search's first value: [`family::LOW`] from the family (1 fits when it does).
+    fn start(&self) -> usize {
+        if self.family.is_some() {
+            family::LOW
+        } else {
+            1
+        }
+    }
+
+    /// How the probes compiled.
+    fn compiles(&self) -> ProbeCompiles {
+        match (&self.whole, &self.family) {
+            (Some(why), _) => ProbeCompiles::EachBecause(why.clone()),
+            (None, Some(f)) => ProbeCompiles::Family {
+                integers: f.dependent(),
+            },
+            (None, None) => ProbeCompiles::EachBecause(format!(
+                "the model could not be imported at {}={}",
+                self.dim,
+                family::MARKER
+            )),
+        }
+    }
+}
+
+/// [`fit_model_with`] for a training step: every probe from a shape family of the
+/// step ([`StepProbes`]). With `--remat auto`, a value fits when the step fits as it
+/// is, or with every layer made again (its loss in parts where it reads an LM head),
+/// or with its loss in parts alone (a model whose recomputation costs more than it
+/// saves): each of these grows with the value, so the largest value is the larger of
+/// two searches, one core each: the step as it is (also [`Fit::without`]), and the
+/// others (a kind that did not fit at a value is not tried above it). The answer is
+/// then planned with auto (the fewest extra FLOPs that fit).
+fn fit_step(
+    path: &std::path::Path,
+    fixed: &[(String, usize)],
+    dim: &str,
+    opts: &CompileOptions,
+    train: &TrainOptions,
+    max: usize,
+    on_probe: &mut dyn FnMut(usize),
+) -> Result<Fit, Error> {
+    let samples = |train: &TrainOptions| -> Option<((Graph, TensorType), (Graph, TensorType))> {
+        if max < family::LOW {
+            return None;
+        }
+        let low = step_model(path, fixed, dim, train, family::LOW).ok()?;
+        let high = step_model(path, fixed, dim, train, family::MARKER).ok()?;
+        Some((low, high))
+    };
+    let with_remat = |remat: Remat, token_chunks: usize| CompileOptions {
+        train: Some(TrainOptions { remat, ..train.clone() }),
+        token_chunks,
+        ..opts.clone()
+    };
+    if train.remat != Remat::Auto {
+        let mut probes = StepProbes::new(path, fixed, dim, train, samples(train));
+        let start = probes.start();
+        let mut fit = search(
+            |value| {
+                on_probe(value);
+                probes.compile(value, opts)
+            },
+            opts,
+            max,
+            ProbeCompiles::Each,
+            start,
+        )?;
+        fit.compiles = probes.compiles();
+        return Ok(fit);
+    }
+    let off = with_remat(Remat::Off, opts.token_chunks);
+    // The loss in parts: the count asked for, else auto's.
+    let parts = match opts.token_chunks {
+        0 => graphc_compiler::train::loss::AUTO_PARTS,
+        n => n,
+    };
+    let (full, parts_off) = (with_remat(Remat::FullProbe, parts), with_remat(Remat::Off, parts));
+    let (without, fit, mut probes) = std::thread::scope(|s| {
+        let without = s.spawn(|| {
+            let mut probes = StepProbes::new(path, fixed, dim, train, samples(train));
+            let start = probes.start();
+            let fit = search(
+                |value| probes.compile(value, &off),
+                &off,
+                max,
+                ProbeCompiles::Each,
+                start,
+            );
+            fit.map(|mut f| {
+                f.compiles = probes.compiles();
+                f
+            })
+        });
+        let mut probes = StepProbes::new(path, fixed, dim, train, samples(train));
+        let start = probes.start();
+        // The first value each kind did not fit at, and whether the loss has parts.
+        let (mut full_over, mut parts_over, mut parted) = (usize::MAX, usize::MAX, true);
+        let fit = search(
+            |value| {
+                on_probe(value);
+                let mut tried = None;
+                if value < full_over || !parted {
+                    let c = probes.compile(value, &full)?;
+                    if c.plan.fits() {
+                        return Ok(c);
+                    }
+                    full_over = full_over.min(value);
+                    parted = has_parts(&c);
+                    tried = Some(c);
+                }
+                if parted && value < parts_over {
+                    let c = probes.compile(value, &parts_off)?;
+                    if c.plan.fits() {
+                        return Ok(c);
+                    }
+                    parts_over = parts_over.min(value);
+                    tried.get_or_insert(c);
+                }
+                match tried {
+                    Some(c) => Ok(c),
+                    None => probes.compile(value, &full),
+                }
+            },
+            opts,
+            max,
+            ProbeCompiles::Each,
+            start,
+        );
+        let without = without.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (without, fit, probes)
+    });
+    let without = without.map(|off| (off.value, off));
+    let mut fit = match (fit, without) {
+        // Nothing made again fits as much: auto plans the step as it is.
+        (Ok(fit), Ok((value, mut off))) if value >= fit.value => {
+            off.without = Some(Ok(value));
+            return Ok(off);
+        }
+        (Err(_), Ok((value, mut off))) => {
+            off.without = Some(Ok(value));
+            return Ok(off);
+        }
+        (Ok(mut fit), without) => {
+            fit.compiles = probes.compiles();
+            fit.without = Some(without.map(|(v, _)| v).map_err(Box::new));
+            fit
+        }
+        (Err(e), Err(_)) => return Err(e),
+    };
+    fit.over = fit.over.filter(|c| has_parts(c) == has_parts(&fit.compiled));
+    // The answer planned with auto: the loss in parts (the step as it is does not fit
+    // there), the fewest layers or tensors made again that fit.
+    // (With the parts' count even where there are none: the same step, captured.)
+    let auto = with_remat(Remat::Auto, parts);
+    fit.compiled = probes.compile(fit.value, &auto)?;
+    Ok(fit)
+}
+
+/// Whether a compiled step computes its loss in parts.
+fn has_parts(c: &Compiled) -> bool {
+    c.train.as_ref().is_some_and(|t| t.report.loss_parts > 1)
 }

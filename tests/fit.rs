@@ -310,6 +310,19 @@ fn training_fit_with_auto_recomputation_beats_none() {
     let off = graphc::fit::fit_model(&path, &fixed, "batch", &opts(Remat::Off), 4096).unwrap();
     let auto = graphc::fit::fit_model(&path, &fixed, "batch", &opts(Remat::Auto), 4096).unwrap();
     assert!(auto.value > off.value, "auto {} vs off {}", auto.value, off.value);
+    // Both searches probe from one shape family of the step; auto's also says off's.
+    for f in [&off, &auto] {
+        assert!(
+            matches!(f.compiles, graphc::fit::ProbeCompiles::Family { integers } if integers > 0),
+            "{:?}",
+            f.compiles
+        );
+    }
+    assert!(
+        matches!(auto.without, Some(Ok(v)) if v == off.value),
+        "{:?}",
+        auto.without
+    );
     let r = auto.compiled.train.as_ref().unwrap().report.recomputed_layers.unwrap();
     assert!(auto.compiled.plan.fits() && r.chosen >= 1, "{r:?}");
     let plan_at = |batch: usize, remat: Remat| {
@@ -325,4 +338,61 @@ fn training_fit_with_auto_recomputation_beats_none() {
     let at_off = plan_at(off.value, Remat::Auto);
     assert!(at_off.plan.fits());
     assert!(at_off.train.as_ref().unwrap().report.recomputed_layers.is_none());
+}
+
+/// A training step's shape family (`StepFamily`) compiles at each value what a compile
+/// there gives: the same program and plan, whole and with its loss in parts, with
+/// nothing, every layer, or auto's choice made again.
+#[test]
+fn a_step_family_compiles_what_each_value_compiles() {
+    use graphc::train::{Loss, LossKind, Remat, TrainOptions};
+    use graphc_compiler::pipeline::family::{StepFamily, LOW, MARKER};
+    let path = repo_path(DYNAMIC);
+    let model = |batch: usize| {
+        let g = graphc::load_model(&path, &[("batch".into(), batch), ("seq".into(), 16)]).unwrap();
+        let t = graphc::train::expected_target(&g, &train(Remat::Off)).unwrap();
+        (g, t)
+    };
+    fn train(remat: Remat) -> TrainOptions {
+        TrainOptions {
+            loss: Loss {
+                kind: LossKind::CrossEntropy,
+                target: "labels".into(),
+                ignore_index: -100,
+                shift_labels: true,
+            },
+            optimizer: graphc::train::Optimizer::AdamW(Default::default()),
+            freeze: None,
+            target: graphc::ir::TensorType::new(graphc::ir::DType::I64, vec![]),
+            output: None,
+            loss_scale: None,
+            remat,
+            accumulate: 1,
+        }
+    }
+    let mut family = StepFamily::new("batch", model(LOW), model(MARKER));
+    for (remat, chunks) in [
+        (Remat::Off, 0),
+        (Remat::FullProbe, 4),
+        (Remat::Auto, 4),
+        (Remat::Off, 4),
+    ] {
+        for batch in [3, 6, 13] {
+            let (g, target) = model(batch);
+            let opts = graphc::CompileOptions {
+                train: Some(TrainOptions { target, ..train(remat) }),
+                token_chunks: chunks,
+                ..with_budget(8 << 20)
+            };
+            let want = graphc::compile_with(&g, &opts).unwrap();
+            let got = family.compile_at(batch, &opts).unwrap();
+            let what = format!("{remat:?}, {chunks} parts, batch {batch}");
+            assert!(got.program == want.program, "{what}: the programs differ");
+            assert_eq!(got.plan.total_bytes, want.plan.total_bytes, "{what}");
+            let (a, b) = (got.train.unwrap().report, want.train.unwrap().report);
+            assert_eq!(a.recomputed_layers, b.recomputed_layers, "{what}");
+            assert_eq!(a.loss_parts, b.loss_parts, "{what}");
+        }
+    }
+    assert!(family.dependent() > 0, "{family:?}");
 }

@@ -134,46 +134,26 @@ impl From<crate::train::TrainError> for CompileError {
 /// an MLP hidden wide), the cheapest memory there is (the parts' logits made again: the
 /// LM head's GEMM once more), then recomputes the fewest layers that fit.
 pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let (back, stepped) = front(graph, opts)?;
+    compile_from(opts, &mut |o: &CompileOptions| front(graph, o))
+}
+
+/// [`compile`], given the stages up to recomputation for a setting of the options
+/// (`front`: the graph's, or a shape family's written out at a value).
+fn compile_from<E: From<CompileError>>(opts: &CompileOptions, front: &mut Front<'_, E>) -> Result<Compiled, E> {
+    let (back, stepped) = front(opts)?;
     let Some(remat) = opts.train.as_ref().map(|t| t.remat) else {
-        return back.finish(stepped, opts);
+        return Ok(back.finish(stepped, opts)?);
     };
     match remat {
-        Remat::Off => back.with_remat(&stepped, Selection::Layers(0), opts),
+        Remat::Off => Ok(back.with_remat(&stepped, Selection::Layers(0), opts)?),
         Remat::Full => {
             let off = back.clone().with_remat(&stepped, Selection::Layers(0), opts)?;
             let mut full = back.with_remat(&stepped, Selection::Layers(usize::MAX), opts)?;
             set_bytes_off(&mut full, off.plan.total_bytes);
             Ok(full)
         }
-        Remat::Least => {
-            let whole = back.clone().with_remat(&stepped, Selection::Layers(0), opts)?;
-            if whole.plan.fits() {
-                return Ok(whole);
-            }
-            let lm_head = whole.train.as_ref().is_some_and(|t| t.report.lm_head);
-            if opts.token_chunks != 0 || !lm_head {
-                let mut full = back.with_remat(&stepped, Selection::Layers(usize::MAX), opts)?;
-                set_bytes_off(&mut full, whole.plan.total_bytes);
-                return Ok(full);
-            }
-            let parts = CompileOptions {
-                token_chunks: crate::train::loss::AUTO_PARTS,
-                ..opts.clone()
-            };
-            let (back, stepped) = front(graph, &parts)?;
-            let mut full = back
-                .clone()
-                .with_remat(&stepped, Selection::Layers(usize::MAX), &parts)?;
-            set_bytes_off(&mut full, whole.plan.total_bytes);
-            if full.plan.fits() {
-                return Ok(full);
-            }
-            // Recomputation that costs more than it saves (a tiny model): the parts alone.
-            let off = back.with_remat(&stepped, Selection::Layers(0), &parts)?;
-            Ok(if off.plan.fits() { off } else { full })
-        }
-        Remat::Auto if opts.token_chunks != 0 => auto_remat(back, &stepped, opts, None),
+        Remat::FullProbe => Ok(back.with_remat(&stepped, Selection::Layers(usize::MAX), opts)?),
+        Remat::Auto if opts.token_chunks != 0 => Ok(auto_remat(back, &stepped, opts, None)?),
         Remat::Auto => {
             // The step as it is; over the budget, its loss in parts (when it reads an
             // LM head), then layers.
@@ -183,17 +163,21 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
             }
             // The loss in parts, where its logits are made again (what saves memory).
             if !whole.train.as_ref().is_some_and(|t| t.report.lm_head) {
-                return auto_remat(back, &stepped, opts, Some(whole.plan.total_bytes));
+                return Ok(auto_remat(back, &stepped, opts, Some(whole.plan.total_bytes))?);
             }
             let parts = CompileOptions {
                 token_chunks: crate::train::loss::AUTO_PARTS,
                 ..opts.clone()
             };
-            let (back, stepped) = front(graph, &parts)?;
-            auto_remat(back, &stepped, &parts, None)
+            let (back, stepped) = front(&parts)?;
+            Ok(auto_remat(back, &stepped, &parts, None)?)
         }
     }
 }
+
+/// The stages up to recomputation for a setting of the options: what made the step
+/// graph, and the step graph ([`front`], or a shape family's written out).
+type Front<'a, E> = dyn FnMut(&CompileOptions) -> Result<(Back, Graph), E> + 'a;
 
 /// The stages up to recomputation: the step graph (or the forward graph, without
 /// training) and what made it, for [`Back`].

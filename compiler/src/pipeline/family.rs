@@ -38,9 +38,10 @@ use std::time::Instant;
 use graphc_ir::{Graph, GraphError, Tensor};
 use serde_json::{Number, Value};
 
+use super::remat::Back;
 use super::{
-    account_precision, run_chunk, run_fuse, run_plan, CompileError, CompileOptions, Compiled, Pass, PassDetail,
-    PassReport,
+    account_precision, compile_from, front, run_chunk, run_fuse, run_plan, CompileError, CompileOptions, Compiled,
+    Pass, PassDetail, PassReport,
 };
 
 /// The small sample: the smallest value whose shapes are generic (at 1, a dimension
@@ -219,22 +220,23 @@ fn integer(n: &Number) -> Option<i128> {
     n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from))
 }
 
-/// The optimized graph of a model with every integer a polynomial in one dimension.
-pub struct ShapeFamily {
+/// A graph with every integer a polynomial in one dimension: captured from the same
+/// stage of two compiles (at [`LOW`] and [`MARKER`]), written out at any value.
+pub struct GraphFamily {
     dim: String,
     /// The graph at the marker, without its weights, as JSON.
     template: Value,
-    /// Every integer of the template, in the order [`fill`] meets them: its polynomial,
+    /// Every integer of the template, in the order [`Fill`] meets them: its polynomial,
     /// or `None` for a constant.
     integers: Vec<Option<DimPoly>>,
     weights: BTreeMap<String, Tensor>,
-    /// The compile at [`LOW`]: its reports stand for the family's front half.
-    low: Compiled,
+    /// The graph at [`LOW`], whose nodes name the places of errors.
+    low: Graph,
 }
 
-impl fmt::Debug for ShapeFamily {
+impl fmt::Debug for GraphFamily {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ShapeFamily")
+        f.debug_struct("GraphFamily")
             .field("dim", &self.dim)
             .field("integers", &self.integers.len())
             .field("dependent", &self.dependent())
@@ -242,30 +244,28 @@ impl fmt::Debug for ShapeFamily {
     }
 }
 
-impl ShapeFamily {
-    /// The family of `dim` from its compiles at [`LOW`] (`low`) and at [`MARKER`]
-    /// (`high`), made with the same options.
-    pub fn capture(dim: &str, low: Compiled, high: &Compiled) -> Result<ShapeFamily, FamilyError> {
-        // The input of fusion before token chunking: a value's graph is chunked anew.
-        let (low_graph, high_graph) = (low.fusion_input(), high.fusion_input());
-        let (low_structure, low_weights) = low_graph.split_weights();
-        let (high_structure, high_weights) = high_graph.split_weights();
+impl GraphFamily {
+    /// The family of `dim` from the same stage's graph at [`LOW`] (`low`) and at
+    /// [`MARKER`] (`high`), made with the same options.
+    pub fn capture(dim: &str, low: &Graph, high: &Graph) -> Result<GraphFamily, FamilyError> {
+        let (low_structure, low_weights) = low.split_weights();
+        let (high_structure, high_weights) = high.split_weights();
         same_weights(dim, &low_weights, &high_weights)?;
         let (a, b) = (json(&low_structure)?, json(&high_structure)?);
         let mut zip = Zip {
             dim,
-            graph: low_graph,
+            graph: low,
             integers: Vec::new(),
             path: Vec::new(),
         };
         zip.walk(&a, &b)?;
         let integers = zip.integers;
-        Ok(ShapeFamily {
+        Ok(GraphFamily {
             dim: dim.to_string(),
             template: b,
             integers,
             weights: high_weights,
-            low,
+            low: low.clone(),
         })
     }
 
@@ -279,8 +279,11 @@ impl ShapeFamily {
         self.integers.iter().filter(|p| p.is_some()).count()
     }
 
-    /// The optimized graph at `value`, verified.
+    /// The graph at `value`, verified.
     pub fn graph_at(&self, value: usize) -> Result<Graph, FamilyError> {
+        if value == LOW {
+            return Ok(self.low.clone());
+        }
         let mut json = self.template.clone();
         let mut fill = Fill {
             family: self,
@@ -301,6 +304,45 @@ impl ShapeFamily {
         graph.verify().map_err(|e: GraphError| bad(e.to_string()))?;
         Ok(graph)
     }
+}
+
+/// The optimized graph of a model (the input of fusion) with every integer a
+/// polynomial in one dimension, and the compile at [`LOW`] it was captured with.
+pub struct ShapeFamily {
+    graph: GraphFamily,
+    /// The compile at [`LOW`]: its reports stand for the family's front half.
+    low: Compiled,
+}
+
+impl fmt::Debug for ShapeFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShapeFamily").field("graph", &self.graph).finish()
+    }
+}
+
+impl ShapeFamily {
+    /// The family of `dim` from its compiles at [`LOW`] (`low`) and at [`MARKER`]
+    /// (`high`), made with the same options.
+    pub fn capture(dim: &str, low: Compiled, high: &Compiled) -> Result<ShapeFamily, FamilyError> {
+        // The input of fusion before token chunking: a value's graph is chunked anew.
+        let graph = GraphFamily::capture(dim, low.fusion_input(), high.fusion_input())?;
+        Ok(ShapeFamily { graph, low })
+    }
+
+    /// The dimension the family is over.
+    pub fn dim(&self) -> &str {
+        self.graph.dim()
+    }
+
+    /// How many integers of the graph depend on the dimension.
+    pub fn dependent(&self) -> usize {
+        self.graph.dependent()
+    }
+
+    /// The optimized graph at `value`, verified.
+    pub fn graph_at(&self, value: usize) -> Result<Graph, FamilyError> {
+        self.graph.graph_at(value)
+    }
 
     /// The model compiled at `value`: the family's graph written out at it, then fused
     /// and planned with `opts` (the options the samples were compiled with). The
@@ -312,17 +354,7 @@ impl ShapeFamily {
         let start = Instant::now();
         let graph = self.graph_at(value)?;
         let unchunked = (opts.token_chunks > 1).then(|| graph.clone());
-        let specialize = PassReport {
-            pass: Pass::Specialize,
-            nodes_before: graph.len(),
-            nodes_after: graph.len(),
-            time: start.elapsed(),
-            details: vec![PassDetail::Specialized {
-                dim: self.dim.clone(),
-                value,
-                integers: self.dependent(),
-            }],
-        };
+        let specialize = specialized(self.dim(), value, self.dependent(), graph.len(), start);
         let (graph, chunks) = run_chunk(graph, opts)?;
         let (program, fusion, fused) = run_fuse(&graph, &[], opts)?;
         let (program, schedule, plan, planned) = run_plan(program, opts)?;
@@ -349,6 +381,124 @@ impl ShapeFamily {
             quantize: self.low.quantize.clone(),
             train: self.low.train.clone(),
         })
+    }
+}
+
+/// A step graph's family and what made the step graph at [`LOW`].
+type Step = (GraphFamily, Back);
+
+/// A training step's shape family: the step graph before recomputation (the model
+/// made trainable, its loss, gradients and update, optimized) with every integer a
+/// polynomial in one dimension, captured from the model imported at [`LOW`] and at
+/// [`MARKER`]. What comes after (the recomputation chosen, fusion, the plan) runs at
+/// each value, as a compile does: [`StepFamily::compile_at`] is `compile` at that
+/// value without importing, differentiating and optimizing again. A step is captured
+/// once per count of loss parts the options ask for (`--remat auto` asks for the step
+/// whole and in parts), when first asked.
+pub struct StepFamily {
+    dim: String,
+    /// The model at [`LOW`] and at [`MARKER`], and the training targets' types there.
+    low: (Graph, graphc_ir::TensorType),
+    high: (Graph, graphc_ir::TensorType),
+    /// The steps captured so far, by their options' `token_chunks` (or why not).
+    steps: Vec<(usize, Result<Step, String>)>,
+}
+
+impl fmt::Debug for StepFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepFamily")
+            .field("dim", &self.dim)
+            .field(
+                "steps",
+                &self.steps.iter().map(|(c, s)| (c, s.is_ok())).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl StepFamily {
+    /// The family of `dim` of the model imported at [`LOW`] (`low`, its training
+    /// target's type there) and at [`MARKER`] (`high`). Nothing is compiled yet.
+    pub fn new(dim: &str, low: (Graph, graphc_ir::TensorType), high: (Graph, graphc_ir::TensorType)) -> StepFamily {
+        StepFamily {
+            dim: dim.to_string(),
+            low,
+            high,
+            steps: Vec::new(),
+        }
+    }
+
+    /// How many integers of the step graphs captured so far depend on the dimension
+    /// (the most of any).
+    pub fn dependent(&self) -> usize {
+        self.steps
+            .iter()
+            .filter_map(|(_, s)| s.as_ref().ok())
+            .map(|(g, _)| g.dependent())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The step graph before recomputation at `value`, for `opts` (a training step's).
+    fn front_at(&mut self, value: usize, opts: &CompileOptions) -> Result<(Back, Graph), FamilyError> {
+        let chunks = opts.token_chunks;
+        if !self.steps.iter().any(|(c, _)| *c == chunks) {
+            let captured = self.capture(opts).map_err(|e| e.to_string());
+            self.steps.push((chunks, captured));
+        }
+        let step = self.steps.iter().find(|(c, _)| *c == chunks).map(|(_, s)| s);
+        let (family, back) = match step {
+            Some(Ok(step)) => step,
+            Some(Err(why)) => {
+                return Err(FamilyError::Graph {
+                    dim: self.dim.clone(),
+                    value,
+                    error: format!("no step family: {why}"),
+                })
+            }
+            None => unreachable!("captured above"),
+        };
+        let start = Instant::now();
+        let graph = family.graph_at(value)?;
+        let mut back = back.clone();
+        back.passes
+            .push(specialized(&self.dim, value, family.dependent(), graph.len(), start));
+        Ok((back, graph))
+    }
+
+    /// The step graphs at the two samples for `opts`, and the family they make.
+    fn capture(&self, opts: &CompileOptions) -> Result<Step, FamilyError> {
+        let at = |(model, target): &(Graph, graphc_ir::TensorType)| {
+            let mut o = opts.clone();
+            if let Some(t) = o.train.as_mut() {
+                t.target = target.clone();
+            }
+            front(model, &o)
+        };
+        let (back, low) = at(&self.low)?;
+        let (_, high) = at(&self.high)?;
+        Ok((GraphFamily::capture(&self.dim, &low, &high)?, back))
+    }
+
+    /// The training step compiled at `value` with `opts`, as `compile` compiles it
+    /// (the same recomputation, fusion and plan), from the family's step graphs.
+    pub fn compile_at(&mut self, value: usize, opts: &CompileOptions) -> Result<Compiled, FamilyError> {
+        compile_from(opts, &mut |o: &CompileOptions| self.front_at(value, o))
+    }
+}
+
+/// The report of writing a family's graph out at `value`.
+fn specialized(dim: &str, value: usize, integers: usize, nodes: usize, start: Instant) -> PassReport {
+    PassReport {
+        pass: Pass::Specialize,
+        nodes_before: nodes,
+        nodes_after: nodes,
+        time: start.elapsed(),
+        details: vec![PassDetail::Specialized {
+            dim: dim.to_string(),
+            value,
+            integers,
+        }],
     }
 }
 
@@ -432,7 +582,7 @@ impl Zip<'_> {
 
 /// Walks the template, writing each polynomial's value at `value`.
 struct Fill<'a> {
-    family: &'a ShapeFamily,
+    family: &'a GraphFamily,
     value: usize,
     next: usize,
     path: Vec<Seg>,
@@ -456,7 +606,7 @@ impl Fill<'_> {
                             return Err(FamilyError::OutOfRange {
                                 dim: self.family.dim.clone(),
                                 value: self.value,
-                                place: place(self.family.low.fusion_input(), &self.path),
+                                place: place(&self.family.low, &self.path),
                                 poly: poly.describe(&self.family.dim),
                             })
                         }

@@ -127,7 +127,12 @@ pub(super) fn build<'b>(
                 .cast(pt.dtype);
             let d = pred - t;
             let sq = d * d;
-            Ok(sq.mean(&all(sq), false))
+            // The mean as the sum over the element count, the count computed from the
+            // target (`t == t`; a NaN target makes the loss NaN either way) instead of
+            // a constant `1 / numel` in the gradient: the step's graph is then the same
+            // at every batch but for its sizes (a shape family, `graphc fit --train`).
+            let count = t.eq(t).cast(pt.dtype);
+            Ok(sq.sum(&all(sq), false) / count.sum(&all(count), false))
         }
         LossKind::CrossEntropy => {
             let pd = pt.shape.dims().to_vec();

@@ -71,11 +71,10 @@ pub enum Remat {
     /// backward, as `gradient_checkpointing_enable()` does
     /// ([`remat::recompute_layers`]).
     Full,
-    /// The least memory `Auto` can reach, and no search: the step as it is when that
-    /// fits, else every layer made again (with the loss in parts when it reads an LM
-    /// head). What `Auto` fits, this fits: `graphc fit --train` probes with it, then
-    /// plans its answer with `Auto`.
-    Least,
+    /// As `Full`, without also planning the step as it is (what `Full` reports the
+    /// memory saved against): the probes of `graphc fit --train`, which search the
+    /// step as it is separately.
+    FullProbe,
 }
 
 /// What a slot of state holds.

@@ -65,28 +65,11 @@ pub fn run(args: FitArgs) -> Result<()> {
     if train {
         opts.train = Some(train_opts.options_to_plan(budget.precision)?);
     }
-    // `--remat auto` against none: the same search without recomputation, on the other
-    // core (a training step's probes compile on one).
-    let off_opts = match opts.train.as_ref().map(|t| t.remat) {
-        Some(graphc::train::Remat::Auto) => {
-            let mut off = opts.clone();
-            if let Some(t) = off.train.as_mut() {
-                t.remat = graphc::train::Remat::Off;
-            }
-            Some(off)
-        }
-        _ => None,
-    };
-    let (fit, without) = std::thread::scope(|s| {
-        let without = off_opts
-            .as_ref()
-            .map(|off| s.spawn(|| graphc::fit::fit_model(&model, &fixed, dim, off, max)));
-        let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &opts, max, &mut |value| {
-            probes += 1;
-            progress.set(format!("fitting {dim}: probe {probes}, {dim}={value}"));
-        });
-        let without = without.map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
-        (fit, without)
+    // With `--remat auto`, the library also runs the search without recomputation
+    // (on the other core): `fit.without`.
+    let fit = graphc::fit::fit_model_with(&model, &fixed, dim, &opts, max, &mut |value| {
+        probes += 1;
+        progress.set(format!("fitting {dim}: probe {probes}, {dim}={value}"));
     });
     let fit = match fit {
         // The remedies as changes of this command.
@@ -129,7 +112,7 @@ pub fn run(args: FitArgs) -> Result<()> {
         searched_in.as_secs_f64() * 1e3,
         tried.join(", ")
     );
-    println!("compiles     {}", compiles(&fit.compiles, dim));
+    println!("compiles     {}", compiles(&fit.compiles, dim, train));
     if let Some(n) = opts.train.as_ref().map(|t| t.accumulate).filter(|&n| n > 1) {
         println!(
             "accumulate   {dim} = {} is the microbatch: {n} of them make one update's batch of {} (the gradients' sums held between)",
@@ -137,11 +120,13 @@ pub fn run(args: FitArgs) -> Result<()> {
             fit.value.saturating_mul(n)
         );
     }
-    if let Some(without) = without {
+    if let Some(without) = &fit.without {
         let off = match without {
-            Ok(f) => format!("{dim} = {}", f.value),
-            Err(graphc::Error::DoesNotFit { value, .. }) => format!("even {dim}={value} does not fit"),
-            Err(e) => format!("{e}"),
+            Ok(v) => format!("{dim} = {v}"),
+            Err(e) => match e.as_ref() {
+                graphc::Error::DoesNotFit { value, .. } => format!("even {dim}={value} does not fit"),
+                e => format!("{e}"),
+            },
         };
         println!("remat        off:  {off}");
         let auto = match fit.compiled.train.as_ref().and_then(|t| t.report.recomputed_layers) {
@@ -162,14 +147,20 @@ pub fn run(args: FitArgs) -> Result<()> {
         print!("{}", at.text());
         // What grows: the same classes at the first value over.
         if let Some(over) = fit.first_over().filter(|p| p.total_bytes.is_some()) {
-            let mut dims = fixed.clone();
-            dims.push((dim.to_string(), over.value));
-            let graph = graphc::load_model(&model, &dims)?;
-            let mut o = opts.clone();
-            if let Some(tr) = &mut o.train {
-                tr.target = graphc::train::expected_target(&graph, tr)?;
-            }
-            let next = graphc::compile_with(&graph, &o)?;
+            // The plan the search made there, else made now.
+            let next = match &fit.over {
+                Some(c) => c.clone(),
+                None => {
+                    let mut dims = fixed.clone();
+                    dims.push((dim.to_string(), over.value));
+                    let graph = graphc::load_model(&model, &dims)?;
+                    let mut o = opts.clone();
+                    if let Some(tr) = &mut o.train {
+                        tr.target = graphc::train::expected_target(&graph, tr)?;
+                    }
+                    graphc::compile_with(&graph, &o)?
+                }
+            };
             if let Some(nt) = &next.train {
                 let nb = report::TrainBytes::of(&next.program, &next.plan, &nt.state, planned);
                 println!();
@@ -184,8 +175,14 @@ pub fn run(args: FitArgs) -> Result<()> {
 }
 
 /// How the probes were compiled: once per shape family, or each (and why).
-fn compiles(how: &ProbeCompiles, dim: &str) -> String {
+fn compiles(how: &ProbeCompiles, dim: &str, train: bool) -> String {
     match how {
+        ProbeCompiles::Family { integers } if train => format!(
+            "one shape family of the step: imported, differentiated and optimized at {dim}={} and {dim}={}; \
+             the probes set {integers} integers of the step graph, then chose what to recompute, fused and planned",
+            family::LOW,
+            family::MARKER
+        ),
         ProbeCompiles::Family { integers } => format!(
             "one shape family: imported and optimized at {dim}=1, {dim}={} and {dim}={}; \
              the other probes set {integers} integers of the optimized graph, then fused and planned",
