@@ -227,18 +227,26 @@ where
     // Interpolation steps in a row that did not halve the bracket; after two whose
     // last was over, or four, a midpoint (a line that keeps landing just below the
     // boundary is closing in on it: the step after usually closes the bracket).
+    // After a step that fit, the line through it and the value that fit before (the
+    // local slope) is the better guess: the line to a far upper end is steeper.
     let (mut slow, mut halving) = (0, false);
+    let mut below: Option<(usize, u64)> = None;
     while let Some((h, h_total)) = hi {
         if h - lo <= 1 || probes.len() >= MAX_PROBES {
             break;
         }
         let mid = match h_total {
-            Some(t) if !halving => interpolate((lo, lo_total), (h, t), budget),
-            _ => lo + (h - lo) / 2,
+            _ if halving => lo + (h - lo) / 2,
+            _ if below.is_some() => grow(lo, lo_total, below, budget, h - 1).max(lo + 1),
+            Some(t) => interpolate((lo, lo_total), (h, t), budget),
+            None => lo + (h - lo) / 2,
         };
         let width = h - lo;
         match probe(mid, &mut probes)? {
-            Ok(c) => (lo, lo_total, best) = (mid, c.plan.total_bytes, c),
+            Ok(c) => {
+                below = Some((lo, lo_total));
+                (lo, lo_total, best) = (mid, c.plan.total_bytes, c);
+            }
             Err(c) => {
                 hi = Some((mid, probes.last().and_then(|p| p.total_bytes)));
                 over = c;
@@ -453,6 +461,26 @@ impl<'a> StepProbes<'a> {
         Ok(graphc_compiler::compile(&graph, &opts)?)
     }
 
+    /// The step at `value` with `--remat auto` in parts (`opts`), given the plan there
+    /// with every layer made again (`full`, a probe's), which auto plans first.
+    fn auto(&mut self, value: usize, opts: &CompileOptions, full: Compiled) -> Result<Compiled, Error> {
+        let every_layer = full
+            .train
+            .as_ref()
+            .is_some_and(|t| t.report.recomputed_layers.is_some());
+        if value >= family::LOW && every_layer && opts.token_chunks != 0 {
+            match self.family.as_mut().map(|f| f.auto_at(value, opts, full)) {
+                Some(Ok(c)) => return Ok(c),
+                Some(Err(FamilyError::Compile(e))) => return Err(e.into()),
+                Some(Err(e)) => {
+                    self.whole.get_or_insert_with(|| e.to_string());
+                }
+                None => {}
+            }
+        }
+        self.compile(value, opts)
+    }
+
     /// The search's first value: [`family::LOW`] from the family (1 fits when it does).
     fn start(&self) -> usize {
         if self.family.is_some() {
@@ -608,7 +636,7 @@ fn fit_step(
     // there), the fewest layers or tensors made again that fit.
     // (With the parts' count even where there are none: the same step, captured.)
     let auto = with_remat(Remat::Auto, parts);
-    fit.compiled = probes.compile(fit.value, &auto)?;
+    fit.compiled = probes.auto(fit.value, &auto, fit.compiled.clone())?;
     Ok(fit)
 }
 

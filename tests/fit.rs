@@ -389,9 +389,25 @@ fn a_step_family_compiles_what_each_value_compiles() {
             let what = format!("{remat:?}, {chunks} parts, batch {batch}");
             assert!(got.program == want.program, "{what}: the programs differ");
             assert_eq!(got.plan.total_bytes, want.plan.total_bytes, "{what}");
-            let (a, b) = (got.train.unwrap().report, want.train.unwrap().report);
+            let (a, b) = (got.train.unwrap().report, want.train.clone().unwrap().report);
             assert_eq!(a.recomputed_layers, b.recomputed_layers, "{what}");
             assert_eq!(a.loss_parts, b.loss_parts, "{what}");
+            if remat == Remat::Auto {
+                // Given the plan with every layer made again, auto plans the same.
+                let full = graphc::CompileOptions {
+                    train: Some(TrainOptions {
+                        remat: Remat::FullProbe,
+                        ..opts.train.clone().unwrap()
+                    }),
+                    ..opts.clone()
+                };
+                let full = family.compile_at(batch, &full).unwrap();
+                let again = family.auto_at(batch, &opts, full).unwrap();
+                assert!(again.program == want.program, "{what}: auto given full");
+                assert_eq!(again.plan.total_bytes, want.plan.total_bytes, "{what}");
+                let r = again.train.unwrap().report.recomputed_layers;
+                assert_eq!(r, want.train.as_ref().unwrap().report.recomputed_layers, "{what}");
+            }
         }
     }
     assert!(family.dependent() > 0, "{family:?}");

@@ -153,7 +153,7 @@ fn compile_from<E: From<CompileError>>(opts: &CompileOptions, front: &mut Front<
             Ok(full)
         }
         Remat::FullProbe => Ok(back.with_remat(&stepped, Selection::Layers(usize::MAX), opts)?),
-        Remat::Auto if opts.token_chunks != 0 => Ok(auto_remat(back, &stepped, opts, None)?),
+        Remat::Auto if opts.token_chunks != 0 => Ok(auto_remat(back, &stepped, opts, None, None)?),
         Remat::Auto => {
             // The step as it is; over the budget, its loss in parts (when it reads an
             // LM head), then layers.
@@ -163,14 +163,14 @@ fn compile_from<E: From<CompileError>>(opts: &CompileOptions, front: &mut Front<
             }
             // The loss in parts, where its logits are made again (what saves memory).
             if !whole.train.as_ref().is_some_and(|t| t.report.lm_head) {
-                return Ok(auto_remat(back, &stepped, opts, Some(whole.plan.total_bytes))?);
+                return Ok(auto_remat(back, &stepped, opts, Some(whole.plan.total_bytes), None)?);
             }
             let parts = CompileOptions {
                 token_chunks: crate::train::loss::AUTO_PARTS,
                 ..opts.clone()
             };
             let (back, stepped) = front(&parts)?;
-            Ok(auto_remat(back, &stepped, &parts, None)?)
+            Ok(auto_remat(back, &stepped, &parts, None, None)?)
         }
     }
 }

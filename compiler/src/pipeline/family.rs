@@ -480,6 +480,15 @@ impl StepFamily {
         Ok((GraphFamily::capture(&self.dim, &low, &high)?, back))
     }
 
+    /// `compile_at` with `--remat auto` and the loss's parts set (`opts.token_chunks`
+    /// not 0), given the plan there with every layer made again (`full`: a
+    /// `Remat::FullProbe` compile at `value` with the same parts), which auto plans
+    /// first: the same plan as `compile_at`, one plan fewer.
+    pub fn auto_at(&mut self, value: usize, opts: &CompileOptions, full: Compiled) -> Result<Compiled, FamilyError> {
+        let (back, graph) = self.front_at(value, opts)?;
+        Ok(super::remat::auto_remat(back, &graph, opts, None, Some(full))?)
+    }
+
     /// The training step compiled at `value` with `opts`, as `compile` compiles it
     /// (the same recomputation, fusion and plan), from the family's step graphs.
     pub fn compile_at(&mut self, value: usize, opts: &CompileOptions) -> Result<Compiled, FamilyError> {

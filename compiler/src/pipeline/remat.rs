@@ -69,11 +69,15 @@ fn smallest_fitting(
 /// (that plan, with its diagnosis). Between, two searches ([`smallest_fitting`], each
 /// count planned exactly): the fewest first layers, and per tensor the shortest
 /// greedy prefix, then on small graphs the exact search; the fewer FLOPs wins.
+///
+/// `full`: the plan with every layer made again, when the caller has it (a fit's
+/// probe at this value: `Remat::FullProbe`, the same plan).
 pub(super) fn auto_remat(
     back: Back,
     graph: &Graph,
     opts: &CompileOptions,
     off_bytes: Option<u64>,
+    full: Option<Compiled>,
 ) -> Result<Compiled, CompileError> {
     let off_bytes = match off_bytes {
         Some(b) => b,
@@ -85,7 +89,10 @@ pub(super) fn auto_remat(
             off.plan.total_bytes
         }
     };
-    let mut full = back.clone().with_remat(graph, Selection::Layers(usize::MAX), opts)?;
+    let mut full = match full {
+        Some(full) => full,
+        None => back.clone().with_remat(graph, Selection::Layers(usize::MAX), opts)?,
+    };
     set_bytes_off(&mut full, off_bytes);
     let layers = remat_of(&full).map_or(0, |r| r.layers);
     if !full.plan.fits() || layers <= 1 {
