@@ -165,7 +165,7 @@ fn without_a_gpu_each_hint_names_a_device_that_works() {
     }
     // Each failing command, what its hint must say, and whether the hint's first
     // command runs here (cuda-sim's need a C++ compiler, as .ci/run has).
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["run", BLOCK, "--device", "cuda"],
             "--device cpu` runs it on the CPU executor",
@@ -184,6 +184,22 @@ fn without_a_gpu_each_hint_names_a_device_that_works() {
         ),
         (
             &["bench", BLOCK, "--device", "cpu", "--per-kernel"],
+            "gives the median of whole runs",
+        ),
+        (
+            &[
+                "train",
+                "tests/fixtures/train/mlp/model.onnx",
+                "--inputs",
+                "tests/fixtures/train/mlp/inputs.npz",
+                "--loss",
+                "mse",
+                "--target",
+                "y",
+                "--device",
+                "cpu",
+                "--per-kernel",
+            ],
             "gives the median of whole runs",
         ),
     ];

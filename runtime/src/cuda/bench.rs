@@ -44,6 +44,41 @@ pub struct BenchResult {
 }
 
 impl Session {
+    /// Every launch's median time over `iters` runs on the inputs already on the device,
+    /// one by one (without the graph: events between launches). Each run is a whole
+    /// run: a training step's state is updated in place by each.
+    pub fn time_launches(&mut self, iters: usize) -> Result<Vec<KernelTiming>, CudaError> {
+        let sync = |s: &Session, at: &str| {
+            s.stream.synchronize().map_err(|e| CudaError::Async {
+                at: at.to_string(),
+                code: code(e),
+            })
+        };
+        let n = self.launch_plan.launches.len();
+        let events: Vec<Event> = (0..=n).map(|_| Event::new()).collect::<Result<_, _>>()?;
+        let mut per: Vec<Vec<f64>> = vec![Vec::new(); n];
+        for _ in 0..iters.max(1) {
+            self.enqueue(Some(&events))?;
+            sync(self, "a per-kernel timed run")?;
+            for (i, p) in per.iter_mut().enumerate() {
+                p.push(events[i + 1].ms_since(&events[i])? as f64);
+            }
+        }
+        let mut out = Vec::with_capacity(n);
+        for (l, mut t) in self.launch_plan.launches.iter().zip(per) {
+            out.push(KernelTiming {
+                step: l.step(),
+                name: l.kernel().to_string(),
+                kind: match l {
+                    Launch::Gemm(_) => "gemm".to_string(),
+                    Launch::Kernel(_) => "kernel".to_string(),
+                },
+                median_ms: median(&mut t),
+            });
+        }
+        Ok(out)
+    }
+
     /// Time whole runs on `inputs` (uploaded once): `warmup` runs, then the median of
     /// `iters` CUDA-event timings; with `per_kernel`, also every launch's median over
     /// `iters` runs without the graph.
@@ -68,30 +103,11 @@ impl Session {
             sync(self, "a timed run")?;
             times.push(end.ms_since(&start)? as f64);
         }
-        let mut per_kernel = Vec::new();
-        if opts.per_kernel {
-            let n = self.launch_plan.launches.len();
-            let events: Vec<Event> = (0..=n).map(|_| Event::new()).collect::<Result<_, _>>()?;
-            let mut per: Vec<Vec<f64>> = vec![Vec::new(); n];
-            for _ in 0..opts.iters.max(1) {
-                self.enqueue(Some(&events))?;
-                sync(self, "a per-kernel timed run")?;
-                for (i, p) in per.iter_mut().enumerate() {
-                    p.push(events[i + 1].ms_since(&events[i])? as f64);
-                }
-            }
-            for (l, mut t) in self.launch_plan.launches.iter().zip(per) {
-                per_kernel.push(KernelTiming {
-                    step: l.step(),
-                    name: l.kernel().to_string(),
-                    kind: match l {
-                        Launch::Gemm(_) => "gemm".to_string(),
-                        Launch::Kernel(_) => "kernel".to_string(),
-                    },
-                    median_ms: median(&mut t),
-                });
-            }
-        }
+        let per_kernel = if opts.per_kernel {
+            self.time_launches(opts.iters)?
+        } else {
+            Vec::new()
+        };
         let mut sorted = times.clone();
         let med = median(&mut sorted);
         Ok(BenchResult {

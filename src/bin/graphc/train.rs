@@ -319,6 +319,11 @@ pub struct TrainCmdArgs {
     /// Write every trainable parameter after the last step here (.npz, by model name).
     #[arg(long, value_name = "OUT.npz")]
     pub output: Option<PathBuf>,
+    /// On the GPU: after the steps, time every launch of the step (the median of 5
+    /// more steps on the same batch, launched one by one; the state is put back after
+    /// them) and print where the step's time goes, by kind of kernel and by launch.
+    #[arg(long)]
+    pub per_kernel: bool,
 }
 
 /// The batch of `path` split into the model's inputs and the target.
@@ -415,6 +420,9 @@ fn check_batch(
 
 pub fn run(args: TrainCmdArgs) -> Result<()> {
     args.device.check()?;
+    if args.per_kernel && !matches!(args.device.device, Device::Cuda | Device::Auto) {
+        bail!("{}", crate::hint::per_kernel_needs_a_gpu());
+    }
     if args.steps == 0 {
         bail!("--steps must be at least 1");
     }
@@ -476,6 +484,9 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
         Device::Cuda | Device::Auto => match graphc::train::cuda_session(&step, args.device.gpu.options()) {
             Ok(mut s) => {
                 run_steps(&mut s, &batch, args.steps, DEVICE_NOTE)?;
+                if args.per_kernel {
+                    per_kernel(&step, &mut s)?;
+                }
                 graphc::train::parameters(&step, &mut s)?
             }
             Err(graphc::Error::Cuda(e)) if e.is_unavailable() && args.device.device == Device::Auto => {
@@ -491,6 +502,64 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     if let Some(out) = args.output {
         graphc::npz::write_npz(&out, &params).with_context(|| format!("writing {}", out.display()))?;
         println!("wrote    {} parameters to {}", params.len(), out.display());
+    }
+    Ok(())
+}
+
+/// `--per-kernel`: every launch of the step timed over 5 more steps on the batch on
+/// the device (the state read before and written back after, so the steps run and
+/// the parameters written are those of `--steps`), printed by kind and by launch.
+fn per_kernel(step: &graphc::Compiled, s: &mut graphc::train::Stateful<graphc::train::CudaStep>) -> Result<()> {
+    let names: Vec<&str> = step
+        .train
+        .as_ref()
+        .map(|t| t.state.slots.iter().map(|x| x.name.as_str()).collect())
+        .unwrap_or_default();
+    let session = &mut s.runner_mut().0;
+    let saved = session.read_inputs(&names)?;
+    let timings = session.time_launches(5)?;
+    let back: Vec<(&str, &Tensor)> = saved.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    session.write_inputs(&back)?;
+    let total: f64 = timings.iter().map(|k| k.median_ms).sum();
+    println!(
+        "per launch  {} launches, sum of medians {total:.3} ms (one by one, without the CUDA graph)",
+        timings.len()
+    );
+    // By kind of kernel: the name without its position (`k12_row_sum` -> `row_sum`).
+    let mut kinds: Vec<(String, usize, f64)> = Vec::new();
+    for k in &timings {
+        let kind = match k.name.split_once('_') {
+            Some((_, rest)) => rest.to_string(),
+            None => k.kind.clone(),
+        };
+        match kinds.iter_mut().find(|(n, _, _)| *n == kind) {
+            Some(e) => {
+                e.1 += 1;
+                e.2 += k.median_ms;
+            }
+            None => kinds.push((kind, 1, k.median_ms)),
+        }
+    }
+    kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+    println!("  by kind (the 15 slowest):");
+    for (kind, n, ms) in kinds.iter().take(15) {
+        println!(
+            "    {kind:<32} {n:>5} launches {ms:>10.3} ms {:>5.1}%",
+            100.0 * ms / total.max(1e-12)
+        );
+    }
+    let mut slow: Vec<_> = timings.iter().collect();
+    slow.sort_by(|a, b| b.median_ms.total_cmp(&a.median_ms));
+    println!("  the 15 slowest launches:");
+    for k in slow.iter().take(15) {
+        println!(
+            "    {:>5} {:<32} {:<6} {:>9.3} ms {:>5.1}%",
+            k.step,
+            k.name,
+            k.kind,
+            k.median_ms,
+            100.0 * k.median_ms / total.max(1e-12)
+        );
     }
     Ok(())
 }
