@@ -370,18 +370,35 @@ fn a_step_family_compiles_what_each_value_compiles() {
             accumulate: 1,
         }
     }
-    let mut family = StepFamily::new("batch", model(LOW), model(MARKER));
-    for (remat, chunks) in [
-        (Remat::Off, 0),
-        (Remat::FullProbe, 4),
-        (Remat::Auto, 4),
-        (Remat::Off, 4),
-    ] {
+    use graphc_compiler::passes::precision::Precision;
+    let mut f32_family = StepFamily::new("batch", model(LOW), model(MARKER));
+    let mut fp16_family = StepFamily::new("batch", model(LOW), model(MARKER));
+    let cases = [
+        (Remat::Off, 0, Precision::Fp32, 1),
+        (Remat::FullProbe, 4, Precision::Fp32, 1),
+        (Remat::Auto, 4, Precision::Fp32, 1),
+        (Remat::Off, 4, Precision::Fp32, 1),
+        // Mixed precision with loss scaling, accumulating: a family of its own
+        // options, the same agreement.
+        (Remat::Auto, 4, Precision::Fp16, 2),
+    ];
+    for (remat, chunks, precision, accumulate) in cases {
+        let family = if precision == Precision::Fp16 {
+            &mut fp16_family
+        } else {
+            &mut f32_family
+        };
         for batch in [3, 6, 13] {
             let (g, target) = model(batch);
             let opts = graphc::CompileOptions {
-                train: Some(TrainOptions { target, ..train(remat) }),
+                train: Some(TrainOptions {
+                    target,
+                    accumulate,
+                    loss_scale: (precision == Precision::Fp16).then(Default::default),
+                    ..train(remat)
+                }),
                 token_chunks: chunks,
+                precision,
                 ..with_budget(8 << 20)
             };
             let want = graphc::compile_with(&g, &opts).unwrap();
@@ -410,5 +427,6 @@ fn a_step_family_compiles_what_each_value_compiles() {
             }
         }
     }
-    assert!(family.dependent() > 0, "{family:?}");
+    assert!(f32_family.dependent() > 0, "{f32_family:?}");
+    assert!(fp16_family.dependent() > 0, "{fp16_family:?}");
 }

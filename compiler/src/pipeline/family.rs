@@ -393,15 +393,16 @@ type Step = (GraphFamily, Back);
 /// [`MARKER`]. What comes after (the recomputation chosen, fusion, the plan) runs at
 /// each value, as a compile does: [`StepFamily::compile_at`] is `compile` at that
 /// value without importing, differentiating and optimizing again. A step is captured
-/// once per count of loss parts the options ask for (`--remat auto` asks for the step
-/// whole and in parts), when first asked.
+/// once per set of options asked for (but the recomputation: `--remat auto` asks for
+/// the step whole and its loss in parts, two steps), when first asked.
 pub struct StepFamily {
     dim: String,
     /// The model at [`LOW`] and at [`MARKER`], and the training targets' types there.
     low: (Graph, graphc_ir::TensorType),
     high: (Graph, graphc_ir::TensorType),
-    /// The steps captured so far, by their options' `token_chunks` (or why not).
-    steps: Vec<(usize, Result<Step, String>)>,
+    /// The steps captured so far, by the options they were captured with (all but the
+    /// recomputation and the target's type, which `front` does not read), or why not.
+    steps: Vec<(String, Result<Step, String>)>,
 }
 
 impl fmt::Debug for StepFamily {
@@ -441,12 +442,12 @@ impl StepFamily {
 
     /// The step graph before recomputation at `value`, for `opts` (a training step's).
     fn front_at(&mut self, value: usize, opts: &CompileOptions) -> Result<(Back, Graph), FamilyError> {
-        let chunks = opts.token_chunks;
-        if !self.steps.iter().any(|(c, _)| *c == chunks) {
+        let key = Self::key(opts);
+        if !self.steps.iter().any(|(c, _)| *c == key) {
             let captured = self.capture(opts).map_err(|e| e.to_string());
-            self.steps.push((chunks, captured));
+            self.steps.push((key.clone(), captured));
         }
-        let step = self.steps.iter().find(|(c, _)| *c == chunks).map(|(_, s)| s);
+        let step = self.steps.iter().find(|(c, _)| *c == key).map(|(_, s)| s);
         let (family, back) = match step {
             Some(Ok(step)) => step,
             Some(Err(why)) => {
@@ -464,6 +465,17 @@ impl StepFamily {
         back.passes
             .push(specialized(&self.dim, value, family.dependent(), graph.len(), start));
         Ok((back, graph))
+    }
+
+    /// What tells the step graphs of two options apart: the options, but for what the
+    /// stages before recomputation do not read.
+    fn key(opts: &CompileOptions) -> String {
+        let mut o = opts.clone();
+        if let Some(t) = o.train.as_mut() {
+            t.remat = crate::train::Remat::Off;
+            t.target = graphc_ir::TensorType::new(t.target.dtype, Vec::<usize>::new());
+        }
+        format!("{o:?}")
     }
 
     /// The step graphs at the two samples for `opts`, and the family they make.
