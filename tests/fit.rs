@@ -275,14 +275,10 @@ fn same_values_in_parts(batch: usize, token_regions: usize, attention_blocks: us
     }
 }
 
-/// `fit --train` with `--remat auto` (the default) against `off`: a larger batch, whose
-/// plan recomputes layers only because the batch needs it; the next batch does not fit
-/// even with every layer recomputed, nor the batch after `off`'s answer without.
-#[test]
-fn training_fit_with_auto_recomputation_beats_none() {
-    use graphc::train::{Loss, LossKind, Remat, TrainOptions};
-    let path = repo_path(DYNAMIC);
-    let train = |remat: Remat| TrainOptions {
+/// Next-token cross-entropy and AdamW on the GPT-2 fixture's logits, with `remat`.
+fn lm_step(remat: graphc::train::Remat) -> graphc::train::TrainOptions {
+    use graphc::train::{Loss, LossKind, TrainOptions};
+    TrainOptions {
         loss: Loss {
             kind: LossKind::CrossEntropy,
             target: "labels".into(),
@@ -301,7 +297,17 @@ fn training_fit_with_auto_recomputation_beats_none() {
         loss_scale: None,
         remat,
         accumulate: 1,
-    };
+    }
+}
+
+/// `fit --train` with `--remat auto` (the default) against `off`: a larger batch, whose
+/// plan recomputes layers only because the batch needs it; the next batch does not fit
+/// even with every layer recomputed, nor the batch after `off`'s answer without.
+#[test]
+fn training_fit_with_auto_recomputation_beats_none() {
+    use graphc::train::Remat;
+    let path = repo_path(DYNAMIC);
+    let train = lm_step;
     let opts = |remat: Remat| graphc::CompileOptions {
         train: Some(train(remat)),
         ..with_budget(48 << 20)
@@ -345,31 +351,15 @@ fn training_fit_with_auto_recomputation_beats_none() {
 /// nothing, every layer, or auto's choice made again.
 #[test]
 fn a_step_family_compiles_what_each_value_compiles() {
-    use graphc::train::{Loss, LossKind, Remat, TrainOptions};
+    use graphc::train::{Remat, TrainOptions};
     use graphc_compiler::pipeline::family::{StepFamily, LOW, MARKER};
     let path = repo_path(DYNAMIC);
+    let train = lm_step;
     let model = |batch: usize| {
         let g = graphc::load_model(&path, &[("batch".into(), batch), ("seq".into(), 16)]).unwrap();
         let t = graphc::train::expected_target(&g, &train(Remat::Off)).unwrap();
         (g, t)
     };
-    fn train(remat: Remat) -> TrainOptions {
-        TrainOptions {
-            loss: Loss {
-                kind: LossKind::CrossEntropy,
-                target: "labels".into(),
-                ignore_index: -100,
-                shift_labels: true,
-            },
-            optimizer: graphc::train::Optimizer::AdamW(Default::default()),
-            freeze: None,
-            target: graphc::ir::TensorType::new(graphc::ir::DType::I64, vec![]),
-            output: None,
-            loss_scale: None,
-            remat,
-            accumulate: 1,
-        }
-    }
     use graphc_compiler::passes::precision::Precision;
     let mut f32_family = StepFamily::new("batch", model(LOW), model(MARKER));
     let mut fp16_family = StepFamily::new("batch", model(LOW), model(MARKER));

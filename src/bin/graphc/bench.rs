@@ -315,14 +315,7 @@ fn report_cuda(
         let total: f64 = r.per_kernel.iter().map(|k| k.median_ms).sum();
         println!("per launch (median ms, without the graph; sum {total:.4} ms):");
         for k in &r.per_kernel {
-            println!(
-                "  {:>4} {:<28} {:<6} {:>9.4} {:>5.1}%",
-                k.step,
-                k.name,
-                k.kind,
-                k.median_ms,
-                100.0 * k.median_ms / total.max(1e-12)
-            );
+            println!("  {}", launch_line(k, total));
         }
     }
     Ok(())
@@ -334,6 +327,18 @@ fn min_max_sorted(v: &[f64]) -> (f64, f64) {
     (
         v.first().copied().unwrap_or(f64::NAN),
         v.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// One timed launch: its step, kernel, kind, median and share of `total` ms.
+pub fn launch_line(k: &KernelTiming, total: f64) -> String {
+    format!(
+        "{:>5} {:<32} {:<6} {:>9.4} ms {:>5.1}%",
+        k.step,
+        k.name,
+        k.kind,
+        k.median_ms,
+        100.0 * k.median_ms / total.max(1e-12)
     )
 }
 

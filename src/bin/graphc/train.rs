@@ -552,14 +552,7 @@ fn per_kernel(step: &graphc::Compiled, s: &mut graphc::train::Stateful<graphc::t
     slow.sort_by(|a, b| b.median_ms.total_cmp(&a.median_ms));
     println!("  the 15 slowest launches:");
     for k in slow.iter().take(15) {
-        println!(
-            "    {:>5} {:<32} {:<6} {:>9.3} ms {:>5.1}%",
-            k.step,
-            k.name,
-            k.kind,
-            k.median_ms,
-            100.0 * k.median_ms / total.max(1e-12)
-        );
+        println!("    {}", crate::bench::launch_line(k, total));
     }
     Ok(())
 }
