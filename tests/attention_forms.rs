@@ -308,3 +308,51 @@ fn every_fixture_runs_its_layers_in_parts_of_the_batch_bit_for_bit() {
         }
     }
 }
+
+/// `masked_fill(mask, -inf)` (nanoGPT's and many hand-written models' form) exports
+/// to `select(mask, fill, scores)`: masked *where the condition holds*, the other way
+/// round from `torch.where(keep, scores, fill)`. A causal `triu(1)` buffer becomes a
+/// causal attention, a padding condition an additive mask; the values are the
+/// spelled-out graph's.
+#[test]
+fn masked_fill_attention_is_one_attention_kernel() {
+    use graphc::ir::builder::GraphBuilder;
+    use graphc::ir::{DType, Shape};
+    let (b, h, s, d) = (2usize, 3usize, 9usize, 8usize);
+    for padding in [false, true] {
+        let g = GraphBuilder::new();
+        let ty = |n: &str| g.input(n, DType::F32, [b, h, s, d]);
+        let (q, k, v) = (ty("q"), ty("k"), ty("v"));
+        let scores = q.matmul(k.transpose(&[0, 1, 3, 2])) * g.scalar(DType::F32, 1.0 / (d as f64).sqrt());
+        let full = Shape::from([b, h, s, s]);
+        let mask = if padding {
+            // True where the key is padding.
+            g.input("pad", DType::Bool, [b, 1, 1, s])
+        } else {
+            let above: Vec<bool> = (0..s * s).map(|x| x % s > x / s).collect();
+            g.constant(Tensor::new([s, s], TensorData::Bool(above)).unwrap())
+        };
+        let fill = g.scalar(DType::F32, f64::NEG_INFINITY).broadcast_to(&full);
+        let masked = g.select(mask.broadcast_to(&full), fill, scores);
+        let y = graphc::ir::nn::softmax(masked, -1).matmul(v);
+        g.output("y", y);
+        let graph = g.finish().unwrap();
+        let c = graphc::compile(&graph).unwrap();
+        let att = attention_kernels(&c.program);
+        assert_eq!(att.len(), 1, "padding {padding}: one attention kernel");
+        let Op::Attention { causal, .. } = &att[0].op else {
+            unreachable!()
+        };
+        assert_eq!(*causal, !padding, "padding {padding}");
+        let mut inputs = graphc::random_inputs(&graph, 11);
+        if padding {
+            // The last two keys of the second sequence are padding.
+            let pad: Vec<bool> = (0..b * s).map(|i| i / s == 1 && i % s >= s - 2).collect();
+            inputs.insert("pad".into(), Tensor::new([b, 1, 1, s], TensorData::Bool(pad)).unwrap());
+        }
+        let want = interpret(&graph, &inputs).unwrap();
+        let got = graphc::run_cpu(&c, inputs).unwrap();
+        let err = relative_l2(&got[0].1, &want[0].1);
+        assert!(err < 1e-5, "padding {padding}: {err:.2e}");
+    }
+}

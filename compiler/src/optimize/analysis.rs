@@ -129,7 +129,7 @@ pub struct TensorAnalysis {
     /// Whether a mask class (by canonical id) is the causal pattern, once evaluated by
     /// the attention rule (`rules/attention.rs`): its value is too large to fold, so
     /// it is evaluated on demand, once per class.
-    pub causal_masks: std::sync::Mutex<HashMap<Id, bool>>,
+    pub causal_masks: std::sync::Mutex<HashMap<(Id, u8), bool>>,
 }
 
 /// A folded weight's name chains at most this many ops after the weight it starts

@@ -65,7 +65,7 @@ fn attention_causal_mask(eg: &TEGraph, id: Id) -> Vec<Term> {
         else {
             continue;
         };
-        if is_causal(eg, unbroadcast(eg, *m), false) {
+        if is_causal(eg, unbroadcast(eg, *m), MaskForm::Additive) {
             let op = Op::Attention {
                 scale: *scale,
                 causal: true,
@@ -231,12 +231,24 @@ pub(super) fn evaluate(eg: &TEGraph, id: Id, depth: usize, memo: &mut Evaluated)
     value
 }
 
-/// Whether the mask class `id` is the causal pattern (`on` on and below the diagonal,
-/// `off` above it, for every leading index), evaluated once per class and cached in
-/// the analysis.
-fn is_causal(eg: &TEGraph, id: Id, bool_cond: bool) -> bool {
+/// How a mask class reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MaskForm {
+    /// A condition true where a score is kept (`select(cond, s, fill)`, `torch.where`).
+    Kept,
+    /// A condition true where a score is masked out (`select(cond, fill, s)`, what
+    /// `masked_fill(mask, -inf)` exports to).
+    Masked,
+    /// An additive mask (0 where kept, a fill at most -1e30 elsewhere).
+    Additive,
+}
+
+/// Whether the mask class `id`, read as `form`, is the causal pattern (kept on and
+/// below the diagonal, masked above it, for every leading index), evaluated once per
+/// class and form and cached in the analysis.
+fn is_causal(eg: &TEGraph, id: Id, form: MaskForm) -> bool {
     let id = eg.find(id);
-    let key = id;
+    let key = (id, form as u8);
     if let Ok(cache) = eg.analysis.causal_masks.lock() {
         if let Some(&c) = cache.get(&key) {
             return c;
@@ -244,17 +256,19 @@ fn is_causal(eg: &TEGraph, id: Id, bool_cond: bool) -> bool {
     }
     // From the structure first (linear in the length, so the same at every length),
     // then, for a mask small enough, by evaluating it whole.
-    let causal = if bool_cond {
-        causal_by_structure(eg, id)
-    } else {
-        additive_select(eg, id).is_some_and(|cond| causal_by_structure(eg, unbroadcast(eg, cond)))
-    } || evaluate(eg, id, 24, &mut Evaluated::with_budget(WHOLE_MASK_BUDGET)).is_some_and(|t| {
-        if bool_cond {
-            is_causal_pattern(&t, |v| v != 0.0, |v| v == 0.0)
-        } else {
-            is_causal_pattern(&t, |v| v == 0.0, |v| v <= MASK_FILL)
-        }
-    });
+    let causal =
+        match form {
+            MaskForm::Kept => causal_by_structure(eg, id),
+            // (The structural proof is of a kept-where-true condition.)
+            MaskForm::Masked => false,
+            MaskForm::Additive => {
+                additive_select(eg, id).is_some_and(|cond| causal_by_structure(eg, unbroadcast(eg, cond)))
+            }
+        } || evaluate(eg, id, 24, &mut Evaluated::with_budget(WHOLE_MASK_BUDGET)).is_some_and(|t| match form {
+            MaskForm::Kept => is_causal_pattern(&t, |v| v != 0.0, |v| v == 0.0),
+            MaskForm::Masked => is_causal_pattern(&t, |v| v == 0.0, |v| v != 0.0),
+            MaskForm::Additive => is_causal_pattern(&t, |v| v == 0.0, |v| v <= MASK_FILL),
+        });
     if let Ok(mut cache) = eg.analysis.causal_masks.lock() {
         cache.insert(key, causal);
     }
@@ -289,7 +303,7 @@ fn masks(eg: &TEGraph, s: Id, depth: usize) -> Vec<Masks> {
     for add in nodes_where(eg, s, |o| *o == Op::Binary(BinaryOp::Add)) {
         for (x, m) in [(add.children[0], add.children[1]), (add.children[1], add.children[0])] {
             let small = unbroadcast(eg, m);
-            if is_causal(eg, small, false) {
+            if is_causal(eg, small, MaskForm::Additive) {
                 found.push((x, true, None));
                 continue;
             }
@@ -301,29 +315,38 @@ fn masks(eg: &TEGraph, s: Id, depth: usize) -> Vec<Masks> {
         }
     }
     for sel in nodes_where(eg, s, |o| *o == Op::Select) {
-        let (cond, x, fill) = (sel.children[0], sel.children[1], sel.children[2]);
-        let Some(f) = is_fill(eg, fill) else { continue };
-        let small = unbroadcast(eg, cond);
-        if is_causal(eg, small, true) {
-            found.push((x, true, None));
-            continue;
-        }
-        let dims = ty(eg, small).shape.dims().to_vec();
-        let splat = |v: f64| {
-            Term::node(
-                Op::Broadcast {
-                    shape: Shape::new(&dims[..]),
-                },
-                vec![Term::node(
-                    Op::Constant {
-                        value: Tensor::scalar(dtype, v),
+        let (cond, a, b) = (sel.children[0], sel.children[1], sel.children[2]);
+        // `select(cond, s, fill)`, kept where `cond`; `select(cond, fill, s)`
+        // (`masked_fill`), masked out where `cond`.
+        for (x, fill, form) in [(a, b, MaskForm::Kept), (b, a, MaskForm::Masked)] {
+            let Some(f) = is_fill(eg, fill) else { continue };
+            let small = unbroadcast(eg, cond);
+            if is_causal(eg, small, form) {
+                found.push((x, true, None));
+                continue;
+            }
+            let dims = ty(eg, small).shape.dims().to_vec();
+            let splat = |v: f64| {
+                Term::node(
+                    Op::Broadcast {
+                        shape: Shape::new(&dims[..]),
                     },
-                    vec![],
-                )],
-            )
-        };
-        let additive = Term::node(Op::Select, vec![Term::Class(small), splat(0.0), splat(f)]);
-        found.push((x, false, Some((additive, dims))));
+                    vec![Term::node(
+                        Op::Constant {
+                            value: Tensor::scalar(dtype, v),
+                        },
+                        vec![],
+                    )],
+                )
+            };
+            let (kept, masked) = (splat(0.0), splat(f));
+            let values = match form {
+                MaskForm::Masked => vec![Term::Class(small), masked, kept],
+                _ => vec![Term::Class(small), kept, masked],
+            };
+            let additive = Term::node(Op::Select, values);
+            found.push((x, false, Some((additive, dims))));
+        }
     }
     for (x, causal, additive) in found {
         for m in masks(eg, x, depth - 1) {
