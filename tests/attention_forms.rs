@@ -351,6 +351,12 @@ fn masked_fill_attention_is_one_attention_kernel() {
             inputs.insert("pad".into(), Tensor::new([b, 1, 1, s], TensorData::Bool(pad)).unwrap());
         }
         let want = interpret(&graph, &inputs).unwrap();
+        // The attention kernel's CUDA C too, where there is a C++ compiler.
+        if have_cxx() {
+            let got = sim(&c, &inputs);
+            let err = relative_l2(&got[0].1, &want[0].1);
+            assert!(err < 1e-5, "padding {padding}, cuda-sim: {err:.2e}");
+        }
         let got = graphc::run_cpu(&c, inputs).unwrap();
         let err = relative_l2(&got[0].1, &want[0].1);
         assert!(err < 1e-5, "padding {padding}: {err:.2e}");
