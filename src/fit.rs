@@ -124,7 +124,28 @@ where
 /// `start` above 1: the first probe (a value that fitting makes 1 fit too, so 1 is not
 /// probed; when it does not fit, the search goes on from 1 below it).
 fn search<F>(
+    compile_at: F,
+    opts: &CompileOptions,
+    max: usize,
+    compiles: ProbeCompiles,
+    start: usize,
+) -> Result<Fit, Error>
+where
+    F: FnMut(usize) -> Result<Compiled, Error>,
+{
+    search_with(compile_at, None, opts, max, compiles, start)
+}
+
+/// Compiles two values at once (one per core): `value` and `value + 1`.
+type Pair<'a> = &'a mut dyn FnMut(usize) -> [Result<Compiled, Error>; 2];
+
+/// [`search`], which closes in with `pair` when given: each value between the ends
+/// is probed with the one above it, so that a prediction that fits with the next one
+/// over settles the answer in one round (the line's guesses usually land at or just
+/// below the boundary).
+fn search_with<F>(
     mut compile_at: F,
+    mut pair: Option<Pair<'_>>,
     opts: &CompileOptions,
     max: usize,
     compiles: ProbeCompiles,
@@ -181,8 +202,7 @@ where
     };
     // Ok(Ok(plan that fits)), Ok(Err(plan over, if it could be planned)).
     type Probed = Result<Compiled, Option<Compiled>>;
-    let mut probe = |value: usize, probes: &mut Vec<Probe>| -> Result<Probed, Error> {
-        let compiled = compile_at(value);
+    let record = |value: usize, compiled: Result<Compiled, Error>, probes: &mut Vec<Probe>| -> Result<Probed, Error> {
         match compiled {
             Ok(c) => {
                 let fits = c.plan.fits();
@@ -206,6 +226,8 @@ where
             Err(e) => Err(e),
         }
     };
+    let mut probe =
+        |value: usize, probes: &mut Vec<Probe>| -> Result<Probed, Error> { record(value, compile_at(value), probes) };
     // The last value that fit and its total; the first that did not (and its total).
     let lo = probes.iter().filter(|p| p.fits).map(|p| p.value).max().unwrap_or(1);
     let (mut lo, mut lo_total, mut best) = (lo, one.plan.total_bytes, one);
@@ -242,10 +264,33 @@ where
             None => lo + (h - lo) / 2,
         };
         let width = h - lo;
-        match probe(mid, &mut probes)? {
+        // With `pair`: the value above `mid` too, when it is below the upper end.
+        let (at_mid, above) = match pair.as_mut() {
+            Some(pair) if mid + 1 < h && probes.len() + 1 < MAX_PROBES => {
+                let [a, b] = pair(mid);
+                (a, Some(b))
+            }
+            _ => (compile_at(mid), None),
+        };
+        let mut last = mid;
+        match record(mid, at_mid, &mut probes)? {
             Ok(c) => {
                 below = Some((lo, lo_total));
                 (lo, lo_total, best) = (mid, c.plan.total_bytes, c);
+                // `mid` fit: the value above it is the next probe.
+                if let Some(above) = above {
+                    last = mid + 1;
+                    match record(mid + 1, above, &mut probes)? {
+                        Ok(c) => {
+                            below = Some((lo, lo_total));
+                            (lo, lo_total, best) = (mid + 1, c.plan.total_bytes, c);
+                        }
+                        Err(c) => {
+                            hi = Some((mid + 1, probes.last().and_then(|p| p.total_bytes)));
+                            over = c;
+                        }
+                    }
+                }
             }
             Err(c) => {
                 hi = Some((mid, probes.last().and_then(|p| p.total_bytes)));
@@ -254,7 +299,7 @@ where
         }
         let new_width = hi.map_or(0, |(h, _)| h - lo);
         slow = if !halving && new_width > width / 2 { slow + 1 } else { 0 };
-        let over_again = hi.is_some_and(|(h, _)| h == mid);
+        let over_again = hi.is_some_and(|(h, _)| h == last);
         halving = (slow >= 2 && over_again) || slow >= 4;
         if halving {
             slow = 0;
@@ -442,23 +487,45 @@ impl<'a> StepProbes<'a> {
 
     /// The step compiled at `value` with `opts` (`opts.train`'s target is set here).
     fn compile(&mut self, value: usize, opts: &CompileOptions) -> Result<Compiled, Error> {
+        self.prepare(value, opts);
+        let (compiled, why) = self.compile_shared(value, opts);
+        if let Some(why) = why {
+            self.whole.get_or_insert(why);
+        }
+        compiled
+    }
+
+    /// Captures the family's step for `opts` if `value` is compiled from it.
+    fn prepare(&mut self, value: usize, opts: &CompileOptions) {
         if value >= family::LOW {
-            match self.family.as_mut().map(|f| f.compile_at(value, opts)) {
-                Some(Ok(c)) => return Ok(c),
+            if let Some(f) = self.family.as_mut() {
+                f.prepare(opts);
+            }
+        }
+    }
+
+    /// [`Self::compile`] from a shared `self` (the family's step for `opts` prepared),
+    /// and why the family could not give it, if it could not.
+    fn compile_shared(&self, value: usize, opts: &CompileOptions) -> (Result<Compiled, Error>, Option<String>) {
+        let mut why = None;
+        if value >= family::LOW {
+            match self.family.as_ref().map(|f| f.compile_prepared(value, opts)) {
+                Some(Ok(c)) => return (Ok(c), None),
                 // The compile itself failed at this value: a direct compile would too.
-                Some(Err(FamilyError::Compile(e))) => return Err(e.into()),
-                Some(Err(e)) => {
-                    self.whole.get_or_insert_with(|| e.to_string());
-                }
+                Some(Err(FamilyError::Compile(e))) => return (Err(e.into()), None),
+                Some(Err(e)) => why = Some(e.to_string()),
                 None => {}
             }
         }
-        let (graph, target) = step_model(self.path, self.fixed, self.dim, self.train, value)?;
-        let mut opts = opts.clone();
-        if let Some(t) = opts.train.as_mut() {
-            t.target = target;
-        }
-        Ok(graphc_compiler::compile(&graph, &opts)?)
+        let direct = || -> Result<Compiled, Error> {
+            let (graph, target) = step_model(self.path, self.fixed, self.dim, self.train, value)?;
+            let mut opts = opts.clone();
+            if let Some(t) = opts.train.as_mut() {
+                t.target = target;
+            }
+            Ok(graphc_compiler::compile(&graph, &opts)?)
+        };
+        (direct(), why)
     }
 
     /// The step at `value` with `--remat auto` in parts (`opts`), given the plan there
@@ -479,6 +546,13 @@ impl<'a> StepProbes<'a> {
             }
         }
         self.compile(value, opts)
+    }
+
+    /// Keeps why a probe compiled whole (the first reason).
+    fn note(&mut self, why: Option<String>) {
+        if let Some(why) = why {
+            self.whole.get_or_insert(why);
+        }
     }
 
     /// The search's first value: [`family::LOW`] from the family (1 fits when it does).
@@ -578,33 +652,49 @@ fn fit_step(
         let mut probes = StepProbes::new(path, fixed, dim, train, samples(train));
         let start = probes.start();
         // The first value each kind did not fit at, and whether the loss has parts.
-        let (mut full_over, mut parts_over, mut parted) = (usize::MAX, usize::MAX, true);
-        let fit = search(
+        let kinds = std::cell::Cell::new(Kinds {
+            full_over: usize::MAX,
+            parts_over: usize::MAX,
+            parted: true,
+        });
+        let probes_cell = std::cell::RefCell::new(&mut probes);
+        let one = |value: usize| -> Result<Compiled, Error> {
+            let mut probes = probes_cell.borrow_mut();
+            probes.prepare(value, &full);
+            probes.prepare(value, &parts_off);
+            let (c, k, why) = kinds.get().probe(&probes, value, &full, &parts_off);
+            kinds.set(k);
+            probes.note(why);
+            c
+        };
+        let on_probe = std::cell::RefCell::new(on_probe);
+        let mut two = |value: usize| -> [Result<Compiled, Error>; 2] {
+            (on_probe.borrow_mut())(value);
+            (on_probe.borrow_mut())(value + 1);
+            let mut probes = probes_cell.borrow_mut();
+            probes.prepare(value, &full);
+            probes.prepare(value, &parts_off);
+            let k = kinds.get();
+            let shared: &StepProbes = &probes;
+            let ((a, ka, wa), (b, kb, wb)) = std::thread::scope(|s| {
+                let above = s.spawn(|| k.probe(shared, value + 1, &full, &parts_off));
+                let at = k.probe(shared, value, &full, &parts_off);
+                (
+                    at,
+                    above.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                )
+            });
+            kinds.set(ka.merge(kb));
+            probes.note(wa);
+            probes.note(wb);
+            [a, b]
+        };
+        let fit = search_with(
             |value| {
-                on_probe(value);
-                let mut tried = None;
-                if value < full_over || !parted {
-                    let c = probes.compile(value, &full)?;
-                    if c.plan.fits() {
-                        return Ok(c);
-                    }
-                    full_over = full_over.min(value);
-                    parted = has_parts(&c);
-                    tried = Some(c);
-                }
-                if parted && value < parts_over {
-                    let c = probes.compile(value, &parts_off)?;
-                    if c.plan.fits() {
-                        return Ok(c);
-                    }
-                    parts_over = parts_over.min(value);
-                    tried.get_or_insert(c);
-                }
-                match tried {
-                    Some(c) => Ok(c),
-                    None => probes.compile(value, &full),
-                }
+                (on_probe.borrow_mut())(value);
+                one(value)
             },
+            Some(&mut two),
             opts,
             max,
             ProbeCompiles::Each,
@@ -638,6 +728,75 @@ fn fit_step(
     let auto = with_remat(Remat::Auto, parts);
     fit.compiled = probes.auto(fit.value, &auto, fit.compiled.clone())?;
     Ok(fit)
+}
+
+/// What the `--remat auto` search of [`fit_step`] has learned of its two kinds of
+/// step (every layer made again; the loss in parts alone): the first value each did
+/// not fit at (neither is tried above it), and whether the loss has parts at all.
+#[derive(Clone, Copy)]
+struct Kinds {
+    full_over: usize,
+    parts_over: usize,
+    parted: bool,
+}
+
+impl Kinds {
+    /// The step at `value`: every layer made again (`full`), else the loss in parts
+    /// alone (`parts_off`), each unless it did not fit below; the plan that fits, or
+    /// the first tried. With what it learned, and why the family could not give a
+    /// compile, if it could not.
+    fn probe(
+        mut self,
+        probes: &StepProbes<'_>,
+        value: usize,
+        full: &CompileOptions,
+        parts_off: &CompileOptions,
+    ) -> (Result<Compiled, Error>, Kinds, Option<String>) {
+        let mut why = None;
+        let mut compile = |opts: &CompileOptions| {
+            let (c, w) = probes.compile_shared(value, opts);
+            why = why.take().or(w);
+            c
+        };
+        let mut tried = None;
+        if value < self.full_over || !self.parted {
+            let c = match compile(full) {
+                Ok(c) => c,
+                Err(e) => return (Err(e), self, why),
+            };
+            if c.plan.fits() {
+                return (Ok(c), self, why);
+            }
+            self.full_over = self.full_over.min(value);
+            self.parted = has_parts(&c);
+            tried = Some(c);
+        }
+        if self.parted && value < self.parts_over {
+            let c = match compile(parts_off) {
+                Ok(c) => c,
+                Err(e) => return (Err(e), self, why),
+            };
+            if c.plan.fits() {
+                return (Ok(c), self, why);
+            }
+            self.parts_over = self.parts_over.min(value);
+            tried.get_or_insert(c);
+        }
+        let c = match tried {
+            Some(c) => Ok(c),
+            None => compile(full),
+        };
+        (c, self, why)
+    }
+
+    /// What two probes learned together.
+    fn merge(self, other: Kinds) -> Kinds {
+        Kinds {
+            full_over: self.full_over.min(other.full_over),
+            parts_over: self.parts_over.min(other.parts_over),
+            parted: self.parted && other.parted,
+        }
+    }
 }
 
 /// Whether a compiled step computes its loss in parts.

@@ -210,6 +210,23 @@ pub fn check_host_memory(model: &Compiled) -> Result<(), Error> {
     Ok(())
 }
 
+/// [`Error::HostMemory`] when `need` bytes (for `what`) are more than this host can
+/// give: checked before they are allocated, not left to the allocator (which may hand
+/// out address space it cannot back, and the writes then fail far from here).
+pub fn check_host_bytes(need: u64, what: &str) -> Result<(), Error> {
+    match host_memory_available() {
+        Some((avail, limit)) if need > avail => {
+            let h = graphc_compiler::plan::report::human_bytes;
+            Err(Error::HostMemory(format!(
+                "{what} need {} but {} is available ({limit})",
+                h(need),
+                h(avail)
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The host memory this process can still allocate, and where the limit comes from.
 fn host_memory_available() -> Option<(u64, &'static str)> {
     let kib = |text: &str, key: &str| -> Option<u64> {

@@ -38,6 +38,8 @@ use std::time::Instant;
 use graphc_ir::{Graph, GraphError, Tensor};
 use serde_json::{Number, Value};
 
+mod fill;
+
 use super::remat::Back;
 use super::{
     account_precision, compile_from, front, run_chunk, run_fuse, run_plan, CompileError, CompileOptions, Compiled,
@@ -284,6 +286,29 @@ impl GraphFamily {
         if value == LOW {
             return Ok(self.low.clone());
         }
+        let bad = |error: String| FamilyError::Graph {
+            dim: self.dim.clone(),
+            value,
+            error,
+        };
+        // Straight from the template; should that not meet every integer once (or
+        // one be out of range), the template copied and walked, which names the place.
+        let filler = fill::Filler::new(&self.integers, value);
+        let direct = <Graph as serde::Deserialize>::deserialize(filler.at(&self.template));
+        let mut graph = match direct {
+            Ok(graph) if filler.met() => graph,
+            _ => self.graph_walked(value)?,
+        };
+        for (name, w) in &self.weights {
+            graph.set_weight(name.clone(), w.clone());
+        }
+        graph.verify().map_err(|e: GraphError| bad(e.to_string()))?;
+        Ok(graph)
+    }
+
+    /// The graph at `value` (without its weights) from a copy of the template with
+    /// every integer written in.
+    fn graph_walked(&self, value: usize) -> Result<Graph, FamilyError> {
         let mut json = self.template.clone();
         let mut fill = Fill {
             family: self,
@@ -292,17 +317,11 @@ impl GraphFamily {
             path: Vec::new(),
         };
         fill.walk(&mut json)?;
-        let bad = |error: String| FamilyError::Graph {
+        serde_json::from_value(json).map_err(|e| FamilyError::Graph {
             dim: self.dim.clone(),
             value,
-            error,
-        };
-        let mut graph: Graph = serde_json::from_value(json).map_err(|e| bad(e.to_string()))?;
-        for (name, w) in &self.weights {
-            graph.set_weight(name.clone(), w.clone());
-        }
-        graph.verify().map_err(|e: GraphError| bad(e.to_string()))?;
-        Ok(graph)
+            error: e.to_string(),
+        })
     }
 }
 
@@ -442,22 +461,31 @@ impl StepFamily {
 
     /// The step graph before recomputation at `value`, for `opts` (a training step's).
     fn front_at(&mut self, value: usize, opts: &CompileOptions) -> Result<(Back, Graph), FamilyError> {
+        self.prepare(opts);
+        self.front_prepared(value, opts)
+    }
+
+    /// Captures the step graph `opts` asks for, unless it was (or could not be).
+    pub fn prepare(&mut self, opts: &CompileOptions) {
         let key = Self::key(opts);
         if !self.steps.iter().any(|(c, _)| *c == key) {
             let captured = self.capture(opts).map_err(|e| e.to_string());
-            self.steps.push((key.clone(), captured));
+            self.steps.push((key, captured));
         }
-        let step = self.steps.iter().find(|(c, _)| *c == key).map(|(_, s)| s);
-        let (family, back) = match step {
+    }
+
+    /// [`Self::front_at`] of a step already captured ([`Self::prepare`]).
+    fn front_prepared(&self, value: usize, opts: &CompileOptions) -> Result<(Back, Graph), FamilyError> {
+        let key = Self::key(opts);
+        let why = |error: String| FamilyError::Graph {
+            dim: self.dim.clone(),
+            value,
+            error,
+        };
+        let (family, back) = match self.steps.iter().find(|(c, _)| *c == key).map(|(_, s)| s) {
             Some(Ok(step)) => step,
-            Some(Err(why)) => {
-                return Err(FamilyError::Graph {
-                    dim: self.dim.clone(),
-                    value,
-                    error: format!("no step family: {why}"),
-                })
-            }
-            None => unreachable!("captured above"),
+            Some(Err(e)) => return Err(why(format!("no step family: {e}"))),
+            None => return Err(why("no step family: not captured for these options".to_string())),
         };
         let start = Instant::now();
         let graph = family.graph_at(value)?;
@@ -505,6 +533,14 @@ impl StepFamily {
     /// (the same recomputation, fusion and plan), from the family's step graphs.
     pub fn compile_at(&mut self, value: usize, opts: &CompileOptions) -> Result<Compiled, FamilyError> {
         compile_from(opts, &mut |o: &CompileOptions| self.front_at(value, o))
+    }
+
+    /// [`Self::compile_at`] from a shared family, for compiles on several threads: the
+    /// step graphs `opts` reads must have been captured ([`Self::prepare`]; else the
+    /// error says so). `--remat off`, `full` and an `auto` with its parts chosen
+    /// read one.
+    pub fn compile_prepared(&self, value: usize, opts: &CompileOptions) -> Result<Compiled, FamilyError> {
+        compile_from(opts, &mut |o: &CompileOptions| self.front_prepared(value, o))
     }
 }
 
@@ -677,6 +713,39 @@ mod tests {
         // sample tells it apart (capture checks the polynomial at LOW).
         let big = DimPoly::decode(m / 2 + 5, m).unwrap();
         assert_ne!(big.eval(LOW as i128), Some(m / 2 + 5));
+    }
+
+    /// The write-out straight from the template meets every integer once and gives
+    /// the graph the walked copy gives, and the graph imported at the value.
+    #[test]
+    fn a_graph_is_written_out_straight_from_the_template() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx/gpt2_dynamic/model.onnx");
+        let at = |batch: usize| {
+            let opts = graphc_ir::onnx::ImportOptions {
+                dims: [("batch".to_string(), batch), ("seq".to_string(), 16)].into(),
+            };
+            let model = graphc_ir::onnx::import_onnx(&path, &opts).unwrap();
+            let compiled = crate::compile(&model, &CompileOptions::default()).unwrap();
+            compiled.fusion_input().clone()
+        };
+        let family = GraphFamily::capture("batch", &at(LOW), &at(MARKER)).unwrap();
+        assert!(family.dependent() > 10, "{family:?}");
+        for value in [3, 5, 64, 1000] {
+            let filler = fill::Filler::new(&family.integers, value);
+            let direct = <Graph as serde::Deserialize>::deserialize(filler.at(&family.template)).unwrap();
+            assert!(filler.met(), "batch={value}: not every integer was met once");
+            let mut walked = family.graph_walked(value).unwrap();
+            assert_eq!(direct, walked, "batch={value}");
+            for (name, w) in &family.weights {
+                walked.set_weight(name.clone(), w.clone());
+            }
+            assert_eq!(family.graph_at(value).unwrap(), walked, "batch={value}");
+            assert_eq!(walked, at(value), "batch={value}");
+        }
+        // An integer out of range at the value: the walked copy names its place.
+        let err = family.graph_at(usize::MAX / 2).unwrap_err().to_string();
+        assert!(err.contains("batch"), "{err}");
     }
 
     #[test]

@@ -79,15 +79,41 @@ pub(super) fn auto_remat(
     off_bytes: Option<u64>,
     full: Option<Compiled>,
 ) -> Result<Compiled, CompileError> {
-    let off_bytes = match off_bytes {
-        Some(b) => b,
-        None => {
-            let off = back.clone().with_remat(graph, Selection::Layers(0), opts)?;
-            if off.plan.fits() {
-                return Ok(off);
+    // Given every layer's plan (that fits), the step as it is planned on one core and
+    // all layers but the last made again on the other: where `off` is far over the
+    // budget, the count the layer search tries first.
+    let every_but_one = full
+        .as_ref()
+        .filter(|f| off_bytes.is_none() && f.plan.fits())
+        .and_then(remat_of)
+        .map(|r| r.layers)
+        .filter(|&layers| layers > 1)
+        .map(|layers| layers - 1);
+    let (off, mut guess) = match (off_bytes, every_but_one) {
+        (Some(b), _) => (Ok(Ok(b)), None),
+        (None, k) => {
+            let plan_off = || -> Result<Result<u64, Compiled>, CompileError> {
+                let off = back.clone().with_remat(graph, Selection::Layers(0), opts)?;
+                Ok(if off.plan.fits() {
+                    Err(off)
+                } else {
+                    Ok(off.plan.total_bytes)
+                })
+            };
+            match k {
+                Some(k) => std::thread::scope(|s| {
+                    let guess = s.spawn(|| back.clone().with_remat(graph, Selection::Layers(k), opts));
+                    let off = plan_off();
+                    let guess = guess.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    (off, Some((k, guess)))
+                }),
+                None => (plan_off(), None),
             }
-            off.plan.total_bytes
         }
+    };
+    let off_bytes = match off? {
+        Ok(b) => b,
+        Err(off) => return Ok(off),
     };
     let mut full = match full {
         Some(full) => full,
@@ -103,7 +129,14 @@ pub(super) fn auto_remat(
     let full_bytes = full.plan.total_bytes;
     let every_layer = full.clone();
     let by_layers = smallest_fitting((0, off_bytes), (layers, full_bytes, full), budget, |k| {
-        let mut c = back.clone().with_remat(graph, Selection::Layers(k), opts)?;
+        let planned = match guess.take() {
+            Some((g, c)) if g == k => Some(c?),
+            _ => None,
+        };
+        let mut c = match planned {
+            Some(c) => c,
+            None => back.clone().with_remat(graph, Selection::Layers(k), opts)?,
+        };
         set_bytes_off(&mut c, off_bytes);
         Ok(c)
     })?;

@@ -48,7 +48,8 @@ pub const GEMM_WORKSPACE_BYTES: u64 = 32 << 20;
 pub struct MemoryOptions {
     pub budget_bytes: u64,
     pub align: u64,
-    /// A safety stop on the offset search.
+    /// A safety stop on the offset search (its budget of visited states is what ends
+    /// it: `plan::PlanOptions::node_limit`).
     pub time_budget: Duration,
     /// The target GPU architecture the plan is for (recorded in the plan).
     pub arch: Arch,
@@ -61,7 +62,7 @@ impl Default for MemoryOptions {
         MemoryOptions {
             budget_bytes: DEFAULT_BUDGET,
             align: 256,
-            time_budget: Duration::from_millis(200),
+            time_budget: Duration::from_secs(2),
             arch: Arch::sm_89(),
             in_place: true,
         }
@@ -423,6 +424,7 @@ pub fn plan_memory(program: &Program, opts: &MemoryOptions) -> Result<MemoryPlan
         &PlanOptions {
             align: opts.align,
             time_budget: opts.time_budget,
+            node_limit: super::offsets::search_nodes(PlanOptions::default().node_limit, slots.len()),
             ..PlanOptions::default()
         },
     )?;

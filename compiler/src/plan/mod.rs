@@ -9,7 +9,9 @@
 //!   orders (`greedy.rs`); if that is above `max(lower bound, capacity target)`, the
 //!   exact search (`search.rs`) for that goal, then a bisection over targets between the
 //!   goal and the best arena found; a local search over greedy orders (`greedy.rs`) as
-//!   the last resort. All within `node_limit` visited states and `time_budget`.
+//!   the last resort. All within `node_limit` visited states (the memory planner's: at
+//!   most `SEARCH_WORK` / the buffer count, so its plans do not depend on the machine's
+//!   speed) and `time_budget` (a safety stop).
 //! - `search.rs` — the exact search, after MiniMalloc (Moffitt, ASPLOS 2023): canonical
 //!   placements (each buffer at the lowest offset the buffers placed before it allow, in
 //!   non-decreasing offset order), dominance and "hatless" pruning, per-section
@@ -48,7 +50,8 @@ pub use memory::{
     PlannedScratch, StepKind, DEFAULT_BUDGET, GEMM_WORKSPACE_BYTES,
 };
 pub use offsets::{
-    assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions, Strategy, EXACT_MAX_BUFFERS,
+    assign_offsets, greedy_arena, lower_bound, Interval, Placement, PlanError, PlanOptions, Strategy,
+    EXACT_MAX_BUFFERS, SEARCH_WORK,
 };
 pub use report::{
     check_budget, check_budget_for, check_training_budget_for, diagnose, over_budget_diagnosis, Diagnosis, OverBudget,

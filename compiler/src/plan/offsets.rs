@@ -90,7 +90,8 @@ pub struct PlanOptions {
     pub align: u64,
     /// A safety stop on the improvement phase (greedy always runs to the end). When it
     /// triggers, the result depends on the machine's speed: `node_limit` is the limit
-    /// meant to stop the search, and keeps the result deterministic.
+    /// meant to stop the search, and keeps the result deterministic (the memory planner
+    /// sizes it by the problem: [`search_nodes`]).
     pub time_budget: Duration,
     /// A target: stop improving once the arena is at most this many bytes (or equals the
     /// lower bound). `None`: aim for the lower bound.
@@ -395,9 +396,10 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
     // orders if that found nothing better.
     let goal = p.lower.max(opts.capacity.map_or(0, |c| c / align));
     let deadline = t0 + opts.time_budget;
+    let node_limit = opts.node_limit;
     let mut nodes = 0u64;
-    if arena > goal && opts.node_limit > 0 {
-        let (better, used) = improve(&p, goal, arena, opts.node_limit, deadline);
+    if arena > goal && node_limit > 0 {
+        let (better, used) = improve(&p, goal, arena, node_limit, deadline);
         // The search's states, visited on a thread of its own.
         work::add(Stage::Plan, used);
         nodes += used;
@@ -409,8 +411,8 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
             }
         }
     }
-    if arena > goal && arena == greedy_arena && opts.node_limit > nodes {
-        let (better, used) = local_search(&p, greedy_order, arena, goal, opts.node_limit - nodes, deadline);
+    if arena > goal && arena == greedy_arena && node_limit > nodes {
+        let (better, used) = local_search(&p, greedy_order, arena, goal, node_limit - nodes, deadline);
         work::add(Stage::Plan, used);
         nodes += used;
         if let Some((o, a)) = better {
@@ -431,6 +433,21 @@ pub fn assign_offsets(bufs: &[Interval], opts: &PlanOptions) -> Result<Placement
         search_nodes: nodes,
         time: t0.elapsed(),
     })
+}
+
+/// The work of the improvement phase, in visited states times buffers: a state of a
+/// problem of `n` buffers costs about `n` (its overlaps), and a search's descent is `n`
+/// states. 2 * 10^7 is about 0.2 s of search on one core.
+pub const SEARCH_WORK: u64 = 20_000_000;
+
+/// The states the improvement phase of a problem of `n` buffers may visit: `limit`, but
+/// at most [`SEARCH_WORK`] / `n` (at least two descents), so that the budget, not the
+/// time (a safety stop only), ends the search of a large problem and the plan does not
+/// depend on the machine's speed or load (fit's probes plan on two cores at once).
+/// The memory planner's limit; [`assign_offsets`] takes its caller's as it is.
+pub fn search_nodes(limit: u64, n: usize) -> u64 {
+    let n = n.max(1) as u64;
+    limit.min((SEARCH_WORK / n).max(2 * n))
 }
 
 /// The search phase of [`assign_offsets`]: the goal with half the budget (nodes and

@@ -7,6 +7,7 @@
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
 
+mod alloc;
 mod args;
 mod bench;
 mod common;
@@ -79,6 +80,9 @@ enum Command {
 
 /// Exit code of `--device cuda` on a machine without a CUDA driver or GPU.
 const EXIT_NO_GPU: u8 = 3;
+
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of stdout goes away
