@@ -219,6 +219,29 @@ fn three_sgd_and_three_adamw_steps_match_pytorch_on_the_cpu_and_cuda_sim() {
                 let s = graphc::train::sim_session(&step, &Default::default()).unwrap();
                 check(&format!("{name} {opt} cuda-sim"), &step, s, &f, &want);
             }
+            // The causal LMs' MLPs in 2 parts of their tokens, every layer made again in
+            // its backward (the parts' forward recomputed there): the same losses and
+            // parameters (the weights' gradients summed over the parts).
+            if matches!(name, "gpt2" | "llama") && opt == "adamw" {
+                let label = format!("{name} {opt} mlps in 2 parts, remat full");
+                let mut o = options(&f, opt);
+                o.remat = graphc::train::Remat::Full;
+                let base = graphc::CompileOptions {
+                    mlp_chunks: 2,
+                    ..Default::default()
+                };
+                let step = graphc::train::compile_step(&f.graph, o, &base).unwrap_or_else(|e| panic!("{label}: {e}"));
+                let report = &step.train.as_ref().unwrap().report;
+                assert_eq!(report.mlp_parts.chunks, 2, "{label}: {:?}", report.mlp_parts);
+                assert!(report.mlp_parts.regions >= 1, "{label}: {:?}", report.mlp_parts);
+                assert!(report.recomputed_layers.is_some(), "{label}");
+                let s = graphc::train::cpu_session(&step).unwrap();
+                check(&format!("{label} cpu"), &step, s, &f, &want);
+                if cxx {
+                    let s = graphc::train::sim_session(&step, &Default::default()).unwrap();
+                    check(&format!("{label} cuda-sim"), &step, s, &f, &want);
+                }
+            }
         }
     }
 }

@@ -57,6 +57,9 @@ pub struct CompileOptions {
     /// Run each position-wise MLP over this many parts of its tokens
     /// ([`crate::chunk`]; 0 or 1: whole). Inference only.
     pub token_chunks: usize,
+    /// A training step: run each MLP over this many parts of its tokens, in the forward
+    /// and the backward ([`crate::chunk::chunk_mlp_tokens`]; 0 or 1: whole).
+    pub mlp_chunks: usize,
 }
 
 /// The result of compiling: the graph to execute and the report of every pass.
@@ -226,6 +229,19 @@ fn front(graph: &Graph, opts: &CompileOptions) -> Result<(Back, Graph), CompileE
             if let Some(again) = again {
                 optimize = merge_optimize_reports(optimize, again);
             }
+            // The MLPs in parts of their tokens (after the last optimizer run on the
+            // forward graph, whose rules would join the parts).
+            let with_loss = if opts.mlp_chunks > 1 {
+                let names: std::collections::HashSet<&str> =
+                    training.state.parameters().map(|s| s.name.as_str()).collect();
+                let parameter = |n: &graphc_ir::Node| matches!(&n.op, graphc_ir::Op::Input { name, .. } if names.contains(name.as_str()));
+                let (chunked, report) = crate::chunk::chunk_mlp_tokens(&with_loss, opts.mlp_chunks, &parameter)
+                    .map_err(|error| CompileError::Pass { pass: "chunk", error })?;
+                training.report.mlp_parts = report;
+                chunked
+            } else {
+                with_loss
+            };
             let (graph, mut report) = run_autodiff(&with_loss, train, training, opts)?;
             report.time += loss_time;
             passes.push(report);

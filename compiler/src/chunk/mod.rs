@@ -100,6 +100,29 @@ struct Region {
 /// `graph` with every MLP region (see the module doc) run over `chunks` parts of its
 /// tokens; `chunks < 2` or a graph without a region gives the graph back.
 pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), GraphError> {
+    chunk(graph, chunks, true, &|_| false)
+}
+
+/// The MLPs of a training step's forward graph in `chunks` parts of their tokens
+/// (never of the batch): [`chunk_mlps`] with the inputs `parameter` names read as
+/// weights (the trained parameters are inputs of the step). Differentiated, each part's
+/// backward reads its part of the output's gradient and writes its part of the input's
+/// (the parts' gradients joined by one `concat`, `autodiff`'s sum of disjoint pads), and
+/// each weight's gradient is the sum of the parts'.
+pub fn chunk_mlp_tokens(
+    graph: &Graph,
+    chunks: usize,
+    parameter: &dyn Fn(&Node) -> bool,
+) -> Result<(Graph, ChunkReport), GraphError> {
+    chunk(graph, chunks, false, parameter)
+}
+
+fn chunk(
+    graph: &Graph,
+    chunks: usize,
+    batch_parts_allowed: bool,
+    parameter: &dyn Fn(&Node) -> bool,
+) -> Result<(Graph, ChunkReport), GraphError> {
     let mut report = ChunkReport::default();
     if chunks < 2 {
         return Ok((graph.clone(), report));
@@ -110,7 +133,8 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
     let mut dynamic = vec![false; n];
     for &id in &order {
         let node = graph.node(id);
-        dynamic[id.index()] = matches!(node.op, Op::Input { .. }) || node.inputs.iter().any(|&i| dynamic[i.index()]);
+        dynamic[id.index()] = (matches!(node.op, Op::Input { .. }) && !parameter(node))
+            || node.inputs.iter().any(|&i| dynamic[i.index()]);
     }
     let users = graph.users();
     let outputs: Vec<bool> = {
@@ -135,7 +159,7 @@ pub fn chunk_mlps(graph: &Graph, chunks: usize) -> Result<(Graph, ChunkReport), 
     };
     // Only where the batch has as many sequences as parts asked for: a few long
     // sequences go through their MLPs in parts of their tokens instead.
-    let batch_regions = if batch_size >= chunks {
+    let batch_regions = if batch_parts_allowed && batch_size >= chunks {
         batch_regions_of(&bcx, &order, &mut in_region, &mut report)
     } else {
         Vec::new()

@@ -196,6 +196,9 @@ pub struct TrainReport {
     /// backward ([`remat::recompute_loss_chunks`]).
     pub loss_parts: usize,
     pub recomputed_logits: Option<remat::LossParts>,
+    /// MLPs run over parts of their tokens in the forward and the backward
+    /// ([`crate::chunk::chunk_mlp_tokens`], with the loss's parts), and into how many.
+    pub mlp_parts: crate::chunk::ChunkReport,
     /// The loss reads an LM head (`logits = h @ w`) that it can compute in parts.
     pub lm_head: bool,
     /// Cross-entropy: the class count (the logits' last dim), which every label must be

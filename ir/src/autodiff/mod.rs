@@ -26,7 +26,7 @@ mod vjp;
 
 use std::collections::HashSet;
 
-use crate::{Graph, GraphBuilder, GraphError, NodeId, Value};
+use crate::{Graph, GraphBuilder, GraphError, NodeId, Op, PadMode, Value};
 
 /// What [`gradients`] added.
 #[derive(Clone, Debug, PartialEq)]
@@ -162,17 +162,88 @@ fn saved_set(g: &Graph, forward_len: usize) -> Vec<NodeId> {
     v
 }
 
-/// The sum of one or more contributions (a left-to-right chain of adds).
+/// The sum of one or more contributions (a left-to-right chain of adds). Contributions
+/// that are zero pads of disjoint, adjacent ranges along one axis (a value read in
+/// parts, each part a slice: a chunked MLP's input) are joined by one `concat` (padded
+/// where the ranges do not reach the ends) instead: the same sum, without a full-size
+/// value per part.
 fn sum_all<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Result<Value<'b>, GraphError> {
     let value = |id: NodeId| {
         b.value(id)
             .ok_or_else(|| GraphError::Graph(format!("{id} is not a node")))
     };
-    let mut acc = value(parts[0])?;
-    for &p in &parts[1..] {
+    let mut rest: Vec<NodeId> = parts.to_vec();
+    if let Some((joined, used)) = join_pads(b, parts) {
+        rest.retain(|p| !used.contains(p));
+        rest.insert(0, joined.id());
+    }
+    let mut acc = value(rest[0])?;
+    for &p in &rest[1..] {
         acc = acc + value(p)?;
     }
     Ok(acc)
+}
+
+/// Of `parts`, two or more zero pads along the same one axis whose ranges are disjoint
+/// and together one run: their operands concatenated along it (in order) and padded to
+/// the whole, and the pads used (of two with the same range, the first).
+fn join_pads<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Option<(Value<'b>, Vec<NodeId>)> {
+    if parts.len() < 2 {
+        return None;
+    }
+    // (pad, operand, axis, lo, len, dims) of each zero pad along one axis.
+    let pads: Vec<(NodeId, NodeId, usize, i64, i64, usize)> = b.with_graph(|g| {
+        parts
+            .iter()
+            .filter_map(|&p| {
+                let node = g.node(p);
+                let Op::Pad {
+                    pads,
+                    mode: PadMode::Constant,
+                    value,
+                } = &node.op
+                else {
+                    return None;
+                };
+                if *value != 0.0 {
+                    return None;
+                }
+                let mut axes = pads.iter().enumerate().filter(|(_, &pd)| pd != (0, 0));
+                let (axis, &(lo, hi)) = axes.next()?;
+                if axes.next().is_some() || lo < 0 || hi < 0 {
+                    return None;
+                }
+                let whole = *node.ty.shape.dims().get(axis)?;
+                Some((p, *node.inputs.first()?, axis, lo, whole as i64 - lo - hi, whole))
+            })
+            .collect()
+    });
+    let axis = pads.first()?.2;
+    let whole = pads.first()?.5;
+    let mut run: Vec<_> = pads.iter().filter(|p| p.2 == axis && p.5 == whole).copied().collect();
+    if run.len() < 2 {
+        return None;
+    }
+    // One pad per start (another of the same range, a part read twice, is summed as
+    // it was); adjacent and disjoint: each range starts where the one before ends.
+    run.sort_by_key(|p| p.3);
+    run.dedup_by_key(|p| p.3);
+    if run.len() < 2 {
+        return None;
+    }
+    if run.windows(2).any(|w| w[0].3 + w[0].4 != w[1].3) {
+        return None;
+    }
+    let (lo, end) = (run[0].3, run.last().map(|p| p.3 + p.4)?);
+    let operands: Option<Vec<Value<'b>>> = run.iter().map(|p| b.value(p.1)).collect();
+    let mut joined = b.concat(&operands?, axis as i64);
+    if lo > 0 || end < whole as i64 {
+        let rank = b.with_graph(|g| g.node(run[0].0).ty.shape.rank());
+        let mut widths = vec![(0, 0); rank];
+        widths[axis] = (lo, whole as i64 - end);
+        joined = joined.pad(&widths, PadMode::Constant, 0.0);
+    }
+    Some((joined, run.iter().map(|p| p.0).collect()))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use super::gradients;
 use crate::nn::{gelu, layer_norm, log_softmax, rms_norm, softmax, GeluApprox};
 use crate::op::SliceRange;
-use crate::{interpret, DType, GraphBuilder, PadMode, Shape, Tensor, TensorData, TensorType, Value};
+use crate::{interpret, DType, GraphBuilder, Op, PadMode, Shape, Tensor, TensorData, TensorType, Value};
 
 /// An input: name, shape, and how to draw its values (`None`: uniform in [-1, 1)).
 struct In {
@@ -261,6 +261,50 @@ fn layout_ops() {
         let idx = b.constant(Tensor::new([4], TensorData::I64(vec![1, 1, 0, 3])).unwrap());
         x[0].scatter_add(idx, 1, 5)
     });
+}
+
+/// A value read in parts (slices of adjacent ranges along one axis, a chunked MLP's
+/// input) and whole: the parts' gradients are joined by one `concat` (padded where the
+/// ranges leave the ends), not summed as full-size pads, and the gradient is right.
+#[test]
+fn a_value_read_in_parts_gets_its_parts_gradients_joined() {
+    fn parts(x: Value<'_>) -> Value<'_> {
+        let a = x.slice(0, 1, 3, 1).tanh();
+        let b = x.slice(0, 3, 4, 1) * x.slice(0, 3, 4, 1);
+        let c = x.slice(0, 4, 6, 1).exp();
+        let whole = x.sigmoid();
+        let joined = x.builder().concat(&[a, b, c], 0);
+        joined.sum(&[0, 1], false) + whole.sum(&[0, 1], false)
+    }
+    check("parts of rows 1..6 and the whole", vec![inp("a", &[6, 3])], |_, x| {
+        parts(x[0])
+    });
+    // The gradient graph: one concat of the parts' gradients; pads: the one that pads
+    // the run (rows 1..6) to the whole, and the second read of rows 3..4 (summed).
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F64, [6, 3]);
+    let loss = parts(x);
+    b.output("loss", loss);
+    let grads = gradients(&b, loss.id(), &[x.id()]).unwrap();
+    b.output("dx", b.value(grads.grads[0]).unwrap());
+    let g = b.finish().unwrap();
+    // The nodes dx reads (the per-part pads the builder made first are left unread).
+    let mut live = vec![false; g.len()];
+    let mut stack = vec![g.outputs()[1].node];
+    while let Some(id) = stack.pop() {
+        if !std::mem::replace(&mut live[id.index()], true) {
+            stack.extend(g.node(id).inputs.iter().copied());
+        }
+    }
+    let count = |f: fn(&Op) -> bool| {
+        g.nodes()
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| live[*i] && n.name.as_deref().is_some_and(|s| s.starts_with("backward")) && f(&n.op))
+            .count()
+    };
+    assert_eq!(count(|op| matches!(op, Op::Pad { .. })), 2, "{g:?}");
+    assert!(count(|op| matches!(op, Op::Concat { .. })) >= 1, "{g:?}");
 }
 
 #[test]

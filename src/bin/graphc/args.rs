@@ -77,6 +77,13 @@ pub struct BudgetArgs {
     /// parts itself.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub chunk_tokens: Option<u16>,
+    /// A training step: run each MLP over this many parts of its tokens, in the forward
+    /// and in the backward (with `--remat full` or `auto`, in its recomputation), so
+    /// that one part's 4·d hidden and its gradient are live at a time; each weight's
+    /// gradient is the sum of the parts'. The same values (sums in another order);
+    /// more, smaller GEMMs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub chunk_mlps: Option<u16>,
 }
 
 impl BudgetArgs {
@@ -99,6 +106,9 @@ impl BudgetArgs {
         if let Some(n) = self.chunk_tokens {
             w.extend(["--chunk-tokens".to_string(), n.to_string()]);
         }
+        if let Some(n) = self.chunk_mlps {
+            w.extend(["--chunk-mlps".to_string(), n.to_string()]);
+        }
         w
     }
 
@@ -117,6 +127,7 @@ impl BudgetArgs {
             },
             weights: self.weights,
             token_chunks: self.chunk_tokens.map_or(0, usize::from),
+            mlp_chunks: self.chunk_mlps.map_or(0, usize::from),
             ..Default::default()
         }
     }

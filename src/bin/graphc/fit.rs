@@ -137,6 +137,18 @@ pub fn run(args: FitArgs) -> Result<()> {
         if let Some(p) = fit.compiled.train.as_ref().and_then(|t| t.report.recomputed_logits) {
             println!("                   and {}", p.text());
         }
+        if let Some(m) = fit
+            .compiled
+            .train
+            .as_ref()
+            .map(|t| t.report.mlp_parts)
+            .filter(|m| m.any())
+        {
+            println!(
+                "                   and {}, in the forward and the backward",
+                m.summary()
+            );
+        }
     }
     println!();
     print!("{}", report::summary(&fit.compiled.program, &fit.compiled.plan));

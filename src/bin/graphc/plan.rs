@@ -74,6 +74,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if let Some(p) = compiled.train.as_ref().and_then(|t| t.report.recomputed_logits) {
             println!("loss           {}", p.text());
         }
+        if let Some(m) = compiled.train.as_ref().map(|t| t.report.mlp_parts).filter(|m| m.any()) {
+            println!("mlps           {}, in the forward and the backward", m.summary());
+        }
         if args.picture {
             println!();
             print!("{}", report::picture(plan, 64, 16));

@@ -134,6 +134,10 @@ pub struct StepArgs {
     /// head and loss over this many parts, so the kernels printed are those that run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub chunk_tokens: Option<u16>,
+    /// As `graphc plan --chunk-mlps`: a training step's MLPs over this many parts of
+    /// their tokens.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub chunk_mlps: Option<u16>,
 }
 
 impl StepArgs {
@@ -143,6 +147,7 @@ impl StepArgs {
         let base = graphc::CompileOptions {
             precision: self.precision,
             token_chunks: self.chunk_tokens.map_or(0, usize::from),
+            mlp_chunks: self.chunk_mlps.map_or(0, usize::from),
             ..Default::default()
         };
         Ok(if self.train {
