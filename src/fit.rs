@@ -487,7 +487,6 @@ impl<'a> StepProbes<'a> {
 
     /// The step compiled at `value` with `opts` (`opts.train`'s target is set here).
     fn compile(&mut self, value: usize, opts: &CompileOptions) -> Result<Compiled, Error> {
-        self.prepare(value, opts);
         let (compiled, why) = self.compile_shared(value, opts);
         if let Some(why) = why {
             self.whole.get_or_insert(why);
@@ -495,21 +494,13 @@ impl<'a> StepProbes<'a> {
         compiled
     }
 
-    /// Captures the family's step for `opts` if `value` is compiled from it.
-    fn prepare(&mut self, value: usize, opts: &CompileOptions) {
-        if value >= family::LOW {
-            if let Some(f) = self.family.as_mut() {
-                f.prepare(opts);
-            }
-        }
-    }
-
-    /// [`Self::compile`] from a shared `self` (the family's step for `opts` prepared),
-    /// and why the family could not give it, if it could not.
+    /// [`Self::compile`] from a shared `self` (the family captures a step when first
+    /// asked, on whichever thread), and why the family could not give it, if it could
+    /// not.
     fn compile_shared(&self, value: usize, opts: &CompileOptions) -> (Result<Compiled, Error>, Option<String>) {
         let mut why = None;
         if value >= family::LOW {
-            match self.family.as_ref().map(|f| f.compile_prepared(value, opts)) {
+            match self.family.as_ref().map(|f| f.compile_at(value, opts)) {
                 Some(Ok(c)) => return (Ok(c), None),
                 // The compile itself failed at this value: a direct compile would too.
                 Some(Err(FamilyError::Compile(e))) => return (Err(e.into()), None),
@@ -536,7 +527,7 @@ impl<'a> StepProbes<'a> {
             .as_ref()
             .is_some_and(|t| t.report.recomputed_layers.is_some());
         if value >= family::LOW && every_layer && opts.token_chunks != 0 {
-            match self.family.as_mut().map(|f| f.auto_at(value, opts, full)) {
+            match self.family.as_ref().map(|f| f.auto_at(value, opts, full)) {
                 Some(Ok(c)) => return Ok(c),
                 Some(Err(FamilyError::Compile(e))) => return Err(e.into()),
                 Some(Err(e)) => {
@@ -660,8 +651,6 @@ fn fit_step(
         let probes_cell = std::cell::RefCell::new(&mut probes);
         let one = |value: usize| -> Result<Compiled, Error> {
             let mut probes = probes_cell.borrow_mut();
-            probes.prepare(value, &full);
-            probes.prepare(value, &parts_off);
             let (c, k, why) = kinds.get().probe(&probes, value, &full, &parts_off);
             kinds.set(k);
             probes.note(why);
@@ -672,8 +661,6 @@ fn fit_step(
             (on_probe.borrow_mut())(value);
             (on_probe.borrow_mut())(value + 1);
             let mut probes = probes_cell.borrow_mut();
-            probes.prepare(value, &full);
-            probes.prepare(value, &parts_off);
             let k = kinds.get();
             let shared: &StepProbes = &probes;
             let ((a, ka, wa), (b, kb, wb)) = std::thread::scope(|s| {

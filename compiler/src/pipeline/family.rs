@@ -406,6 +406,9 @@ impl ShapeFamily {
 /// A step graph's family and what made the step graph at [`LOW`].
 type Step = (GraphFamily, Back);
 
+/// The steps captured, by the key of their options, or why not.
+type Steps = Vec<(String, std::sync::Arc<Result<Step, String>>)>;
+
 /// A training step's shape family: the step graph before recomputation (the model
 /// made trainable, its loss, gradients and update, optimized) with every integer a
 /// polynomial in one dimension, captured from the model imported at [`LOW`] and at
@@ -421,7 +424,9 @@ pub struct StepFamily {
     high: (Graph, graphc_ir::TensorType),
     /// The steps captured so far, by the options they were captured with (all but the
     /// recomputation and the target's type, which `front` does not read), or why not.
-    steps: Vec<(String, Result<Step, String>)>,
+    /// Captured when first asked for, by whichever thread asks (the lock is held while
+    /// capturing: two threads asking for the same step capture it once).
+    steps: std::sync::Mutex<Steps>,
 }
 
 impl fmt::Debug for StepFamily {
@@ -430,7 +435,11 @@ impl fmt::Debug for StepFamily {
             .field("dim", &self.dim)
             .field(
                 "steps",
-                &self.steps.iter().map(|(c, s)| (c, s.is_ok())).collect::<Vec<_>>(),
+                &self
+                    .steps()
+                    .iter()
+                    .map(|(c, s)| (c.clone(), s.is_ok()))
+                    .collect::<Vec<_>>(),
             )
             .finish()
     }
@@ -444,48 +453,50 @@ impl StepFamily {
             dim: dim.to_string(),
             low,
             high,
-            steps: Vec::new(),
+            steps: std::sync::Mutex::new(Vec::new()),
         }
     }
 
     /// How many integers of the step graphs captured so far depend on the dimension
     /// (the most of any).
     pub fn dependent(&self) -> usize {
-        self.steps
+        self.steps()
             .iter()
-            .filter_map(|(_, s)| s.as_ref().ok())
+            .filter_map(|(_, s)| s.as_ref().as_ref().ok())
             .map(|(g, _)| g.dependent())
             .max()
             .unwrap_or(0)
     }
 
-    /// The step graph before recomputation at `value`, for `opts` (a training step's).
-    fn front_at(&mut self, value: usize, opts: &CompileOptions) -> Result<(Back, Graph), FamilyError> {
-        self.prepare(opts);
-        self.front_prepared(value, opts)
+    /// The steps captured so far (a poisoned lock: a capture panicked on another
+    /// thread, whose panic the caller sees; the list is still whole).
+    fn steps(&self) -> std::sync::MutexGuard<'_, Steps> {
+        self.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Captures the step graph `opts` asks for, unless it was (or could not be).
-    pub fn prepare(&mut self, opts: &CompileOptions) {
+    /// The step graph for `opts`, captured now unless it was (or could not be).
+    fn step(&self, opts: &CompileOptions) -> std::sync::Arc<Result<Step, String>> {
         let key = Self::key(opts);
-        if !self.steps.iter().any(|(c, _)| *c == key) {
-            let captured = self.capture(opts).map_err(|e| e.to_string());
-            self.steps.push((key, captured));
+        let mut steps = self.steps();
+        if let Some((_, s)) = steps.iter().find(|(c, _)| *c == key) {
+            return s.clone();
         }
+        let captured = std::sync::Arc::new(self.capture(opts).map_err(|e| e.to_string()));
+        steps.push((key, captured.clone()));
+        captured
     }
 
-    /// [`Self::front_at`] of a step already captured ([`Self::prepare`]).
-    fn front_prepared(&self, value: usize, opts: &CompileOptions) -> Result<(Back, Graph), FamilyError> {
-        let key = Self::key(opts);
+    /// The step graph before recomputation at `value`, for `opts` (a training step's).
+    fn front_at(&self, value: usize, opts: &CompileOptions) -> Result<(Back, Graph), FamilyError> {
         let why = |error: String| FamilyError::Graph {
             dim: self.dim.clone(),
             value,
             error,
         };
-        let (family, back) = match self.steps.iter().find(|(c, _)| *c == key).map(|(_, s)| s) {
-            Some(Ok(step)) => step,
-            Some(Err(e)) => return Err(why(format!("no step family: {e}"))),
-            None => return Err(why("no step family: not captured for these options".to_string())),
+        let step = self.step(opts);
+        let (family, back) = match step.as_ref() {
+            Ok(step) => step,
+            Err(e) => return Err(why(format!("no step family: {e}"))),
         };
         let start = Instant::now();
         let graph = family.graph_at(value)?;
@@ -524,23 +535,15 @@ impl StepFamily {
     /// not 0), given the plan there with every layer made again (`full`: a
     /// `Remat::FullProbe` compile at `value` with the same parts), which auto plans
     /// first: the same plan as `compile_at`, one plan fewer.
-    pub fn auto_at(&mut self, value: usize, opts: &CompileOptions, full: Compiled) -> Result<Compiled, FamilyError> {
+    pub fn auto_at(&self, value: usize, opts: &CompileOptions, full: Compiled) -> Result<Compiled, FamilyError> {
         let (back, graph) = self.front_at(value, opts)?;
         Ok(super::remat::auto_remat(back, &graph, opts, None, Some(full))?)
     }
 
     /// The training step compiled at `value` with `opts`, as `compile` compiles it
     /// (the same recomputation, fusion and plan), from the family's step graphs.
-    pub fn compile_at(&mut self, value: usize, opts: &CompileOptions) -> Result<Compiled, FamilyError> {
+    pub fn compile_at(&self, value: usize, opts: &CompileOptions) -> Result<Compiled, FamilyError> {
         compile_from(opts, &mut |o: &CompileOptions| self.front_at(value, o))
-    }
-
-    /// [`Self::compile_at`] from a shared family, for compiles on several threads: the
-    /// step graphs `opts` reads must have been captured ([`Self::prepare`]; else the
-    /// error says so). `--remat off`, `full` and an `auto` with its parts chosen
-    /// read one.
-    pub fn compile_prepared(&self, value: usize, opts: &CompileOptions) -> Result<Compiled, FamilyError> {
-        compile_from(opts, &mut |o: &CompileOptions| self.front_prepared(value, o))
     }
 }
 
