@@ -163,10 +163,10 @@ fn saved_set(g: &Graph, forward_len: usize) -> Vec<NodeId> {
 }
 
 /// The sum of one or more contributions (a left-to-right chain of adds). Contributions
-/// that are zero pads of disjoint, adjacent ranges along one axis (a value read in
-/// parts, each part a slice: a chunked MLP's input) are joined by one `concat` (padded
-/// where the ranges do not reach the ends) instead: the same sum, without a full-size
-/// value per part.
+/// that are zero pads of disjoint, adjacent ranges along the leading axis (a value read
+/// in parts of its rows, each part a slice: a chunked MLP's input) are joined by one
+/// `concat` (padded where the ranges do not reach the ends) instead: the same sum,
+/// without a full-size value per part.
 fn sum_all<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Result<Value<'b>, GraphError> {
     let value = |id: NodeId| {
         b.value(id)
@@ -184,8 +184,8 @@ fn sum_all<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Result<Value<'b>, Graph
     Ok(acc)
 }
 
-/// Of `parts`, two or more zero pads along the same one axis whose ranges are disjoint
-/// and together one run: their operands concatenated along it (in order) and padded to
+/// Of `parts`, two or more zero pads along the leading axis only whose ranges are
+/// disjoint and together one run: their operands concatenated along it (in order) and padded to
 /// the whole, and the pads used (of two with the same range, the first).
 fn join_pads<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Option<(Value<'b>, Vec<NodeId>)> {
     if parts.len() < 2 {
@@ -218,8 +218,11 @@ fn join_pads<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Option<(Value<'b>, Ve
             })
             .collect()
     });
-    let axis = pads.first()?.2;
-    let whole = pads.first()?.5;
+    // Along the leading axis only (rows: a chunked MLP's parts). A split of the last
+    // axis (a fused QKV projection's) keeps its sum of pads, which fuses into the one
+    // elementwise kernel that reads the three gradients.
+    let axis = 0;
+    let whole = pads.iter().find(|p| p.2 == axis)?.5;
     let mut run: Vec<_> = pads.iter().filter(|p| p.2 == axis && p.5 == whole).copied().collect();
     if run.len() < 2 {
         return None;

@@ -160,8 +160,9 @@ pub fn run(args: FitArgs) -> Result<()> {
         // What grows: the same classes at the first value over.
         if let Some(over) = fit.first_over().filter(|p| p.total_bytes.is_some()) {
             // The plan the search made there, else made now.
+            let made;
             let next = match &fit.over {
-                Some(c) => c.clone(),
+                Some(c) => c,
                 None => {
                     let mut dims = fixed.clone();
                     dims.push((dim.to_string(), over.value));
@@ -170,7 +171,8 @@ pub fn run(args: FitArgs) -> Result<()> {
                     if let Some(tr) = &mut o.train {
                         tr.target = graphc::train::expected_target(&graph, tr)?;
                     }
-                    graphc::compile_with(&graph, &o)?
+                    made = graphc::compile_with(&graph, &o)?;
+                    &made
                 }
             };
             if let Some(nt) = &next.train {
