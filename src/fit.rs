@@ -740,40 +740,47 @@ impl Kinds {
         parts_off: &CompileOptions,
     ) -> (Result<Compiled, Error>, Kinds, Option<String>) {
         let mut why = None;
-        let mut compile = |opts: &CompileOptions| {
-            let (c, w) = probes.compile_shared(value, opts);
-            why = why.take().or(w);
-            c
+        let c = {
+            let mut compile = |opts: &CompileOptions| {
+                let (c, w) = probes.compile_shared(value, opts);
+                why = why.take().or(w);
+                c
+            };
+            self.choose(&mut compile, value, full, parts_off)
         };
+        (c, self, why)
+    }
+
+    /// [`Self::probe`]'s choice, each kind compiled by `compile`.
+    fn choose(
+        &mut self,
+        compile: &mut dyn FnMut(&CompileOptions) -> Result<Compiled, Error>,
+        value: usize,
+        full: &CompileOptions,
+        parts_off: &CompileOptions,
+    ) -> Result<Compiled, Error> {
         let mut tried = None;
         if value < self.full_over || !self.parted {
-            let c = match compile(full) {
-                Ok(c) => c,
-                Err(e) => return (Err(e), self, why),
-            };
+            let c = compile(full)?;
             if c.plan.fits() {
-                return (Ok(c), self, why);
+                return Ok(c);
             }
             self.full_over = self.full_over.min(value);
             self.parted = has_parts(&c);
             tried = Some(c);
         }
         if self.parted && value < self.parts_over {
-            let c = match compile(parts_off) {
-                Ok(c) => c,
-                Err(e) => return (Err(e), self, why),
-            };
+            let c = compile(parts_off)?;
             if c.plan.fits() {
-                return (Ok(c), self, why);
+                return Ok(c);
             }
             self.parts_over = self.parts_over.min(value);
             tried.get_or_insert(c);
         }
-        let c = match tried {
+        match tried {
             Some(c) => Ok(c),
             None => compile(full),
-        };
-        (c, self, why)
+        }
     }
 
     /// What two probes learned together.
