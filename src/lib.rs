@@ -191,34 +191,29 @@ pub fn cpu_run_bytes(model: &Compiled) -> u64 {
 /// than the process's address-space limit leaves. Checked before any input is made, so
 /// a model too big for the host is an error, never an abort.
 pub fn check_host_memory(model: &Compiled) -> Result<(), Error> {
-    let need = cpu_run_bytes(model);
-    let Some((avail, what)) = host_memory_available() else {
-        return Ok(());
-    };
-    if need > avail {
-        let h = graphc_compiler::plan::report::human_bytes;
-        let p = &model.plan;
-        return Err(Error::HostMemory(format!(
-            "the CPU executor needs {} (arena {}, inputs {}, outputs {}) but {} is available ({what})",
-            h(need),
+    let h = graphc_compiler::plan::report::human_bytes;
+    let p = &model.plan;
+    check_host_bytes(
+        cpu_run_bytes(model),
+        &format!(
+            "the CPU executor (arena {}, inputs {}, outputs {})",
             h(p.arena_bytes),
             h(p.inputs_bytes),
-            h(p.outputs_bytes),
-            h(avail)
-        )));
-    }
-    Ok(())
+            h(p.outputs_bytes)
+        ),
+    )
 }
 
-/// [`Error::HostMemory`] when `need` bytes (for `what`) are more than this host can
-/// give: checked before they are allocated, not left to the allocator (which may hand
-/// out address space it cannot back, and the writes then fail far from here).
+/// [`Error::HostMemory`] when `what` needs `need` bytes and this host cannot give them
+/// (more than `MemAvailable`, or than the address-space limit leaves): checked before
+/// they are allocated, not left to the allocator (which may hand out address space it
+/// cannot back, and the writes then fail far from here).
 pub fn check_host_bytes(need: u64, what: &str) -> Result<(), Error> {
     match host_memory_available() {
         Some((avail, limit)) if need > avail => {
             let h = graphc_compiler::plan::report::human_bytes;
             Err(Error::HostMemory(format!(
-                "{what} need {} but {} is available ({limit})",
+                "{what} needs {} but {} is available ({limit})",
                 h(need),
                 h(avail)
             )))

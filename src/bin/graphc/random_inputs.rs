@@ -32,7 +32,7 @@ pub fn run(args: RandomInputsArgs) -> Result<()> {
         &args.model.rerun(&args.budget),
         graphc_compiler::plan::Device::Cpu,
     )?;
-    graphc::check_host_bytes(compiled.plan.inputs_bytes, "the inputs")?;
+    graphc::check_host_bytes(compiled.plan.inputs_bytes, "making the inputs")?;
     let arrays = graphc::try_random_input_list(&graph, args.seed)?;
     graphc::npz::write_npz(&args.output, &arrays).with_context(|| "writing random inputs")?;
     println!("wrote    {} ({} arrays)", args.output.display(), arrays.len());
