@@ -185,6 +185,85 @@ def build_vit(gen, attn="eager"):
     return cfg, model, inputs, ["last_hidden_state"]
 
 
+class Cfg(dict):
+    """A plain config for the non-transformers models (the meta's `config`)."""
+
+    def to_diff_dict(self):
+        return dict(self)
+
+
+class Images(torch.nn.Module):
+    """An image classifier: pixel_values -> logits."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, pixel_values):
+        return self.m(pixel_values)
+
+
+class SmallCnn(torch.nn.Module):
+    """Every CNN piece graphc lowers, small: conv + BatchNorm + ReLU, a strided and a
+    dilated conv, a residual block, a depthwise conv with ReLU6, max pooling with
+    ceil_mode, average pooling (count_include_pad both ways), a 1-D conv, global
+    average pooling and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.down = nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+        self.res = nn.Sequential(
+            nn.Conv2d(16, 16, 3, padding=2, dilation=2, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16),
+        )
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.ReLU6(), nn.Hardswish())
+        self.grouped = nn.Conv2d(16, 24, 3, padding=1, groups=4)
+        self.maxpool = nn.MaxPool2d(3, stride=2, ceil_mode=True)
+        self.avg_in = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=True)
+        self.avg_ex = nn.AvgPool2d(2, stride=1, padding=1, count_include_pad=False)
+        self.conv1d = nn.Conv1d(24, 8, 3, padding=1)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = self.down(x)
+        x = torch.relu(x + self.res(x))
+        x = self.dw(x)
+        x = self.grouped(x)
+        x = self.maxpool(x)
+        x = self.avg_in(x) + self.avg_ex(x)[:, :, 1:, 1:]
+        b, c, h, w = x.shape
+        x = self.conv1d(x.reshape(b, c, h * w))
+        return self.head(x.mean(dim=2))
+
+
+def build_cnn(gen, size=32, batch=BATCH):
+    model = Images(SmallCnn())
+    # BatchNorm statistics that are not the identity.
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+    pixels = torch.randn(batch, 3, size, size, generator=gen, dtype=torch.float32)
+    return Cfg(image_size=size), model, {"pixel_values": pixels}, ["logits"]
+
+
+def build_torchvision(name, gen, size=64, batch=BATCH):
+    import torchvision
+
+    model = Images(getattr(torchvision.models, name)(weights=None))
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+    pixels = torch.randn(batch, 3, size, size, generator=gen, dtype=torch.float32)
+    return Cfg(torchvision_model=name, image_size=size), model, {"pixel_values": pixels}, ["logits"]
+
+
 INPUT_NOTES = {
     "gpt2": f"input_ids ~ randint(0, 128, [{BATCH}, {SEQ}]), generator seed {SEED}",
     "bert": f"input_ids ~ randint(0, 128, [{BATCH}, {SEQ}]), generator seed {SEED}; "
@@ -207,6 +286,10 @@ for _n in ("bert", "llama", "vit"):
     INPUT_NOTES[f"{_n}_dynamic_sdpa"] = INPUT_NOTES[f"{_n}_sdpa"]
 INPUT_NOTES["gpt2_48"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
 INPUT_NOTES["gpt2_medium_sdpa"] = INPUT_NOTES["gpt2_medium"] = f"input_ids ~ randint(0, 50257, [{BATCH}, {SEQ}]), generator seed {SEED}"
+INPUT_NOTES["cnn"] = f"pixel_values ~ randn([{BATCH}, 3, 32, 32]), generator seed {SEED} (after the BatchNorm statistics)"
+INPUT_NOTES["resnet50_train"] = f"pixel_values ~ randn([{BATCH}, 3, 224, 224]), generator seed {SEED} (after the BatchNorm statistics)"
+for _n in ("resnet50", "mobilenet_v2", "squeezenet1_1"):
+    INPUT_NOTES[_n] = f"pixel_values ~ randn([{BATCH}, 3, 64, 64]), generator seed {SEED} (after the BatchNorm statistics)"
 INPUT_NOTES["llama_1b"] = f"input_ids ~ randint(0, 32000, [{BATCH}, {SEQ}]), generator seed {SEED}"
 
 MODELS = {
@@ -244,11 +327,27 @@ MODELS = {
     "llama_dynamic_sdpa": functools.partial(build_llama, attn="sdpa"),
     "vit_dynamic": build_vit,
     "vit_dynamic_sdpa": functools.partial(build_vit, attn="sdpa"),
+    # Convolutional networks (random weights, BatchNorm statistics drawn; dynamic batch):
+    # a small one with every piece, and torchvision's (on demand).
+    "cnn": build_cnn,
+    "resnet50": functools.partial(build_torchvision, "resnet50"),
+    "mobilenet_v2": functools.partial(build_torchvision, "mobilenet_v2"),
+    "squeezenet1_1": functools.partial(build_torchvision, "squeezenet1_1"),
+    # ResNet-50 at 224 x 224 with its BatchNorms kept (exported unoptimized), for
+    # training steps (`graphc plan --train`, `graphc fit --train`).
+    "resnet50_train": functools.partial(build_torchvision, "resnet50", size=224),
 }
 
 # Exported only when named (big weights; export them into an ignored folder such as
 # target/models: `python scripts/export_models.py --out target/models gpt2_medium`).
-ON_DEMAND = {"gpt2_medium", "gpt2_48", "llama_1b", "gpt2_medium_sdpa"}
+ON_DEMAND = {
+    "gpt2_medium", "gpt2_48", "llama_1b", "gpt2_medium_sdpa", "resnet50", "mobilenet_v2", "squeezenet1_1",
+    "resnet50_train",
+}
+
+# Exported without torch.onnx's graph optimization (which folds BatchNorm into the
+# convolutions: right for inference, but a training step needs the BatchNorms).
+UNOPTIMIZED = {"resnet50_train"}
 
 # Per model, the opset to export at (the exporter's default, 20, otherwise).
 OPSET = {"llama_sdpa_opset23": 23, "bert_sdpa_opset23": 23, "gpt2_dynamic_sdpa_opset23": 23}
@@ -281,6 +380,11 @@ DYNAMIC = {
     "gpt2_medium_sdpa": _batch_seq("input_ids", seq_max=1024),
     "gpt2_48": _batch_seq("input_ids", seq_max=1024),
     "llama_1b": _batch_seq("input_ids", seq_max=2048),
+    "cnn": _batch_seq("pixel_values", seq_max=None),
+    "resnet50": _batch_seq("pixel_values", seq_max=None),
+    "mobilenet_v2": _batch_seq("pixel_values", seq_max=None),
+    "squeezenet1_1": _batch_seq("pixel_values", seq_max=None),
+    "resnet50_train": _batch_seq("pixel_values", seq_max=None),
 }
 
 
@@ -371,6 +475,7 @@ def export_one(name, out_root):
             input_names=list(inputs),
             output_names=output_names,
             dynamic_shapes=DYNAMIC[name]() if name in DYNAMIC else None,
+            optimize=name not in UNOPTIMIZED,
             **({"opset_version": OPSET[name]} if name in OPSET else {}),
         )
     del program

@@ -68,6 +68,31 @@ class Mlp(torch.nn.Module):
         return self.fc1(F.gelu(self.fc0(x)))
 
 
+class Cnn(torch.nn.Module):
+    """A small CNN with BatchNorm: conv-BN-ReLU, a strided conv-BN, a residual block, max
+    and average pooling, global average pooling and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.c0 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.b0 = nn.BatchNorm2d(8)
+        self.c1 = nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False)
+        self.b2 = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(2)
+        self.avg = nn.AvgPool2d(3, stride=1, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.relu(self.b0(self.c0(x)))
+        x = F.relu(self.b1(self.c1(x)))
+        x = F.relu(x + self.b2(self.c2(x)))
+        x = self.avg(self.pool(x))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
 def perturb(model, seed):
     """Every parameter distinct (HF init leaves norm scales at 1, biases at 0)."""
     g = torch.Generator().manual_seed(seed)
@@ -84,6 +109,18 @@ def mlp(g):
     model = Mlp()
     x = torch.randn(4, 16, generator=g)
     y = torch.randn(4, 8, generator=g)
+    return model, {"x": x}, ("y", y), dict(loss="mse", shift=False)
+
+
+def cnn(g):
+    model = Cnn()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    x = torch.randn(4, 3, 12, 12, generator=g)
+    y = torch.randn(4, 5, generator=g)
     return model, {"x": x}, ("y", y), dict(loss="mse", shift=False)
 
 
@@ -125,6 +162,7 @@ def llama(g):
 
 MODELS = {
     "mlp": mlp,
+    "cnn": cnn,
     "gpt2": gpt2,
     "gpt2_sdpa": lambda g: gpt2(g, "sdpa"),
     "bert": bert,
@@ -207,6 +245,10 @@ def one(name, root):
                 arrays["grad." + i] = gr.astype(np.float32)
         for init_name, n in names.items():
             arrays[init_name] = params[n].detach().numpy().astype(np.float32)
+        # BatchNorm's running statistics after the steps (buffers, by module path).
+        for n, buf in m.named_buffers():
+            if n.endswith("running_mean") or n.endswith("running_var"):
+                arrays["running." + n] = buf.detach().numpy().astype(np.float32)
         np.savez(out / f"{oname}.npz", **arrays)
         meta[f"{oname}_losses"] = losses
     meta["amp"] = mixed_precision(model, inputs, target, how, names, out)

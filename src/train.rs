@@ -192,7 +192,8 @@ pub fn step_once<R: StepRunner>(
     })
 }
 
-/// The trainable parameters of a session's state, by model name, in state order
+/// The trainable parameters and the running statistics (batch norm) of a session's
+/// state, by model name, in state order
 /// (read back from the device when the session keeps the state there).
 pub fn parameters<R: StepRunner>(step: &Compiled, session: &mut Stateful<R>) -> Result<Vec<(String, Tensor)>, Error> {
     let Some(training) = &step.train else {
@@ -201,7 +202,9 @@ pub fn parameters<R: StepRunner>(step: &Compiled, session: &mut Stateful<R>) -> 
     let state = session.state().map_err(state_error)?;
     Ok(training
         .state
-        .parameters()
+        .slots
+        .iter()
+        .filter(|s| matches!(s.class, StateClass::Parameter | StateClass::Statistics))
         .filter_map(|s| state.get(&s.name).map(|t| (s.name.clone(), t.clone())))
         .collect())
 }

@@ -9,8 +9,12 @@ use graphc::ir::compare::{relative_l2, zip_outputs};
 use graphc::ir::interpret;
 
 fn check_fixture(name: &str) {
+    check_fixture_at(name, &[]);
+}
+
+fn check_fixture_at(name: &str, dims: &[(String, usize)]) {
     let dir = repo_path(&format!("tests/fixtures/onnx/{name}"));
-    let graph = graphc::load_model(&dir.join("model.onnx"), &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let graph = graphc::load_model(&dir.join("model.onnx"), dims).unwrap_or_else(|e| panic!("{name}: {e}"));
     let inputs = graphc::npz::read_inputs(&dir.join("inputs.npz"), &graph).unwrap();
     let expected = graphc::npz::read_arrays(&dir.join("outputs.npz")).unwrap();
     let compiled = graphc::compile(&graph).unwrap();
@@ -49,6 +53,21 @@ fn bert_matches_pytorch() {
 #[test]
 fn vit_matches_pytorch() {
     check_fixture("vit");
+}
+
+/// A small CNN (torch.onnx's default export, BatchNorm folded into the convolutions by
+/// the exporter): every convolution is one kernel with its bias, activation and
+/// residual add.
+#[test]
+fn cnn_matches_pytorch_with_one_kernel_per_convolution() {
+    let dims = [("batch".to_string(), 2)];
+    check_fixture_at("cnn", &dims);
+    let graph = graphc::load_model(&repo_path("tests/fixtures/onnx/cnn/model.onnx"), &dims).unwrap();
+    let compiled = graphc::compile(&graph).unwrap();
+    let kinds: Vec<&str> = compiled.program.kernels.iter().map(|k| k.kind_name()).collect();
+    // 7 convolutions (one a 1x1 as a GEMM), 3 pools, the pools' sum, the mean, the head.
+    assert_eq!(kinds.iter().filter(|k| **k == "conv").count(), 6, "{kinds:?}");
+    assert_eq!(kinds.len(), 13, "{kinds:?}");
 }
 
 #[test]

@@ -197,6 +197,17 @@ fn front(graph: &Graph, opts: &CompileOptions) -> Result<(Back, Graph), CompileE
         }
         None => (graph.clone(), None),
     };
+    // Batch normalization: batch statistics in a training step (its running
+    // statistics state), a per-channel affine map otherwise.
+    let graph = match (&mut training, crate::passes::batch_norm::has_batch_norm(&graph)) {
+        (_, false) => Ok(graph),
+        (Some(t), true) => crate::passes::batch_norm::lower_for_training(&graph, &mut t.state),
+        (None, true) => crate::passes::batch_norm::lower_for_inference(&graph),
+    }
+    .map_err(|error| CompileError::Pass {
+        pass: "batch_norm",
+        error,
+    })?;
     let (graph, dce) = run_dce(&graph, opts)?;
     passes.push(dce);
     // The optimizer runs on the model as written (recognizing attention and GELU in

@@ -110,6 +110,12 @@ impl GraphBuilder {
     }
 
     /// Add a node; on a type error, record it and return a stand-in so building goes on.
+    /// Any op of the given operands (its type inferred; an error is recorded).
+    pub fn add_op<'b>(&'b self, op: Op, operands: &[Value<'b>]) -> Value<'b> {
+        let ids: Vec<NodeId> = operands.iter().map(|v| v.id).collect();
+        self.add(op, &ids)
+    }
+
     fn add(&self, op: Op, inputs: &[NodeId]) -> Value<'_> {
         let mut st = self.state.borrow_mut();
         let name = (!st.scope.is_empty()).then(|| format!("{}/{}", st.scope.join("/"), op.name()));
@@ -515,6 +521,74 @@ impl<'b> Value<'b> {
         let rank = (self.rank() + 1).saturating_sub(indices.rank());
         let axis = self.b.axis(axis, rank);
         self.b.add(Op::ScatterAdd { axis, size }, &[self.id, indices.id])
+    }
+
+    /// Convolution ([`Op::Conv`]) of `self` `[n, c, spatial..]` by `w`.
+    pub fn conv(self, w: Value<'b>, window: crate::Window, groups: usize) -> Value<'b> {
+        self.b.add(Op::Conv { window, groups }, &[self.id, w.id])
+    }
+
+    /// A gradient of a convolution ([`Op::ConvGrad`]): `self` is `dy` (of the input)
+    /// or `x` (of the weights), `other` the weights or `dy`; `shape` the gradient's.
+    pub fn conv_grad(
+        self,
+        other: Value<'b>,
+        wrt: crate::ConvOperand,
+        window: crate::Window,
+        groups: usize,
+        shape: &[usize],
+    ) -> Value<'b> {
+        let op = Op::ConvGrad {
+            wrt,
+            window,
+            groups,
+            shape: Shape::new(shape.to_vec()),
+        };
+        self.b.add(op, &[self.id, other.id])
+    }
+
+    /// The gradient of a pooling ([`Op::PoolGrad`]) of `self` (its input) given `dy`.
+    pub fn pool_grad(self, dy: Value<'b>, pool: &Op) -> Value<'b> {
+        match pool {
+            Op::Pool {
+                op,
+                kernel,
+                window,
+                ceil_mode,
+                count_include_pad,
+            } => {
+                let op = Op::PoolGrad {
+                    op: *op,
+                    kernel: kernel.clone(),
+                    window: window.clone(),
+                    ceil_mode: *ceil_mode,
+                    count_include_pad: *count_include_pad,
+                };
+                self.b.add(op, &[self.id, dy.id])
+            }
+            other => self
+                .b
+                .fail_new(&format!("pool_grad of a {}, not a pooling", other.name())),
+        }
+    }
+
+    /// Pooling ([`Op::Pool`]) of `self` `[n, c, spatial..]` over windows of `kernel`.
+    pub fn pool(
+        self,
+        op: crate::PoolOp,
+        kernel: &[usize],
+        window: crate::Window,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    ) -> Value<'b> {
+        let op = Op::Pool {
+            op,
+            kernel: kernel.to_vec(),
+            window,
+            ceil_mode,
+            count_include_pad,
+        };
+        self.b.add(op, &[self.id])
     }
 
     pub fn pad(self, pads: &[(i64, i64)], mode: PadMode, value: f64) -> Value<'b> {

@@ -218,7 +218,110 @@ fn infer_unchecked(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> 
             let [q, scales] = operands(op, args)?;
             infer_dequantize(*bits, *group, q, scales)
         }
+        Op::BatchNorm { .. } => infer_batch_norm(args),
+        Op::Conv { window, groups } => {
+            let [x, w] = operands(op, args)?;
+            float_pair("conv", x, w)?;
+            let g = crate::ConvGeom::new(window, *groups, x.shape.dims(), w.shape.dims())?;
+            Ok(TensorType::new(x.dtype, g.out_dims()))
+        }
+        Op::ConvGrad {
+            wrt,
+            window,
+            groups,
+            shape,
+        } => {
+            let [a, b] = operands(op, args)?;
+            float_pair("conv_grad", a, b)?;
+            let (x, w, dy) = match wrt {
+                crate::ConvOperand::Input => (shape.dims(), b.shape.dims(), a),
+                crate::ConvOperand::Weight => (a.shape.dims(), shape.dims(), b),
+            };
+            let g = crate::ConvGeom::new(window, *groups, x, w)?;
+            if dy.shape.dims() != g.out_dims().as_slice() {
+                return Err(format!(
+                    "conv_grad of the {}: the output gradient must be {:?}, got {}",
+                    wrt.name(),
+                    g.out_dims(),
+                    dy.shape
+                ));
+            }
+            Ok(TensorType::new(a.dtype, shape.clone()))
+        }
+        Op::Pool {
+            kernel,
+            window,
+            ceil_mode,
+            ..
+        } => {
+            let [x] = operands(op, args)?;
+            Ok(TensorType::new(
+                x.dtype,
+                pool_dims(op.name(), x, kernel, window, *ceil_mode)?,
+            ))
+        }
+        Op::PoolGrad {
+            kernel,
+            window,
+            ceil_mode,
+            ..
+        } => {
+            let [x, dy] = operands(op, args)?;
+            let out = pool_dims(op.name(), x, kernel, window, *ceil_mode)?;
+            if dy.dtype != x.dtype || dy.shape.dims() != out.as_slice() {
+                return Err(format!(
+                    "{} needs an output gradient {} {out:?}, got {dy}",
+                    op.name(),
+                    x.dtype
+                ));
+            }
+            Ok(x.clone())
+        }
     }
+}
+
+/// [`Op::BatchNorm`]: `x` `[n, c, ..]` and four `[c]` of its float dtype.
+fn infer_batch_norm(args: &[&TensorType]) -> Result<TensorType, String> {
+    let [x, rest @ ..] = args else {
+        return Err("batch_norm takes 5 operands".into());
+    };
+    let c = match x.shape.dims() {
+        [_, c, ..] if x.dtype.is_float() => *c,
+        _ => return Err(format!("batch_norm needs a float [N, C, ..], got {x}")),
+    };
+    let per = TensorType::new(x.dtype, vec![c]);
+    if let Some(bad) = rest.iter().find(|t| ***t != per) {
+        return Err(format!("batch_norm scale, bias, mean and var must be {per}, got {bad}"));
+    }
+    Ok((*x).clone())
+}
+
+/// Two float operands of one dtype (a convolution's).
+fn float_pair(name: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
+    if !a.dtype.is_float() || a.dtype != b.dtype {
+        return Err(format!("{name} needs float operands of one dtype, got {a} and {b}"));
+    }
+    Ok(())
+}
+
+/// The output dims of a pooling of `x` `[n, c, spatial..]`.
+fn pool_dims(
+    name: &str,
+    x: &TensorType,
+    kernel: &[usize],
+    window: &crate::Window,
+    ceil_mode: bool,
+) -> Result<Vec<usize>, String> {
+    let [n, c, spatial @ ..] = x.shape.dims() else {
+        return Err(format!("{name} needs [N, C, spatial..], got {x}"));
+    };
+    if !x.dtype.is_float() || spatial.is_empty() || spatial.len() > 3 {
+        return Err(format!(
+            "{name} needs a float [N, C, spatial..] with 1 to 3 spatial axes, got {x}"
+        ));
+    }
+    let axes = window.axes(spatial, kernel, ceil_mode)?;
+    Ok([*n, *c].into_iter().chain(axes.iter().map(|a| a.out)).collect())
 }
 
 /// The type of attention's row statistics (log-sum-exp, `delta`): f64 for f64

@@ -66,6 +66,7 @@ pub mod tensor;
 pub mod text;
 pub mod verify;
 pub mod weights;
+pub mod window;
 pub mod work;
 
 pub use builder::{GraphBuilder, IntoValue, Value};
@@ -79,3 +80,4 @@ pub use shape::{Shape, TensorType};
 pub use tensor::{MappedFile, Tensor, TensorData};
 pub use text::{parse, parse_module, print, print_with_weights, ParseError};
 pub use weights::{load_gir, load_safetensors, save_gir, save_safetensors, LoadError, WeightsError};
+pub use window::{ConvGeom, ConvOperand, PoolOp, Window};

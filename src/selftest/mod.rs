@@ -23,6 +23,7 @@ use crate::Compiled;
 
 mod attention;
 mod backward;
+mod conv;
 
 /// One self-test: a graph and its inputs.
 pub struct Case {
@@ -524,6 +525,7 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         let s: Value = q.matmul(kk.transpose(&[0, 1, 3, 2])) * 0.25;
         b.output("o", softmax(s, -1).matmul(v));
     })?;
+    conv::cases(c)?;
     attention::cases(c)
 }
 
@@ -668,7 +670,7 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
                     Tensor::new(slot.init.ty().shape, TensorData::from_f64(slot.init.ty().dtype, &v))
                         .map_err(|e| e.to_string())
                 }
-                StateClass::Parameter | StateClass::LossScale => slot.init.tensor(),
+                StateClass::Parameter | StateClass::LossScale | StateClass::Statistics => slot.init.tensor(),
             }
             .map_err(|e| GraphError::Graph(format!("training step {label}: state {}: {e}", slot.name)))?;
             inputs.insert(slot.name.clone(), t);

@@ -98,6 +98,9 @@ pub fn fixtures() -> Vec<(&'static str, Vec<(String, usize)>)> {
             "llama_dynamic_sdpa",
             vec![("batch".to_string(), 2), ("seq".to_string(), 12)],
         ),
+        // A small CNN: convolutions (strided, dilated, grouped, depthwise, 1-D) with
+        // their epilogues, pooling (max with ceil mode, both averages).
+        ("cnn", vec![("batch".to_string(), 2)]),
     ]
 }
 

@@ -31,6 +31,7 @@
 //! Sources never mention buffer ids (parameters are positional), for the same reason.
 
 mod attention;
+mod conv;
 mod cuda;
 mod elementwise;
 mod layout;
@@ -203,6 +204,7 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         KernelKind::MatMul(mm) => matmul::generate(&cx, mm)?,
         KernelKind::Op(o) => op_kernels::generate(&cx, &o.op, &o.inputs, o.output)?,
         KernelKind::MultiTensor(m) => elementwise::generate_multi(&cx, &m.parts)?,
+        KernelKind::Conv(c) => conv::generate(&cx, c)?,
     };
     out.name = name;
     Ok(out)

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::kernel::{Access, BufferId};
 
+mod conv;
 mod scatter;
 
 /// Matmul tile edge of the simple tiled kernel.
@@ -107,6 +108,18 @@ pub(crate) fn generate(
         Op::MatMul => {
             arity(2)?;
             g.matmul()?
+        }
+        Op::Conv { .. } | Op::ConvGrad { .. } => {
+            arity(2)?;
+            g.elementwise(|w, h, ix| g.conv(w, h, ix, op))?
+        }
+        Op::Pool { .. } => {
+            arity(1)?;
+            g.elementwise(|w, h, ix| g.pool(w, h, ix, op))?
+        }
+        Op::PoolGrad { .. } => {
+            arity(2)?;
+            g.elementwise(|w, h, ix| g.pool(w, h, ix, op))?
         }
         Op::Attention {
             scale,

@@ -11,8 +11,8 @@ use super::group::{row_shapes, Groups, Level, Space};
 use super::layout::Layout;
 use super::nodes::{matmul_operand_strides, FKind, FNode, Nodes, Operand};
 use crate::kernel::{
-    contiguous_strides, Access, Body, BufferId, BufferKind, ElementwiseKernel, Expr, ExprId, InputId, Kernel,
-    KernelKind, MatMulKernel, OpKernel, Program, QuantB, RowKernel, Stage, StageId, Store,
+    contiguous_strides, Access, Body, BufferId, BufferKind, ConvKernel, ElementwiseKernel, Expr, ExprId, InputId,
+    Kernel, KernelKind, MatMulKernel, OpKernel, Program, QuantB, RowKernel, Stage, StageId, Store,
 };
 
 pub fn emit(graph: &Graph, nodes: &Nodes, groups: &mut Groups) -> Program {
@@ -277,7 +277,7 @@ impl Emitter<'_> {
                     stage_ops.push(op.name().trim_start_matches("reduce_"));
                     body.push(Expr::Stage(StageId((stages.len() - 1) as u32)), dt)
                 }
-                FKind::MatMul => {
+                FKind::MatMul | FKind::Conv { .. } => {
                     mm = Some(m);
                     body.push(Expr::Acc, dt)
                 }
@@ -445,6 +445,28 @@ impl Emitter<'_> {
                         stores,
                         quant,
                         bias_grad: None,
+                    }),
+                )
+            }
+            Space::Conv(_) => {
+                let m = mm.expect("a convolution group holds its convolution");
+                let node = &self.nodes[m];
+                let FKind::Conv { window, groups } = &node.kind else {
+                    unreachable!("a convolution group's accumulator is a convolution")
+                };
+                let (xo, wo) = (&node.operands[0], &node.operands[1]);
+                (
+                    "conv".to_string(),
+                    KernelKind::Conv(ConvKernel {
+                        window: window.clone(),
+                        groups: *groups,
+                        x: self.access(xo, xo.layout.strides.clone()),
+                        x_dims: xo.dims.clone(),
+                        w: self.access(wo, wo.layout.strides.clone()),
+                        w_dims: wo.dims.clone(),
+                        inputs,
+                        body,
+                        stores,
                     }),
                 )
             }

@@ -37,6 +37,8 @@ pub enum Space {
     Row(Vec<usize>, Vec<usize>),
     /// A matmul and its epilogue over the output shape.
     MatMul(Vec<usize>),
+    /// A convolution and its epilogue over the output shape.
+    Conv(Vec<usize>),
     /// Not fusable.
     Single,
 }
@@ -49,6 +51,7 @@ impl Space {
             }
             FKind::Reduce { axes, .. } => Space::Row(n.operands[0].dims.clone(), axes.clone()),
             FKind::MatMul => Space::MatMul(n.dims().to_vec()),
+            FKind::Conv { .. } => Space::Conv(n.dims().to_vec()),
             _ => Space::Single,
         }
     }
@@ -287,7 +290,8 @@ impl Groups {
     /// Whether merging along `p -> c` would add to a matmul group.
     fn touches_matmul(&self, p: usize, c: usize) -> bool {
         let (gp, gc) = (self.find_const(p), self.find_const(c));
-        gp != gc && (matches!(self.space[gp], Space::MatMul(_)) || matches!(self.space[gc], Space::MatMul(_)))
+        let big = |s: &Space| matches!(s, Space::MatMul(_) | Space::Conv(_));
+        gp != gc && (big(&self.space[gp]) || big(&self.space[gc]))
     }
 
     fn try_merge(&mut self, nodes: &[FNode], p: usize, c: usize) -> bool {
@@ -412,6 +416,15 @@ impl Groups {
                 ))
             }
             (Row(f1, a1), Row(f2, a2)) if f1 == f2 && a1 == a2 => Some((sa.clone(), vec![])),
+            (Conv(x), Elementwise(y)) | (Elementwise(y), Conv(x)) if x == y => {
+                let conv = if matches!(sa, Conv(_)) { a } else { b };
+                // An epilogue reads no index or gather (the convolution kernel's body
+                // has the output's coordinates, but keep it to plain elementwise work).
+                let plain = self.members[if conv == a { b } else { a }]
+                    .iter()
+                    .all(|&m| matches!(nodes[m].kind, FKind::Ew(_) | FKind::Copy));
+                plain.then(|| (self.space[conv].clone(), vec![]))
+            }
             (MatMul(x), Elementwise(y)) | (Elementwise(y), MatMul(x)) if x == y => {
                 let mm = if matches!(sa, MatMul(_)) { a } else { b };
                 Some((self.space[mm].clone(), vec![]))
@@ -565,7 +578,7 @@ impl Chain {
 /// `lp`) inside one kernel of space `space`.
 fn edge_ok(space: &Space, nodes: &[FNode], o: &Operand, c: &FNode, lp: Level, lc: Level) -> bool {
     match &c.kind {
-        FKind::MatMul | FKind::Single(_) | FKind::Gather { .. } => false,
+        FKind::MatMul | FKind::Conv { .. } | FKind::Single(_) | FKind::Gather { .. } => false,
         FKind::Reduce { .. } => lp == Level::Full && o.layout.is_contiguous(&o.dims),
         _ => match (lp, lc) {
             (Level::Full, Level::Full) => {

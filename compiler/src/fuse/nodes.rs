@@ -32,6 +32,11 @@ pub enum FKind {
         axes: Vec<usize>,
     },
     MatMul,
+    /// A convolution ([`Op::Conv`]), which takes elementwise epilogues as a matmul does.
+    Conv {
+        window: graphc_ir::Window,
+        groups: usize,
+    },
     /// A weight-only quantized weight `[n, k]` ([`Op::Dequantize`] of a packed weight
     /// and its scales, operands 0 and 1), read only transposed as matmuls' right
     /// operands, which dequantize it as they read it: memory, not computed.
@@ -287,6 +292,13 @@ impl Nodes {
                     let ops = b.gemm_operands(operands, &dims[..dims.len() - 2], &view_name);
                     b.push(mk(FKind::MatMul, ops))
                 }
+                Op::Conv { window, groups } if !operands.iter().any(|o| b.is_scalar(o.root)) => b.push(mk(
+                    FKind::Conv {
+                        window: window.clone(),
+                        groups: *groups,
+                    },
+                    operands,
+                )),
                 op => b.push(mk(FKind::Single(op.clone()), operands)),
             };
             b.value_of[id.index()] = Some(Operand {

@@ -17,7 +17,7 @@ pub mod verify;
 
 use serde::{Deserialize, Serialize};
 
-use graphc_ir::{BinaryOp, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp};
+use graphc_ir::{BinaryOp, ConvGeom, DType, Op, ReduceOp, Tensor, TensorType, UnaryOp, Window};
 
 pub use print::{annotate_ir, print_program};
 pub use verify::{describe_buffer, verify, verify_kernel, KernelVerifyError};
@@ -349,6 +349,44 @@ pub struct OpKernel {
     pub output: BufferId,
 }
 
+/// A convolution ([`Op::Conv`] of `x` by `w`, read through their accesses of ranks
+/// `x_dims.len()` and `w_dims.len()`), then `body` per output element (space
+/// [`ConvKernel::space`], `[n, o, out..]`, using [`Expr::Acc`] for the convolution's
+/// value and loads of `inputs`), stored by `stores`: the bias, activation and residual
+/// add of a CNN block in one kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConvKernel {
+    pub window: Window,
+    pub groups: usize,
+    pub x: Access,
+    pub x_dims: Vec<usize>,
+    pub w: Access,
+    pub w_dims: Vec<usize>,
+    pub inputs: Vec<Access>,
+    pub body: Body,
+    pub stores: Vec<Store>,
+}
+
+impl ConvKernel {
+    /// The convolution's geometry (an error for a malformed kernel).
+    pub fn geom(&self) -> Result<ConvGeom, String> {
+        ConvGeom::new(&self.window, self.groups, &self.x_dims, &self.w_dims)
+    }
+
+    /// The output space `[n, o, out..]` (empty for a malformed kernel).
+    pub fn space(&self) -> Vec<usize> {
+        self.geom().map(|g| g.out_dims()).unwrap_or_default()
+    }
+
+    /// The convolution as the IR op.
+    pub fn op(&self) -> Op {
+        Op::Conv {
+            window: self.window.clone(),
+            groups: self.groups,
+        }
+    }
+}
+
 /// What a kernel computes. (The JSON form is externally tagged:
 /// `{"elementwise": {"space": .., ..}}`.)
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -359,6 +397,7 @@ pub enum KernelKind {
     MatMul(MatMulKernel),
     Op(OpKernel),
     MultiTensor(MultiTensorKernel),
+    Conv(ConvKernel),
 }
 
 /// One kernel: what it computes, plus which IR nodes it came from (for reports).
@@ -386,6 +425,10 @@ impl Kernel {
                 .collect(),
             KernelKind::Op(OpKernel { inputs, .. }) => inputs.iter().map(|(a, _)| a.buffer).collect(),
             KernelKind::MultiTensor(m) => m.parts.iter().flat_map(|p| p.inputs.iter().map(|a| a.buffer)).collect(),
+            KernelKind::Conv(c) => [c.x.buffer, c.w.buffer]
+                .into_iter()
+                .chain(c.inputs.iter().map(|a| a.buffer))
+                .collect(),
         };
         v.sort();
         v.dedup();
@@ -407,6 +450,7 @@ impl Kernel {
                 row_stores.iter().chain(stores).map(|s| s.access.buffer).collect()
             }
             KernelKind::Op(OpKernel { output, .. }) => vec![*output],
+            KernelKind::Conv(c) => c.stores.iter().map(|s| s.access.buffer).collect(),
             KernelKind::MultiTensor(m) => m
                 .parts
                 .iter()
@@ -423,6 +467,7 @@ impl Kernel {
             KernelKind::MatMul(_) => "matmul",
             KernelKind::Op(o) => o.op.name(),
             KernelKind::MultiTensor(_) => "multi_tensor",
+            KernelKind::Conv(_) => "conv",
         }
     }
 }
@@ -488,6 +533,12 @@ impl Program {
                 reads.extend(mm.inputs.iter().map(|x| (x, dims(mm.m, mm.n))));
             }
             KernelKind::Op(o) => reads.extend(o.inputs.iter().map(|(a, t)| (a, t.shape.dims().to_vec()))),
+            KernelKind::Conv(c) => {
+                reads.push((&c.x, c.x_dims.clone()));
+                reads.push((&c.w, c.w_dims.clone()));
+                let space = c.space();
+                reads.extend(c.inputs.iter().map(|a| (a, space.clone())));
+            }
             KernelKind::MultiTensor(m) => {
                 for p in &m.parts {
                     reads.extend(p.inputs.iter().map(|a| (a, p.space.clone())));

@@ -115,6 +115,16 @@ pub fn print_program(p: &Program) -> String {
                 }
                 let _ = writeln!(s, "    out = b{}", output.0);
             }
+            KernelKind::Conv(c) => {
+                let _ = writeln!(s, " {:?} groups {} nodes [{}]", c.space(), c.groups, nodes.join(" "));
+                let attrs = serde_json::to_string(&c.window).unwrap_or_default();
+                let _ = writeln!(s, "    window {attrs}");
+                let _ = writeln!(s, "    x = {} over {:?}", access(&c.x), c.x_dims);
+                let _ = writeln!(s, "    w = {} over {:?}", access(&c.w), c.w_dims);
+                print_inputs(&mut s, &c.inputs);
+                print_body(&mut s, &c.body);
+                print_stores(&mut s, "store", &c.stores);
+            }
             KernelKind::MultiTensor(m) => {
                 let _ = writeln!(s, " {} parts nodes [{}]", m.parts.len(), nodes.join(" "));
                 for (i, part) in m.parts.iter().enumerate() {

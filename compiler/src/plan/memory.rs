@@ -725,6 +725,12 @@ fn view_reads(program: &Program, kernel: &crate::kernel::Kernel) -> usize {
                 + mm.inputs.iter().filter(|a| !plain(a, &dims(mm.m, mm.n))).count()
         }
         KernelKind::Op(o) => o.inputs.iter().filter(|(a, t)| !plain(a, t.shape.dims())).count(),
+        KernelKind::Conv(c) => {
+            let space = c.space();
+            usize::from(!plain(&c.x, &c.x_dims))
+                + usize::from(!plain(&c.w, &c.w_dims))
+                + c.inputs.iter().filter(|a| !plain(a, &space)).count()
+        }
         KernelKind::MultiTensor(m) => m
             .parts
             .iter()

@@ -91,6 +91,9 @@ pub enum StateClass {
     LossScale,
     /// Gradient accumulation's sums and microbatch counter ([`accumulate`]).
     Accumulator,
+    /// Batch normalization's running mean and variance, updated by the forward pass
+    /// (`crate::passes::batch_norm`).
+    Statistics,
 }
 
 impl StateClass {
@@ -101,6 +104,7 @@ impl StateClass {
             StateClass::Step => "step counter",
             StateClass::LossScale => "loss scale",
             StateClass::Accumulator => "accumulated gradients",
+            StateClass::Statistics => "running statistics",
         }
     }
 }
@@ -395,7 +399,7 @@ pub fn build_loss_in_parts(
         )));
     }
     let mut graph = forward.clone();
-    graph.set_outputs(Vec::new());
+    graph.set_outputs(statistics_outputs(forward, state));
     let b = GraphBuilder::from_graph(graph);
     let pred = b
         .value(pred)
@@ -435,7 +439,7 @@ pub fn build_backward(
         .ok_or_else(|| TrainError::Invalid("the graph has no loss output".into()))?
         .node;
     let mut graph = with_loss.clone();
-    graph.set_outputs(Vec::new());
+    graph.set_outputs(statistics_outputs(with_loss, state));
     let b = GraphBuilder::from_graph(graph);
     // Parameter inputs by name (the optimizer may have dropped one the loss no longer
     // reads: its gradient is then zero).
@@ -525,6 +529,17 @@ pub fn build_backward(
     graph.verify()?;
     report.step_nodes = graph.len();
     Ok(graph)
+}
+
+/// The outputs of `graph` that update running statistics (state the forward pass
+/// writes: `crate::passes::batch_norm`), kept through the loss and the backward.
+fn statistics_outputs(graph: &Graph, state: &State) -> Vec<graphc_ir::Output> {
+    graph
+        .outputs()
+        .iter()
+        .filter(|o| state.get(&o.name).is_some_and(|s| s.class == StateClass::Statistics))
+        .cloned()
+        .collect()
 }
 
 /// The name of the step's loss output.

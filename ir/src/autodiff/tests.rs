@@ -410,3 +410,42 @@ fn unreached_and_integer_values() {
     let err = gradients(&b, loss.id(), &[ids.id()]).unwrap_err();
     assert!(err.to_string().contains("only float values have gradients"), "{err}");
 }
+
+/// Convolution (data and weights) and pooling (max, both averages) against finite
+/// differences: strides, uneven pads, dilation, groups, 1-D, ceil mode.
+#[test]
+fn convolution_and_pooling() {
+    use crate::{PoolOp, Window};
+    let win = |s: &[usize], p: &[(usize, usize)], d: &[usize]| Window {
+        strides: s.to_vec(),
+        pads: p.to_vec(),
+        dilations: d.to_vec(),
+    };
+    check(
+        "conv 2-D, stride 2, dilation, 2 groups",
+        vec![inp("x", &[2, 4, 7, 6]), inp("w", &[6, 2, 3, 2])],
+        |_, x| x[0].conv(x[1], win(&[2, 1], &[(1, 0), (2, 1)], &[1, 2]), 2),
+    );
+    check(
+        "conv 1-D depthwise",
+        vec![inp("x", &[2, 3, 9]), inp("w", &[3, 1, 3])],
+        |_, x| x[0].conv(x[1], win(&[2], &[(1, 1)], &[1]), 3),
+    );
+    // Distinct values, so no two taps of a window tie for the maximum.
+    let n = 2 * 2 * 7 * 8;
+    let perm: Vec<f64> = (0..n).map(|i| ((i * 37) % n) as f64 / n as f64 - 0.5).collect();
+    for (name, op, ceil, count) in [
+        ("max pool 3x3 / 2, ceil", PoolOp::Max, true, false),
+        ("avg pool, the pad counted", PoolOp::Avg, true, true),
+        ("avg pool, the pad not counted", PoolOp::Avg, false, false),
+    ] {
+        let x = In {
+            name: "x",
+            dims: vec![2, 2, 7, 8],
+            values: Some(perm.clone()),
+        };
+        check(name, vec![x], |_, x| {
+            x[0].pool(op, &[3, 3], win(&[2, 2], &[(1, 1), (1, 0)], &[1, 1]), ceil, count)
+        });
+    }
+}

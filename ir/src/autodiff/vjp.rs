@@ -99,6 +99,21 @@ pub(super) fn vjp<'b>(
                 attention_fused(b, args, y, *scale, *causal, *zero_masked_rows, g, wanted)
             }
         }
+        (Op::Conv { window, groups }, [xv, w]) => {
+            let dx = want(0).then(|| {
+                g.conv_grad(
+                    *w,
+                    crate::ConvOperand::Input,
+                    window.clone(),
+                    *groups,
+                    xv.shape().dims(),
+                )
+            });
+            let dw =
+                want(1).then(|| xv.conv_grad(g, crate::ConvOperand::Weight, window.clone(), *groups, w.shape().dims()));
+            vec![dx, dw]
+        }
+        (Op::Pool { .. }, [xv]) => vec![Some(xv.pool_grad(g, op))],
         (Op::Dequantize { .. }, [_, _]) => {
             return Err("a dequantized weight (quantized weights are frozen)".into());
         }

@@ -10,6 +10,7 @@
 //! - Casts convert exactly once (no double rounding).
 
 pub mod attention;
+mod conv;
 mod convert;
 mod elementwise;
 mod layout;
@@ -224,6 +225,10 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType) -> Result<Tensor, Str
         (Op::AttentionLse { .. }, _) => attention::backward_op(args, None, attention_flags(op)?, ty)?,
         (Op::AttentionGrad { wrt, .. }, _) => attention::backward_op(args, Some(*wrt), attention_flags(op)?, ty)?,
         (Op::Dequantize { bits, group }, [q, s]) => crate::quant::dequantize(q, s, *bits, *group)?,
+        (Op::Conv { .. } | Op::ConvGrad { .. }, [a, b]) => conv::conv(op, a, b, ty)?,
+        (Op::Pool { .. }, [x]) => conv::pool(op, x, None, ty)?,
+        (Op::BatchNorm { epsilon, .. }, _) => conv::batch_norm(args, *epsilon, ty)?,
+        (Op::PoolGrad { .. }, [x, dy]) => conv::pool(op, x, Some(dy), ty)?,
         _ => return Err(format!("{} cannot take {} operand(s)", op.name(), args.len())),
     };
     if data.dtype() != ty.dtype {

@@ -157,6 +157,65 @@ impl Attrs<'_> {
                     zero_masked_rows: z,
                 }
             }
+            OpKind::BatchNorm => {
+                let e = attrs.required("epsilon")?;
+                let m = attrs.required("momentum")?;
+                Op::BatchNorm {
+                    epsilon: attrs.f64(&e, "epsilon")?,
+                    momentum: attrs.f64(&m, "momentum")?,
+                }
+            }
+            OpKind::Conv => {
+                let window = attrs.window()?;
+                let g = attrs.required("groups")?;
+                Op::Conv {
+                    window,
+                    groups: attrs.usize(&g, "groups")?,
+                }
+            }
+            OpKind::ConvGrad => {
+                let w = attrs.required("wrt")?;
+                let wrt = match &w.kind {
+                    ValKind::Ident(s) if s == "input" => crate::ConvOperand::Input,
+                    ValKind::Ident(s) if s == "weight" => crate::ConvOperand::Weight,
+                    _ => return Err(attrs.bad(&w, "wrt", "`input` or `weight`")),
+                };
+                let window = attrs.window()?;
+                let g = attrs.required("groups")?;
+                let sh = attrs.required("shape")?;
+                Op::ConvGrad {
+                    wrt,
+                    window,
+                    groups: attrs.usize(&g, "groups")?,
+                    shape: attrs.shape(&sh, "shape")?,
+                }
+            }
+            OpKind::Pool(op) | OpKind::PoolGrad(op) => {
+                let k = attrs.required("kernel")?;
+                let kernel = attrs.usizes(&k, "kernel")?;
+                let window = attrs.window()?;
+                let c = attrs.required("ceil_mode")?;
+                let p = attrs.required("count_include_pad")?;
+                let (ceil_mode, count_include_pad) =
+                    (attrs.bool(&c, "ceil_mode")?, attrs.bool(&p, "count_include_pad")?);
+                if matches!(kind, OpKind::Pool(_)) {
+                    Op::Pool {
+                        op,
+                        kernel,
+                        window,
+                        ceil_mode,
+                        count_include_pad,
+                    }
+                } else {
+                    Op::PoolGrad {
+                        op,
+                        kernel,
+                        window,
+                        ceil_mode,
+                        count_include_pad,
+                    }
+                }
+            }
             OpKind::Dequantize => {
                 let b = attrs.required("bits")?;
                 let g = attrs.required("group")?;
@@ -291,6 +350,24 @@ impl Attrs<'_> {
                 _ => Err(self.bad(r, "ranges", "a range `start:end:step`")),
             })
             .collect()
+    }
+
+    /// A window's `strides`, `pads` (non-negative pairs) and `dilations`.
+    fn window(&mut self) -> Result<crate::Window, ParseError> {
+        let s = self.required("strides")?;
+        let p = self.required("pads")?;
+        let d = self.required("dilations")?;
+        let pads = self
+            .pads(&p)?
+            .into_iter()
+            .map(|(lo, hi)| Some((usize::try_from(lo).ok()?, usize::try_from(hi).ok()?)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| self.bad(&p, "pads", "non-negative pairs"))?;
+        Ok(crate::Window {
+            strides: self.usizes(&s, "strides")?,
+            pads,
+            dilations: self.usizes(&d, "dilations")?,
+        })
     }
 
     fn pads(&self, v: &Val) -> Result<Vec<(i64, i64)>, ParseError> {

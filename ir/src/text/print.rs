@@ -168,8 +168,64 @@ fn attributes(op: &Op, node_name: Option<&str>) -> String {
         Op::Dequantize { bits, group } => {
             let _ = write!(s, "bits={bits}, group={group}");
         }
+        Op::BatchNorm { epsilon, momentum } => {
+            s.push_str("epsilon=");
+            push_f64(&mut s, *epsilon);
+            s.push_str(", momentum=");
+            push_f64(&mut s, *momentum);
+        }
+        Op::Conv { window, groups } => {
+            push_window(&mut s, window);
+            let _ = write!(s, ", groups={groups}");
+        }
+        Op::ConvGrad {
+            wrt,
+            window,
+            groups,
+            shape,
+        } => {
+            let _ = write!(s, "wrt={}, ", wrt.name());
+            push_window(&mut s, window);
+            let _ = write!(s, ", groups={groups}, shape=");
+            push_usizes(&mut s, shape.dims());
+        }
+        Op::Pool {
+            kernel,
+            window,
+            ceil_mode,
+            count_include_pad,
+            ..
+        }
+        | Op::PoolGrad {
+            kernel,
+            window,
+            ceil_mode,
+            count_include_pad,
+            ..
+        } => {
+            s.push_str("kernel=");
+            push_usizes(&mut s, kernel);
+            s.push_str(", ");
+            push_window(&mut s, window);
+            let _ = write!(s, ", ceil_mode={ceil_mode}, count_include_pad={count_include_pad}");
+        }
     }
     s
+}
+
+/// `strides=[..], pads=[(lo,hi),..], dilations=[..]`.
+fn push_window(s: &mut String, w: &crate::Window) {
+    s.push_str("strides=");
+    push_usizes(s, &w.strides);
+    s.push_str(", pads=[");
+    for (i, (lo, hi)) in w.pads.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "({lo},{hi})");
+    }
+    s.push_str("], dilations=");
+    push_usizes(s, &w.dilations);
 }
 
 fn push_usizes(s: &mut String, v: &[usize]) {

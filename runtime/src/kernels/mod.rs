@@ -27,6 +27,7 @@ mod access;
 mod arena;
 mod attention;
 mod body;
+mod conv;
 mod elementwise;
 mod matmul;
 mod op;
@@ -349,6 +350,7 @@ pub(crate) fn exec_kernel<'r>(
         KernelKind::Elementwise(e) => elementwise::run(&ctx, &e.space, &e.inputs, &e.body, &e.stores),
         KernelKind::Row(r) => row::run(&ctx, r),
         KernelKind::MatMul(mm) => matmul::run(&ctx, mm),
+        KernelKind::Conv(c) => conv::run(&ctx, c),
         KernelKind::Op(o) => op::run(&ctx, &o.op, &o.inputs, o.output),
         // The parts are independent (verified): each runs as its own elementwise kernel.
         KernelKind::MultiTensor(m) => m.parts.iter().try_fold(Vec::new(), |mut all, p| {

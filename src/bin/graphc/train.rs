@@ -506,7 +506,22 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
     };
     if let Some(out) = args.output {
         graphc::npz::write_npz(&out, &params).with_context(|| format!("writing {}", out.display()))?;
-        println!("wrote    {} parameters to {}", params.len(), out.display());
+        let stats = step.train.as_ref().map_or(0, |t| {
+            t.state
+                .slots
+                .iter()
+                .filter(|s| s.class == graphc::train::StateClass::Statistics)
+                .count()
+        });
+        if stats > 0 {
+            println!(
+                "wrote    {} parameters and {stats} running statistics to {}",
+                params.len() - stats,
+                out.display()
+            );
+        } else {
+            println!("wrote    {} parameters to {}", params.len(), out.display());
+        }
     }
     Ok(())
 }

@@ -64,6 +64,7 @@ pub fn verify_kernel(program: &Program, index: usize) -> Result<(), KernelVerify
         KernelKind::MatMul(mm) => v.matmul(mm),
         KernelKind::Op(o) => v.op(o),
         KernelKind::MultiTensor(m) => v.multi_tensor(m),
+        KernelKind::Conv(c) => v.conv(c),
     }
 }
 
@@ -403,6 +404,25 @@ impl<'p> Verifier<'p> {
             Some(g) => self.bias_grad(mm, g, a.ty.dtype, &mut seen),
             None => Ok(()),
         }
+    }
+
+    /// A convolution kernel: `x` and `w` read in bounds over their dims, the
+    /// convolution well-typed, then the epilogue as a matmul's over the output space.
+    fn conv(&self, c: &crate::kernel::ConvKernel) -> R {
+        let x = self.read(&c.x, &c.x_dims, "data")?;
+        let w = self.read(&c.w, &c.w_dims, "weights")?;
+        let (x_ty, w_ty) = (
+            TensorType::new(x.ty.dtype, c.x_dims.clone()),
+            TensorType::new(w.ty.dtype, c.w_dims.clone()),
+        );
+        let acc = infer_type(&c.op(), &[&x_ty, &w_ty]).map_err(|message| KernelVerifyError::MatMulShape {
+            kernel: self.kernel(),
+            message,
+        })?;
+        let space = acc.shape.dims().to_vec();
+        let dtypes = self.inputs(&c.inputs, &space)?;
+        self.body(&c.body, &space, &dtypes, &Extra::Acc(acc.dtype))?;
+        self.stores(&c.body, &c.stores, &space, "store", &mut Vec::new())
     }
 
     /// A bias gradient (see [`crate::kernel::BiasGrad`]): a float operand, no batch,

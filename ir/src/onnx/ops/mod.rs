@@ -2,6 +2,7 @@
 //! table of `(op_type, lowering)`.
 
 mod attention;
+mod cnn;
 mod elementwise;
 mod linalg;
 mod nn;
@@ -49,6 +50,7 @@ const TABLES: &[&[(&str, Lowering)]] = &[
     shape::OPS,
     pad::OPS,
     nn::OPS,
+    cnn::OPS,
     attention::OPS,
 ];
 

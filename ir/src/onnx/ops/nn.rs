@@ -1,15 +1,12 @@
-//! Ops outside tiers a–d that exported models use: `Conv` (as im2col + matmul, which
-//! covers ViT's patch embedding and ordinary convolutions) and `GatherND` (BERT's
-//! attention-mask construction).
+//! Ops outside tiers a–d that exported models use: `Conv` (an [`crate::Op::Conv`]; a
+//! patchifying one — ViT's patch embedding — as a reshape and one matmul) and
+//! `GatherND` (BERT's attention-mask construction).
 
 use super::{Lowering, Node};
 use crate::onnx::import::Importer;
 use crate::shape::MAX_ELEMENTS;
 
-/// The most kernel positions a (non-patchifying) Conv may have: 128 x 128, far above
-/// the largest kernels in use (51 x 51).
-const MAX_KERNEL_POSITIONS: usize = 1 << 14;
-use crate::{DType, Shape, SliceRange, Value};
+use crate::{DType, Shape, SliceRange, Value, Window};
 
 pub const OPS: &[(&str, Lowering)] = &[("Conv", conv), ("GatherND", gather_nd)];
 
@@ -18,13 +15,13 @@ type Out<'b> = Result<Vec<Value<'b>>, String>;
 /// One spatial axis of a convolution: the input and kernel extents, the attributes and
 /// the output extent.
 #[derive(Clone, Copy)]
-struct ConvAxis {
-    len: usize,
-    kernel: usize,
-    stride: i64,
-    dilation: i64,
-    pads: (i64, i64),
-    out: usize,
+pub(super) struct ConvAxis {
+    pub(super) len: usize,
+    pub(super) kernel: usize,
+    pub(super) stride: i64,
+    pub(super) dilation: i64,
+    pub(super) pads: (i64, i64),
+    pub(super) out: usize,
 }
 
 /// A shape that must fit graphc's element limit, or an error naming `what` it is.
@@ -67,7 +64,12 @@ fn same_pads(len: usize, kernel: usize, stride: i64, dilation: i64, upper: bool)
 /// dilations, pads and auto_pad, each checked: lists of one value per axis (pads: two),
 /// strides and dilations >= 1, a kernel that fits the padded input, and a padded input
 /// and output graphc can hold (`lead` are the batch and channel extents).
-fn conv_axes(n: &Node<'_, '_>, spatial: &[usize], kernel: &[usize], lead: [usize; 2]) -> Result<Vec<ConvAxis>, String> {
+pub(super) fn conv_axes(
+    n: &Node<'_, '_>,
+    spatial: &[usize],
+    kernel: &[usize],
+    lead: [usize; 2],
+) -> Result<Vec<ConvAxis>, String> {
     let k = kernel.len();
     let strides = conv_ints(n, "strides", 1, k)?;
     let dilations = conv_ints(n, "dilations", 1, k)?;
@@ -170,60 +172,84 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     out_shape.extend(axes.iter().map(|a| a.out));
     let out_shape = conv_shape(out_shape, "output")?;
     let out_total: usize = axes.iter().map(|a| a.out).product();
-    let pads: Vec<(i64, i64)> = axes.iter().map(|a| a.pads).collect();
-
-    let mut all_pads = vec![(0, 0), (0, 0)];
-    all_pads.extend(&pads);
-    let xp = if pads.iter().any(|&p| p != (0, 0)) {
-        x.pad(&all_pads, crate::PadMode::Constant, 0.0)
-    } else {
-        x
-    };
-
-    // Bounded by the weights' element count (`kernel` is part of their shape).
-    let positions: usize = kernel.iter().product();
-    let rows = channels
-        .checked_mul(positions)
-        .filter(|&r| r <= MAX_ELEMENTS)
-        .ok_or_else(|| format!("Conv of {} by {} needs too many im2col rows", x.ty(), w.ty()))?;
-    let b = x.builder();
+    if k > 3 {
+        return Err(format!("Conv over {k} spatial axes: graphc convolves over 1 to 3"));
+    }
     let patchify = axes
         .iter()
         .all(|a| a.pads == (0, 0) && a.dilation == 1 && a.stride as usize == a.kernel);
-    let cols = if patchify {
-        // Non-overlapping patches (ViT's patch embedding): one reshape-transpose-reshape
-        // instead of a slice per kernel offset. Trailing rows no patch covers are cut.
-        let mut ranges = vec![SliceRange::full(); 2];
-        ranges.extend(axes.iter().map(|a| SliceRange {
-            start: 0,
-            end: (a.out * a.kernel) as i64,
-            step: 1,
-        }));
-        let trimmed = if axes.iter().any(|a| a.out * a.kernel != a.len) {
+    let bias = n.opt_input(2);
+    if patchify {
+        let mut y = patches(x, w, &axes, group, out_total);
+        if let Some(bias) = bias {
+            y = y + bias.reshape([out_channels, 1]);
+        }
+        return Ok(vec![y.reshape(out_shape)]);
+    }
+    {
+        // A negative pad crops: the input is sliced, the window pads by 0 there.
+        let crop = axes.iter().any(|a| a.pads.0 < 0 || a.pads.1 < 0);
+        let xc = if crop {
+            let mut ranges = vec![SliceRange::full(); 2];
+            ranges.extend(axes.iter().map(|a| SliceRange {
+                start: (-a.pads.0).max(0),
+                end: a.len as i64 + a.pads.1.min(0),
+                step: 1,
+            }));
             x.slice_ranges(ranges)
         } else {
             x
         };
-        let mut split = vec![batch, channels];
-        split.extend(axes.iter().flat_map(|a| [a.out, a.kernel]));
-        let mut perm = vec![0, 1];
-        perm.extend((0..k).map(|i| 3 + 2 * i));
-        perm.extend((0..k).map(|i| 2 + 2 * i));
-        trimmed
-            .reshape(split)
-            .transpose(&perm)
-            .reshape([batch, rows, out_total])
-    } else if positions > MAX_KERNEL_POSITIONS {
-        // One slice per kernel position: a declared kernel of millions of positions
-        // would be that many nodes from a few bytes of model.
-        return Err(format!(
-            "Conv kernel {kernel:?} has {positions} positions; graphc lowers a Conv by im2col, one slice per \
-             kernel position, and takes at most {MAX_KERNEL_POSITIONS}"
-        ));
-    } else {
-        im2col(xp, &axes, [batch, channels, out_total])
-    };
+        let window = Window {
+            strides: axes.iter().map(|a| a.stride as usize).collect(),
+            pads: axes
+                .iter()
+                .map(|a| (a.pads.0.max(0) as usize, a.pads.1.max(0) as usize))
+                .collect(),
+            dilations: axes.iter().map(|a| a.dilation as usize).collect(),
+        };
+        let mut y = xc.conv(w, window, group);
+        if let Some(bias) = bias {
+            let mut along_channels = vec![out_channels];
+            along_channels.extend(std::iter::repeat_n(1, k));
+            y = y + bias.reshape(along_channels);
+        }
+        Ok(vec![y])
+    }
+}
 
+/// A convolution whose windows tile the input (stride = kernel, no pad or dilation;
+/// ViT's patch embedding): the patches by one reshape-transpose-reshape, then one
+/// matmul per group, as `[batch, out_channels, out_total]`.
+fn patches<'b>(x: Value<'b>, w: Value<'b>, axes: &[ConvAxis], group: usize, out_total: usize) -> Value<'b> {
+    let (xs, ws) = (x.shape().0, w.shape().0);
+    let (&[batch, channels, ..], &[out_channels, ..]) = (xs.as_slice(), ws.as_slice()) else {
+        return x;
+    };
+    let k = axes.len();
+    let positions: usize = axes.iter().map(|a| a.kernel).product();
+    let rows = channels * positions;
+    // Trailing rows no patch covers are cut.
+    let mut ranges = vec![SliceRange::full(); 2];
+    ranges.extend(axes.iter().map(|a| SliceRange {
+        start: 0,
+        end: (a.out * a.kernel) as i64,
+        step: 1,
+    }));
+    let trimmed = if axes.iter().any(|a| a.out * a.kernel != a.len) {
+        x.slice_ranges(ranges)
+    } else {
+        x
+    };
+    let mut split = vec![batch, channels];
+    split.extend(axes.iter().flat_map(|a| [a.out, a.kernel]));
+    let mut perm = vec![0, 1];
+    perm.extend((0..k).map(|i| 3 + 2 * i));
+    perm.extend((0..k).map(|i| 2 + 2 * i));
+    let cols = trimmed
+        .reshape(split)
+        .transpose(&perm)
+        .reshape([batch, rows, out_total]);
     let (cg, mg) = (channels / group, out_channels / group);
     let ys: Vec<Value<'b>> = (0..group)
         .map(|g| {
@@ -234,14 +260,10 @@ fn conv<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
             w_g.matmul(cols_g)
         })
         .collect();
-    let mut y = match ys.as_slice() {
+    match ys.as_slice() {
         [y] => *y,
-        _ => b.concat(&ys, 1),
-    };
-    if let Some(bias) = n.opt_input(2) {
-        y = y + bias.reshape([out_channels, 1]);
+        _ => x.builder().concat(&ys, 1),
     }
-    Ok(vec![y.reshape(out_shape)])
 }
 
 /// `GatherND` with `batch_dims`: the last axis of `indices` addresses the data's next
@@ -300,33 +322,4 @@ fn gather_nd<'b>(_: &mut Importer<'b>, n: &Node<'_, 'b>) -> Out<'b> {
     flat_shape.extend_from_slice(tail);
     let gathered = data.reshape(flat_shape).gather(flat, 0);
     Ok(vec![gathered])
-}
-
-/// Columns for a convolution as a matmul: one strided slice of the padded input per
-/// kernel offset, in row-major kernel order, as `[batch, channels * positions, out]`.
-/// Every kernel extent is >= 1, and every slice bound within the padded input.
-fn im2col<'b>(xp: Value<'b>, axes: &[ConvAxis], [batch, channels, out_total]: [usize; 3]) -> Value<'b> {
-    let positions: usize = axes.iter().map(|a| a.kernel).product();
-    let mut cols = Vec::with_capacity(positions);
-    let mut offsets = vec![0usize; axes.len()];
-    for p in 0..positions {
-        let mut rem = p;
-        for (offset, a) in offsets.iter_mut().zip(axes).rev() {
-            *offset = rem % a.kernel;
-            rem /= a.kernel;
-        }
-        let mut ranges = vec![SliceRange::full(); 2];
-        ranges.extend(offsets.iter().zip(axes).map(|(&offset, a)| {
-            let start = offset as i64 * a.dilation;
-            SliceRange {
-                start,
-                end: start + a.stride * (a.out as i64 - 1) + 1,
-                step: a.stride,
-            }
-        }));
-        cols.push(xp.slice_ranges(ranges).reshape([batch, channels, 1, out_total]));
-    }
-    xp.builder()
-        .concat(&cols, 2)
-        .reshape([batch, channels * positions, out_total])
 }

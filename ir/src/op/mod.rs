@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::window::{ConvOperand, PoolOp, Window};
 use crate::{DType, Shape, Tensor, TensorType};
 
 /// Elementwise operations of one operand. The output has the operand's type, except
@@ -290,6 +291,64 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         zero_masked_rows: bool,
     },
+    /// Convolution of `x` `[n, c, spatial..]` (1 to 3 spatial axes) by `w`
+    /// `[o, c / groups, kernel..]`, float operands of one dtype: output channel `j` of
+    /// group `g = j / (o / groups)` is
+    /// `out[b, j, p..] = sum_{i, t..} w[j, i, t..] x[b, g (c / groups) + i, tap(p, t)..]`,
+    /// the taps and output extents as [`Window`] defines them (padding reads 0).
+    /// Shape `[n, o, out..]`; accumulated as [`Op::MatMul`] (f32 for f32/f16/bf16, f64
+    /// for f64), in increasing `(i, t..)` order, and rounded once. A bias is a separate add.
+    Conv {
+        window: Window,
+        groups: usize,
+    },
+    /// One gradient of [`Op::Conv`] (of the data or the weights: `wrt`), of type
+    /// `shape` (the operand's shape, which the output's does not determine when a stride
+    /// exceeds 1) in the operands' dtype. `wrt` input: operands `dy` and `w`,
+    /// `dx[b, c, p..] = sum dy[b, j, q..] w[j, i, t..]` over the `(j, q, t)` whose tap
+    /// reads `p`; `wrt` weight: operands `x` and `dy`,
+    /// `dw[j, i, t..] = sum_{b, q..} dy[b, j, q..] x[b, g (c / groups) + i, tap(q, t)..]`.
+    /// Accumulated as the convolution is.
+    ConvGrad {
+        wrt: ConvOperand,
+        window: Window,
+        groups: usize,
+        shape: Shape,
+    },
+    /// Pooling of `x` `[n, c, spatial..]` (float) over windows of extent `kernel`:
+    /// [`PoolOp`] over each window's taps ([`Window`]; with `ceil_mode` the output
+    /// extents round up). Shape `[n, c, out..]`; computed in f32 (f64 for f64).
+    Pool {
+        op: PoolOp,
+        kernel: Vec<usize>,
+        window: Window,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    },
+    /// The gradient of [`Op::Pool`] with its attributes: operands `x` and `dy`, the
+    /// result of `x`'s type. Max: each window's `dy` goes to its first largest tap inside
+    /// the input (row-major tap order; PyTorch's indices); avg: `dy / count` to each tap
+    /// inside the input. Summed where windows overlap, in f32 (f64 for f64).
+    PoolGrad {
+        op: PoolOp,
+        kernel: Vec<usize>,
+        window: Window,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    },
+    /// Batch normalization as inference computes it, over axis 1 of `x` `[n, c, ..]`:
+    /// operands `x`, `scale`, `bias`, `mean`, `var` (the last four `[c]`), all of one
+    /// float dtype; `y = (x - mean) / sqrt(var + epsilon) * scale + bias`, in f32 (f64
+    /// for f64). A training step computes it from the batch's statistics instead and
+    /// updates `mean` and `var` as ONNX's `momentum` says
+    /// (`running = running * momentum + batch * (1 - momentum)`; PyTorch's momentum is
+    /// `1 - momentum`): see `graphc_compiler::passes::batch_norm`.
+    BatchNorm {
+        #[serde(with = "exact_f64")]
+        epsilon: f64,
+        #[serde(with = "exact_f64")]
+        momentum: f64,
+    },
     /// Weight-only dequantization of `q` with `scales`, groups along the last axis.
     /// The output is `[.., k]` of the scales' (float) dtype. With `bits` 8, `q` is
     /// `i8 [.., k]`; with `bits` 4, `q` is `u8 [.., k/2]` (`k` even) holding two signed
@@ -549,11 +608,16 @@ pub enum OpKind {
     AttentionLse,
     AttentionGrad,
     Dequantize,
+    Conv,
+    ConvGrad,
+    Pool(PoolOp),
+    PoolGrad(PoolOp),
+    BatchNorm,
 }
 
 impl OpKind {
     /// The kinds that take no sub-op.
-    const PLAIN: [OpKind; 19] = [
+    const PLAIN: [OpKind; 22] = [
         OpKind::Input,
         OpKind::Parameter,
         OpKind::Constant,
@@ -573,6 +637,9 @@ impl OpKind {
         OpKind::AttentionLse,
         OpKind::AttentionGrad,
         OpKind::Dequantize,
+        OpKind::Conv,
+        OpKind::ConvGrad,
+        OpKind::BatchNorm,
     ];
 
     /// Every kind: the plain ones, then the unary, binary, reduction and arg-reduction
@@ -584,6 +651,8 @@ impl OpKind {
             .chain(UnaryOp::ALL.map(OpKind::Unary))
             .chain(BinaryOp::ALL.map(OpKind::Binary))
             .chain(ReduceOp::ALL.map(OpKind::Reduce))
+            .chain(PoolOp::ALL.map(OpKind::Pool))
+            .chain(PoolOp::ALL.map(OpKind::PoolGrad))
     }
 
     /// The name of ops of this kind.
@@ -612,6 +681,12 @@ impl OpKind {
             OpKind::AttentionLse => "attention_lse",
             OpKind::AttentionGrad => "attention_grad",
             OpKind::Dequantize => "dequantize",
+            OpKind::Conv => "conv",
+            OpKind::ConvGrad => "conv_grad",
+            OpKind::Pool(p) => p.name(),
+            OpKind::PoolGrad(PoolOp::Max) => "max_pool_grad",
+            OpKind::PoolGrad(PoolOp::Avg) => "avg_pool_grad",
+            OpKind::BatchNorm => "batch_norm",
         }
     }
 
@@ -653,6 +728,11 @@ impl Op {
             Op::AttentionLse { .. } => OpKind::AttentionLse,
             Op::AttentionGrad { .. } => OpKind::AttentionGrad,
             Op::Dequantize { .. } => OpKind::Dequantize,
+            Op::Conv { .. } => OpKind::Conv,
+            Op::ConvGrad { .. } => OpKind::ConvGrad,
+            Op::Pool { op, .. } => OpKind::Pool(*op),
+            Op::PoolGrad { op, .. } => OpKind::PoolGrad(*op),
+            Op::BatchNorm { .. } => OpKind::BatchNorm,
         }
     }
 
@@ -661,8 +741,16 @@ impl Op {
     pub fn arity(&self) -> Option<usize> {
         Some(match self {
             Op::Input { .. } | Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => 0,
-            Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::ScatterAdd { .. } | Op::Dequantize { .. } => 2,
+            Op::Binary(_)
+            | Op::MatMul
+            | Op::Gather { .. }
+            | Op::ScatterAdd { .. }
+            | Op::Dequantize { .. }
+            | Op::Conv { .. }
+            | Op::ConvGrad { .. }
+            | Op::PoolGrad { .. } => 2,
             Op::Select => 3,
+            Op::BatchNorm { .. } => 5,
             Op::Concat { .. } | Op::Attention { .. } | Op::AttentionLse { .. } | Op::AttentionGrad { .. } => {
                 return None
             }
@@ -682,92 +770,7 @@ impl fmt::Display for Op {
     }
 }
 
-/// Serde for an f64 that survives JSON exactly: finite values as numbers, others as
-/// strings (`"inf"`, `"-inf"`, `"nan(0x<bits>)"`).
-mod exact_f64 {
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
-        if x.is_finite() {
-            s.serialize_f64(*x)
-        } else if x.is_nan() {
-            s.serialize_str(&format!("nan(0x{:x})", x.to_bits()))
-        } else if *x > 0.0 {
-            s.serialize_str("inf")
-        } else {
-            s.serialize_str("-inf")
-        }
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Repr {
-        Num(f64),
-        Str(String),
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        match Repr::deserialize(d)? {
-            Repr::Num(x) => Ok(x),
-            Repr::Str(s) => match s.as_str() {
-                "inf" => Ok(f64::INFINITY),
-                "-inf" => Ok(f64::NEG_INFINITY),
-                _ => s
-                    .strip_prefix("nan(0x")
-                    .and_then(|h| h.strip_suffix(')'))
-                    .and_then(|h| u64::from_str_radix(h, 16).ok())
-                    .map(f64::from_bits)
-                    .filter(|x| x.is_nan())
-                    .ok_or_else(|| {
-                        D::Error::custom(format!(
-                            "expected a number, \"inf\", \"-inf\" or \"nan(0x..)\", got {s:?}"
-                        ))
-                    }),
-            },
-        }
-    }
-}
+mod exact_f64;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-
-    #[test]
-    fn every_kind_name_parses_back_to_the_kind() {
-        let mut names = HashSet::new();
-        for k in OpKind::all() {
-            assert!(names.insert(k.name()), "name `{}` is given twice", k.name());
-            assert_eq!(OpKind::from_name(k.name()), Some(k), "{}", k.name());
-        }
-        assert_eq!(
-            names.len(),
-            19 + 2 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + ReduceOp::ALL.len()
-        );
-        assert_eq!(OpKind::from_name("no_such_op"), None);
-    }
-
-    #[test]
-    fn every_op_prints_its_kind_name() {
-        let ops = [
-            Op::Select,
-            Op::MatMul,
-            Op::Unary(UnaryOp::Relu),
-            Op::Binary(BinaryOp::Add),
-            Op::Concat { axis: 0 },
-            Op::Reduce {
-                op: ReduceOp::Mean,
-                axes: vec![1],
-                keepdims: true,
-            },
-            Op::ArgReduce {
-                op: ArgReduceOp::ArgMin,
-                axis: 0,
-                keepdims: false,
-            },
-        ];
-        for op in ops {
-            assert_eq!(OpKind::from_name(op.name()), Some(op.kind()), "{op}");
-        }
-    }
-}
+mod tests;
