@@ -179,12 +179,14 @@ def specs(small):
         lin = 256
         g = dict(layers=2, d=64, heads=4, batch=2, seq=32)
         kw, ki, bw, bi = 2, 5, 2, 5
+        rb, rs = 2, 64
     else:
         n, (lr, lc), (sr, sc) = 64 << 20, (8192, 4096), (8192, 8192)
         m, d, hid = 8192, 4096, 16384
         lin = 4096
         g = dict(layers=12, d=1024, heads=16, batch=8, seq=1024)
         kw, ki, bw, bi = 10, 50, 5, 20
+        rb, rs = 64, 224
     mlp_flops = 2 * m * d * hid * 2
     t = g["batch"] * g["seq"]
     gpt_flops = g["layers"] * (24 * t * g["d"] ** 2 + 4 * g["batch"] * g["seq"] ** 2 * g["d"])
@@ -301,6 +303,22 @@ def specs(small):
             for tok in ((1,) if small else (1, 16))
             for wq in (None, "int8", "int4")
         ],
+        # ResNet-50 inference in bf16 (torchvision, random weights, eval mode: the exporter
+        # folds BatchNorm into the convolutions), PyTorch in channels-last as
+        # torch.compile users run CNNs. ~4.1 GMACs per 224x224 image.
+        dict(
+            name="resnet50",
+            size=f"b{rb} {rs}x{rs}",
+            dtype="bf16",
+            make=lambda: __import__("torchvision").models.resnet50(weights=None),
+            input_shapes=[(rb, 3, rs, rs)],
+            metric="TFLOP/s",
+            flops=2 * 4.09e9 * rb * (rs / 224) ** 2,
+            channels_last=True,
+            exporter="dynamo",
+            warmup=bw,
+            iters=bi,
+        ),
         # Mixed precision (graphc --precision, torch.autocast) of the f32 MLP, last: the
         # GPT matters more if time runs short.
         *[
@@ -640,6 +658,10 @@ class Runner:
         inputs = [
             torch.randn(s, generator=gen, dtype=torch.float32).to(device=dev, dtype=dtype) for s in spec["input_shapes"]
         ]
+        if spec.get("channels_last"):
+            # PyTorch's runs in channels-last (the export and graphc see the same values).
+            model = model.to(memory_format=torch.channels_last)
+            inputs = [t.contiguous(memory_format=torch.channels_last) for t in inputs]
         input_names = ["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))]
         rec["input_names"] = input_names
         rec["weights_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())

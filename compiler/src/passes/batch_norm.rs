@@ -22,7 +22,8 @@ pub fn has_batch_norm(graph: &Graph) -> bool {
     graph.nodes().iter().any(|n| matches!(n.op, Op::BatchNorm { .. }))
 }
 
-/// `v` `[c]` reshaped to `[c, 1, ..]` and broadcast over `x`'s shape.
+/// `v` `[c]` reshaped to `[c, 1, ..]` and broadcast over `x`'s shape (the form the
+/// precision pass knows as per-channel: `passes::precision`).
 fn per_channel<'b>(v: Value<'b>, x: &Shape) -> Value<'b> {
     let mut along = vec![v.shape().dims()[0]];
     along.extend(std::iter::repeat_n(1, x.rank() - 2));
@@ -53,8 +54,12 @@ pub fn lower_for_training(graph: &Graph, state: &mut State) -> Result<Graph, Gra
         let batch_mean = x.reduce(ReduceOp::Mean, &axes, false);
         let centered = x - per_channel(batch_mean, &shape);
         let batch_var = (centered * centered).reduce(ReduceOp::Mean, &axes, false);
+        // The map per element is `x * s + t` with per-channel `s` and `t` (as for
+        // inference): in a low precision the per-channel values are cast down and the
+        // output stored in the low type, as autocast's batch norm gives it.
         let s = scale * (batch_var + epsilon).rsqrt();
-        let y = centered * per_channel(s, &shape) + per_channel(bias, &shape);
+        let t = bias - batch_mean * s;
+        let y = x * per_channel(s, &shape) + per_channel(t, &shape);
         let unbias = count as f64 / (count.max(2) - 1) as f64;
         for (running, batch, factor) in [(mean, batch_mean, 1.0), (var, batch_var, unbias)] {
             let name = b.with_graph(|g| match &g.node(running.id()).op {

@@ -257,7 +257,12 @@ fn classify(graph: &Graph, order: &[NodeId], low: DType) -> Vec<Class> {
             // Attention computes its scores, softmax and sums in f32 inside its kernel.
             Op::MatMul | Op::Attention { .. } => Class::Low,
             _ => {
-                let promoted = node.inputs.iter().any(|&i| class[i.index()] == Class::F32);
+                // A per-channel value (batch norm's scale and shift of this batch)
+                // is cast down where used, as a weight is: it does not promote.
+                let promoted = node
+                    .inputs
+                    .iter()
+                    .any(|&i| class[i.index()] == Class::F32 && !is_per_channel(graph, i));
                 if promoted {
                     Class::F32
                 } else if is_f32(id) || float_operand {
@@ -319,6 +324,27 @@ fn classify(graph: &Graph, order: &[NodeId], low: DType) -> Vec<Class> {
     }
 
     class
+}
+
+/// Whether `id` is a `[c]` value reshaped to `[c, 1, ..]` and broadcast over
+/// `[n, c, ..]` (rank 3 or more): a per-channel operand, as `passes::batch_norm` writes
+/// the batch's scale and shift.
+fn is_per_channel(graph: &Graph, id: NodeId) -> bool {
+    let node = graph.node(id);
+    let (Op::Broadcast { shape }, [r]) = (&node.op, node.inputs.as_slice()) else {
+        return false;
+    };
+    let reshape = graph.node(*r);
+    let (Op::Reshape { shape: to }, [v]) = (&reshape.op, reshape.inputs.as_slice()) else {
+        return false;
+    };
+    let (out, to, from) = (shape.dims(), to.dims(), graph.node(*v).ty.shape.dims());
+    out.len() >= 3
+        && to.len() + 1 == out.len()
+        && from.len() == 1
+        && to.first() == from.first()
+        && out.get(1) == from.first()
+        && to.iter().skip(1).all(|&d| d == 1)
 }
 
 /// Weights and constants of at most this many elements are converted with saturation.

@@ -32,8 +32,8 @@ pub use picture::picture;
 pub use rerun::{shell_word, CommandLine, Rerun};
 pub use summary::{attention_savings, summary, summary_for};
 pub use svg::{svg, xml_escape};
-pub(crate) use train::layer_of;
 pub use train::TrainBytes;
+pub(crate) use train::{layer_index, layer_of};
 
 use super::{Device, MemoryPlan, PlanStep, PlannedBuffer};
 use crate::kernel::Program;

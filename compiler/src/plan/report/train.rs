@@ -449,6 +449,17 @@ fn kernel_layers(program: &Program, phase: &[Phase], state_names: &HashSet<&str>
     layers
 }
 
+/// A layer's place in the model's order, from [`layer_of`]'s name: `N` of `h.N`, and
+/// `K * 1000 + M` of a ResNet stage's block `layerK.M`.
+pub(crate) fn layer_index(layer: &str) -> Option<usize> {
+    let (head, n) = layer.rsplit_once('.')?;
+    let n: usize = n.parse().ok()?;
+    match head.strip_prefix("layer").filter(|k| !k.is_empty()) {
+        Some(stage) => Some(stage.parse::<usize>().ok()?.checked_mul(1000)?.checked_add(n)?),
+        None => Some(n),
+    }
+}
+
 /// The layer a buffer's name places it in: the first `NAME.N` / `NAME_N` / `NAME/N`
 /// path component whose NAME is a layer list's (`h`, `layer`, `layers`, `block`,
 /// `blocks`), as exporters name a module list's members (`/m/transformer/h.3/attn/..`).
@@ -458,6 +469,19 @@ pub(crate) fn layer_of(name: &str) -> Option<String> {
         let lowered = part.trim_start_matches(['.', '_']);
         let mut split = lowered.split(['.', '_']);
         while let Some(head) = split.next() {
+            // torchvision's ResNets: stage `layerK`, block `M` (`m.layer3.4.conv1`).
+            if let Some(stage) = head
+                .strip_prefix("layer")
+                .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            {
+                if let Some(n) = split
+                    .clone()
+                    .next()
+                    .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                {
+                    return Some(format!("layer{stage}.{n}"));
+                }
+            }
             if matches!(head, "h" | "layer" | "layers" | "block" | "blocks") {
                 if let Some(n) = split
                     .clone()
@@ -492,5 +516,9 @@ mod tests {
         assert_eq!(layer_of("backward/h.5/x").as_deref(), Some("h.5"));
         assert_eq!(layer_of("/m/transformer/wte/Gather"), None);
         assert_eq!(layer_of("hidden.x"), None);
+        assert_eq!(layer_of("m.layer3.4.conv1.weight").as_deref(), Some("layer3.4"));
+        assert_eq!(super::layer_index("layer3.4"), Some(3004));
+        assert_eq!(super::layer_index("h.7"), Some(7));
+        assert_eq!(super::layer_index("layers.11"), Some(11));
     }
 }

@@ -372,7 +372,7 @@ fn layer_values(graph: &Graph) -> Result<LayerValues, GraphError> {
                 if !src.ty.dtype.is_float() {
                     continue;
                 }
-                match crate::plan::report::layer_of(name).and_then(|k| k.rsplit('.').next()?.parse::<usize>().ok()) {
+                match crate::plan::report::layer_of(name).and_then(|k| crate::plan::report::layer_index(&k)) {
                     Some(l) => {
                         if d == Direct::None {
                             d = Direct::Layer(l);
