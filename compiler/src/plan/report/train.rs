@@ -454,8 +454,11 @@ fn kernel_layers(program: &Program, phase: &[Phase], state_names: &HashSet<&str>
 pub(crate) fn layer_index(layer: &str) -> Option<usize> {
     let (head, n) = layer.rsplit_once('.')?;
     let n: usize = n.parse().ok()?;
-    match head.strip_prefix("layer").filter(|k| !k.is_empty()) {
-        Some(stage) => Some(stage.parse::<usize>().ok()?.checked_mul(1000)?.checked_add(n)?),
+    let stage = head
+        .strip_prefix("layer")
+        .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
+    match stage {
+        Some(stage) => stage.parse::<usize>().ok()?.checked_mul(1000)?.checked_add(n),
         None => Some(n),
     }
 }
