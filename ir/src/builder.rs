@@ -109,13 +109,13 @@ impl GraphBuilder {
         r
     }
 
-    /// Add a node; on a type error, record it and return a stand-in so building goes on.
     /// Any op of the given operands (its type inferred; an error is recorded).
     pub fn add_op<'b>(&'b self, op: Op, operands: &[Value<'b>]) -> Value<'b> {
         let ids: Vec<NodeId> = operands.iter().map(|v| v.id).collect();
         self.add(op, &ids)
     }
 
+    /// Add a node; on a type error, record it and return a stand-in so building goes on.
     fn add(&self, op: Op, inputs: &[NodeId]) -> Value<'_> {
         let mut st = self.state.borrow_mut();
         let name = (!st.scope.is_empty()).then(|| format!("{}/{}", st.scope.join("/"), op.name()));

@@ -7,7 +7,7 @@
 //! This is the CUDA-core kernel every convolution can run; an implicit-GEMM kernel on
 //! tensor cores for the large ones is future work (see ARCHITECTURE.md).
 
-use graphc_ir::DType;
+use graphc_ir::{ConvGeom, DType};
 
 use super::cuda::{self, Writer};
 use super::layout::{self, Ix};
@@ -15,6 +15,49 @@ use super::prelude::Helpers;
 use super::ELEMENTWISE_BLOCK;
 use super::{finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig, ParamAccess, Params, BLOCKS_PER_SM};
 use crate::kernel::{ConvKernel, Expr, ExprId};
+
+/// The convolution's sum at output `(o0, o1, o2..)` added into `acc` (declared by the
+/// caller, of type `acc_t`): over the group's channels `ci`, then the taps `t..`, a tap
+/// outside the input skipped. `read(h, "x")` and `read(h, "w")` give the loads at the
+/// coordinates `x0..` and `w0..` declared here.
+pub(super) fn emit_sum(
+    w: &mut Writer,
+    h: &mut Helpers,
+    ix: Ix,
+    g: &ConvGeom,
+    acc_t: &str,
+    read: &dyn Fn(&mut Helpers, &str) -> String,
+) {
+    let t = ix.ty();
+    let lit = |n: usize| ix.lit(n as i64);
+    let (cg, og) = (g.c / g.groups, g.o / g.groups);
+    w.line(format!("const {t} grp = o1 / {};", lit(og)));
+    w.open(format!("for ({t} ci = 0; ci < {}; ++ci)", lit(cg)));
+    for (k, a) in g.axes.iter().enumerate() {
+        w.open(format!("for ({t} t{k} = 0; t{k} < {}; ++t{k})", lit(a.kernel)));
+        w.line(format!(
+            "const {t} ip{k} = o{} * {} + t{k} * {} - {};",
+            k + 2,
+            lit(a.stride),
+            lit(a.dilation),
+            lit(a.pad_lo)
+        ));
+        w.line(format!("if (ip{k} < 0 || ip{k} >= {}) continue;", lit(a.len)));
+    }
+    let r = g.axes.len();
+    let coords = |lead: [String; 2], spatial: &str, name: &str| {
+        let mut parts = vec![format!("{name}0 = {}", lead[0]), format!("{name}1 = {}", lead[1])];
+        parts.extend((0..r).map(|k| format!("{name}{} = {spatial}{k}", k + 2)));
+        format!("const {t} {};", parts.join(", "))
+    };
+    w.line(coords(["o0".into(), format!("grp * {} + ci", lit(cg))], "ip", "x"));
+    w.line(coords(["o1".into(), "ci".into()], "t", "w"));
+    let (xv, wv) = (read(h, "x"), read(h, "w"));
+    w.line(format!("acc += ({acc_t}){wv} * ({acc_t}){xv};"));
+    for _ in 0..=r {
+        w.close();
+    }
+}
 
 pub(crate) fn generate(cx: &Ctx, c: &ConvKernel) -> Result<CudaKernel, CodegenError> {
     let g = c.geom().map_err(|m| cx.malformed(m))?;
@@ -62,43 +105,16 @@ pub(crate) fn generate(cx: &Ctx, c: &ConvKernel) -> Result<CudaKernel, CodegenEr
     w.line(format!("const {t} nthreads = ({t})gridDim.x * blockDim.x;"));
     w.open(format!("for ({t} i = tid; i < {}; i += nthreads)", lit(numel)));
     layout::decompose(&mut w, ix, "i", &space, "o");
-    let (cg, og) = (g.c / g.groups, g.o / g.groups);
     w.line(format!("{acc_t} acc = 0;"));
-    w.line(format!("const {t} grp = o1 / {};", lit(og)));
-    w.open(format!("for ({t} ci = 0; ci < {}; ++ci)", lit(cg)));
-    for (k, a) in g.axes.iter().enumerate() {
-        w.open(format!("for ({t} t{k} = 0; t{k} < {}; ++t{k})", lit(a.kernel)));
-        w.line(format!(
-            "const {t} ip{k} = o{} * {} + t{k} * {} - {};",
-            k + 2,
-            lit(a.stride),
-            lit(a.dilation),
-            lit(a.pad_lo)
-        ));
-        w.line(format!("if (ip{k} < 0 || ip{k} >= {}) continue;", lit(a.len)));
-    }
-    let r = g.axes.len();
-    let coords = |lead: [String; 2], spatial: &str, name: &str| {
-        let mut parts = vec![format!("{name}0 = {}", lead[0]), format!("{name}1 = {}", lead[1])];
-        parts.extend((0..r).map(|k| format!("{name}{} = {spatial}{k}", k + 2)));
-        format!("const {t} {};", parts.join(", "))
+    let read = |h: &mut Helpers, operand: &str| {
+        let (p, a) = if operand == "x" { (xp, &c.x) } else { (wp, &c.w) };
+        cuda::load_conv(
+            h,
+            d,
+            &format!("p{p}[{}]", layout::address(ix, a.offset, &a.strides, operand)),
+        )
     };
-    w.line(coords(["o0".into(), format!("grp * {} + ci", lit(cg))], "ip", "x"));
-    w.line(coords(["o1".into(), "ci".into()], "t", "w"));
-    let xv = cuda::load_conv(
-        &mut h,
-        d,
-        &format!("p{xp}[{}]", layout::address(ix, c.x.offset, &c.x.strides, "x")),
-    );
-    let wv = cuda::load_conv(
-        &mut h,
-        d,
-        &format!("p{wp}[{}]", layout::address(ix, c.w.offset, &c.w.strides, "w")),
-    );
-    w.line(format!("acc += ({acc_t}){wv} * ({acc_t}){xv};"));
-    for _ in 0..=r {
-        w.close();
-    }
+    emit_sum(&mut w, &mut h, ix, &g, acc_t, &read);
     // The convolution's value as its dtype gives it (rounded once).
     let rounded = cuda::store_conv(&mut h, d, "acc");
     let acc_v = cuda::load_conv(&mut h, d, &rounded);

@@ -60,24 +60,10 @@ impl Gen<'_> {
         w.line(format!("{acc} acc = 0;"));
         match op {
             Op::Conv { .. } => {
-                // out (b, j, q..): sum over i, then taps, of w[j, i, t..] x[b, grp cg + i, tap..]
-                w.line(format!("const {t} grp = o1 / {};", lit(og)));
-                w.open(format!("for ({t} ci = 0; ci < {}; ++ci)", lit(cg)));
-                for (k, a) in g.axes.iter().enumerate() {
-                    w.open(format!("for ({t} t{k} = 0; t{k} < {}; ++t{k})", lit(a.kernel)));
-                    w.line(format!(
-                        "const {t} ip{k} = o{} * {} + t{k} * {} - {};",
-                        k + 2,
-                        lit(a.stride),
-                        lit(a.dilation),
-                        lit(a.pad_lo)
-                    ));
-                    w.line(format!("if (ip{k} < 0 || ip{k} >= {}) continue;", lit(a.len)));
-                }
-                self.coords(w, ix, "x", &["o0".into(), format!("grp * {} + ci", lit(cg))], "ip", r);
-                self.coords(w, ix, "w", &["o1".into(), "ci".into()], "t", r);
-                let (xv, wv) = (self.read(h, ix, 0, "x"), self.read(h, ix, 1, "w"));
-                w.line(format!("acc += ({acc}){wv} * ({acc}){xv};"));
+                let read = |h: &mut Helpers, operand: &str| self.read(h, ix, usize::from(operand == "w"), operand);
+                super::super::conv::emit_sum(w, h, ix, &g, acc, &read);
+                self.store(w, h, "acc");
+                return Ok("conv");
             }
             Op::ConvGrad {
                 wrt: ConvOperand::Input,

@@ -376,13 +376,15 @@ fn depends_on_copy(graph: &Graph, again: &[bool], mut id: NodeId) -> bool {
     again[id.index()] || matches!(graph.node(id).op, Op::Iota { .. })
 }
 
-/// What the `loss` output depends on.
+/// What the `loss` output depends on, and the running statistics the forward pass
+/// updates (batch norm's, outputs named as the buffers: [`crate::train::is_buffer`]):
+/// read from the forward's own values, not from copies made for the backward.
 fn forward_of(graph: &Graph) -> Vec<bool> {
     let mut forward = vec![false; graph.len()];
     let mut stack: Vec<NodeId> = graph
         .outputs()
         .iter()
-        .filter(|o| o.name == LOSS_OUTPUT)
+        .filter(|o| o.name == LOSS_OUTPUT || crate::train::is_buffer(&o.name))
         .map(|o| o.node)
         .collect();
     while let Some(id) = stack.pop() {
