@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod nvrtc;
 pub mod optimize;
 pub mod passes;
+pub mod perf;
 pub mod pipeline;
 pub mod plan;
 pub mod train;

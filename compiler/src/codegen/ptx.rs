@@ -82,6 +82,7 @@ __device__ __forceinline__ void g_mma_cpu_gather(float ar[2][16], float bc[2][16
 }
 __device__ __forceinline__ void g_mma_cpu_f32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4], int is_f16) {
   float ar[2][16], bc[2][16], r[4];
+  g_sim_note(0, 0, 0);
   g_mma_cpu_gather(ar, bc, a, b, is_f16);
   for (int i = 0; i < 4; i++) {
     float s = 0.0f;
@@ -243,6 +244,8 @@ inline void g_cp_async_push(void* dst, const void* src, unsigned bytes, unsigned
   g_cp_async_queue& q = g_cp_async_q();
   if (q.n == 256u) g_sim_trap("cp.async: more than 256 copies pending in one thread");
   if (src_bytes > bytes) g_sim_trap("cp.async: src-size larger than cp-size");
+  g_sim_note(1, src, src_bytes);
+  g_sim_note(2, dst, bytes);
   q.op[q.n].dst = dst;
   q.op[q.n].src = src;
   q.op[q.n].bytes = bytes;

@@ -270,6 +270,51 @@ pub fn compile(kernels: &[CudaKernel], opts: &NvrtcOptions) -> Result<Vec<Compil
 
 /// An error reported under the name of the kernel that asked (identical sources share
 /// one compile).
+/// What ptxas gives each kernel compiled for `arch` (registers, static shared memory,
+/// spills), read from its verbose report (`--ptxas-options=-v` in NVRTC's log); `None`
+/// for a kernel without source. Cached like any compile.
+pub fn resources(
+    kernels: &[CudaKernel],
+    arch: &str,
+    cache_dir: Option<PathBuf>,
+) -> Result<Vec<Option<crate::perf::Resources>>, NvrtcError> {
+    let opts = NvrtcOptions {
+        arch: arch.to_string(),
+        output: OutputKind::Cubin,
+        use_cache: cache_dir.is_some(),
+        cache_dir,
+        extra: vec!["--ptxas-options=-v".to_string()],
+    };
+    let compiled = compile(kernels, &opts)?;
+    Ok(kernels
+        .iter()
+        .zip(compiled)
+        .map(|(k, c)| k.has_source().then(|| ptxas_resources(&c.log)))
+        .collect())
+}
+
+/// The figures of ptxas's verbose report: `Used N registers, ... M bytes smem` and
+/// `S bytes spill stores`.
+pub fn ptxas_resources(log: &str) -> crate::perf::Resources {
+    let number_before = |line: &str, what: &str| -> Option<u32> {
+        let at = line.find(what)?;
+        line[..at].split([' ', ',']).rev().find(|w| !w.is_empty())?.parse().ok()
+    };
+    let mut r = crate::perf::Resources::default();
+    for line in log.lines() {
+        if let Some(n) = number_before(line, " registers") {
+            r.registers = Some(n);
+        }
+        if let Some(n) = number_before(line, " bytes smem") {
+            r.static_shared = n;
+        }
+        if let Some(n) = number_before(line, " bytes spill stores") {
+            r.spilled_bytes = n;
+        }
+    }
+    r
+}
+
 fn rename(e: NvrtcError, kernel: &str) -> NvrtcError {
     match e {
         NvrtcError::Compile { log, .. } => NvrtcError::Compile {
@@ -338,4 +383,18 @@ unsafe fn get_cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, result::NvrtcErr
     let mut buf = vec![0u8; size];
     sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut std::ffi::c_char).result()?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod resource_tests {
+    #[test]
+    fn ptxas_verbose_reports_are_read() {
+        let log = "ptxas info    : 0 bytes gmem\nptxas info    : Compiling entry function 'k' for 'sm_90'\n\
+                   ptxas info    : Function properties for k\n\
+                   ptxas         .     0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n\
+                   ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem\n";
+        let r = super::ptxas_resources(log);
+        assert_eq!((r.registers, r.static_shared, r.spilled_bytes), (Some(10), 1024, 8));
+        assert_eq!(super::ptxas_resources("").registers, None);
+    }
 }

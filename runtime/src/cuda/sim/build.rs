@@ -15,7 +15,11 @@ use super::{Sanitize, SimError};
 /// The header every kernel translation unit starts with.
 pub const HEADER: &str = include_str!("cuda_sim.h");
 /// The runner's source.
-const RUNTIME: &str = concat!(include_str!("sim_rt.cpp"), include_str!("sim_io.cpp"));
+const RUNTIME: &str = concat!(
+    include_str!("sim_rt.cpp"),
+    include_str!("sim_count.cpp"),
+    include_str!("sim_io.cpp")
+);
 
 /// A host C++ compiler: the program and the arguments `$CXX` put before ours.
 #[derive(Clone, Debug)]
@@ -121,6 +125,11 @@ fn flags(mode: Sanitize, shared: bool) -> Vec<&'static str> {
         // runtime (`link_libs`), first, so it starts before anything else.
         Sanitize::Thread if !shared => f.extend(["-g", "-DGRAPHC_SIM_TSAN=1"]),
         Sanitize::Thread => f.extend(["-g", "-fsanitize=thread"]),
+        // The runner defines the instrumentation's entry points and counts what they
+        // report (sim_count.cpp); a kernel object is compiled instrumented and linked
+        // with no sanitizer runtime ([`compile`]).
+        Sanitize::Count if !shared => f.push("-DGRAPHC_SIM_COUNT=1"),
+        Sanitize::Count => f.extend(["-fsanitize=thread", "-fsanitize-coverage=trace-pc"]),
     }
     f
 }
@@ -354,23 +363,39 @@ fn compile(compiler: &Compiler, mode: Sanitize, job: &Job) -> Result<(), SimErro
     let src = PathBuf::from(format!("{stem}.tmp{}-{n}.cpp", std::process::id()));
     let tmp = PathBuf::from(format!("{stem}.tmp{}-{n}", std::process::id()));
     files::write_file(&src, job.source.as_bytes()).map_err(|e| SimError::Runner(e.to_string()))?;
+    // A counting kernel is compiled instrumented to an object, then linked without the
+    // sanitizer's runtime (the compiler driver would add it to a one-step build).
+    let two_step = mode == Sanitize::Count && job.shared;
+    let obj = PathBuf::from(format!("{stem}.tmp{}-{n}.o", std::process::id()));
     let mut cmd = Command::new(&compiler.program);
     cmd.args(&compiler.args)
         .args(flags(mode, job.shared))
+        .args(if two_step { &["-c"][..] } else { &[] })
         .arg("-x")
         .arg("c++")
         .arg(&src)
         .arg("-x")
         .arg("none")
         .arg("-o")
-        .arg(&tmp)
+        .arg(if two_step { &obj } else { &tmp })
         .stdin(Stdio::null());
     if !job.shared {
         cmd.args(link_libs(mode));
     }
-    let out = cmd
-        .output()
-        .map_err(|e| SimError::NoCompiler(format!("cannot run {}: {e}", compiler.program.display())))?;
+    let run = |cmd: &mut Command| {
+        cmd.output()
+            .map_err(|e| SimError::NoCompiler(format!("cannot run {}: {e}", compiler.program.display())))
+    };
+    let mut out = run(&mut cmd)?;
+    if two_step && out.status.success() {
+        out = run(Command::new(&compiler.program)
+            .args(&compiler.args)
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&tmp)
+            .arg(&obj)
+            .stdin(Stdio::null()))?;
+    }
+    let _ = std::fs::remove_file(&obj);
     if !out.status.success() {
         let _ = std::fs::remove_file(&tmp);
         let _ = std::fs::remove_file(&src);

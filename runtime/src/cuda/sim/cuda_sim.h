@@ -45,6 +45,10 @@ unsigned g_sim_active_mask(void);
 void *g_sim_smem(int id, unsigned long long bytes, unsigned long long align);
 void *g_sim_dyn_smem(void);
 void g_sim_trap(const char *what);
+// What the counting build cannot see by instrumentation, noted by the prelude's CPU
+// bodies: an mma.sync (kind 0, by every lane), cp.async's global read (1) and shared
+// write (2) of `bytes` at `p`. Does nothing outside a count.
+void g_sim_note(int kind, const void *p, unsigned bytes);
 // Zeroed storage of the calling CUDA thread (one object per thread; host-only helper
 // state such as cp.async's queue of pending copies).
 void *g_sim_thread_storage(unsigned long long bytes);

@@ -25,6 +25,7 @@
 //!   kernel, its step and its arguments' buffers.
 
 pub mod build;
+pub mod count;
 mod runner;
 
 use std::collections::{BTreeMap, HashMap};
@@ -54,6 +55,10 @@ pub enum Sanitize {
     Address,
     /// ThreadSanitizer.
     Thread,
+    /// Not a sanitizer: the counting build of the performance model. Every memory
+    /// access and basic block of a kernel is reported to the runner, which counts
+    /// requests, sectors, bank conflicts and work per warp ([`SimSession::count`]).
+    Count,
 }
 
 impl Sanitize {
@@ -62,6 +67,7 @@ impl Sanitize {
             Sanitize::None => "plain",
             Sanitize::Address => "address",
             Sanitize::Thread => "thread",
+            Sanitize::Count => "count",
         }
     }
 

@@ -148,12 +148,12 @@ impl Runner {
         self.read_u32(deadline)
     }
 
-    /// Run one launch; the bytes of each argument group that writes, in argument order.
-    pub fn launch(&mut self, module: u32, shape: &Shape, args: &[RunnerArg]) -> Result<Vec<Vec<u8>>, Failure> {
+    /// A LAUNCH's or COUNT's header and argument table.
+    fn head(command: u32, module: u32, shape: &Shape, args: &[RunnerArg]) -> Vec<u8> {
         let mut head = Vec::with_capacity(36 + 16 * args.len());
         let s = shape;
         for v in [
-            2,
+            command,
             module,
             s.grid,
             s.block,
@@ -170,6 +170,12 @@ impl Runner {
             put_u32(&mut head, a.read as u32 | (a.write as u32) << 1);
             put_u32(&mut head, a.alias.unwrap_or(u32::MAX));
         }
+        head
+    }
+
+    /// Run one launch; the bytes of each argument group that writes, in argument order.
+    pub fn launch(&mut self, module: u32, shape: &Shape, args: &[RunnerArg]) -> Result<Vec<Vec<u8>>, Failure> {
+        let head = Self::head(2, module, shape, args);
         let mut parts: Vec<&[u8]> = vec![&head];
         parts.extend(args.iter().filter_map(|a| a.data));
         self.send(&parts)?;
@@ -187,6 +193,28 @@ impl Runner {
             }
         }
         Ok(out)
+    }
+
+    /// Count one launch in a counting runner: only the blocks of `sample` run, on
+    /// zeroed arguments (no bytes sent); the runner's counters (`sim_count.cpp`'s order).
+    pub fn count(&mut self, module: u32, shape: &Shape, args: &[RunnerArg], sample: &[u32]) -> Result<Vec<u64>, Failure> {
+        let mut head = Self::head(4, module, shape, args);
+        put_u32(&mut head, sample.len() as u32);
+        for &b in sample {
+            put_u32(&mut head, b);
+        }
+        self.send(&[&head])?;
+        let deadline = Instant::now() + self.timeout;
+        self.status(deadline)?;
+        let n = self.read_u32(deadline)? as usize;
+        if n > 1024 {
+            return Err(self.died(&format!("it answered {n} counters")));
+        }
+        let bytes = self.read_bytes(8 * n, deadline)?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect())
     }
 
     fn send(&mut self, parts: &[&[u8]]) -> Result<(), Failure> {

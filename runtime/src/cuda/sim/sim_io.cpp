@@ -1,4 +1,4 @@
-// graphc cuda-sim runner, part 2 (after sim_rt.cpp, as one translation unit): the
+// graphc cuda-sim runner, part 3 (after sim_rt.cpp and sim_count.cpp, as one translation unit): the
 // protocol with graphc (see the top of sim_rt.cpp), the arguments' allocations and
 // guards, loading kernels, running launches.
 
@@ -146,8 +146,9 @@ std::string check_guards(const Arg &a, size_t i) {
 #endif
 }
 
-void do_launch() {
-  Launch l;
+// A LAUNCH's or COUNT's fields up to and including the argument table (into g_args);
+// the module and the argument count.
+std::pair<unsigned, unsigned> read_head(Launch &l) {
   const unsigned module = read_u32();
   l.grid = read_u32();
   l.block = read_u32();
@@ -156,6 +157,8 @@ void do_launch() {
   l.static_limit = read_u32();
   const unsigned wave_threads = read_u32();
   const unsigned nargs = read_u32();
+  l.per_wave = wave_threads / (l.block ? l.block : 1);
+  if (l.per_wave == 0) l.per_wave = 1;
   g_args.assign(nargs, Arg());
   for (unsigned i = 0; i < nargs; ++i) {
     read_exact(&g_args[i].bytes, 8);
@@ -166,6 +169,24 @@ void do_launch() {
       _exit(71);
     }
   }
+  return {module, nargs};
+}
+
+// Bind the launch to its module: "" or why it cannot run.
+std::string bind(Launch &l, unsigned module, unsigned nargs, void *const *ptrs) {
+  if (module >= g_modules.size()) return "no module " + std::to_string(module);
+  if (g_modules[module].arity != (int)nargs)
+    return "the kernel has " + std::to_string(g_modules[module].arity) + " parameters but the launch passes " +
+           std::to_string(nargs) + " arguments";
+  l.entry = g_modules[module].path.c_str();
+  l.fn = g_modules[module].fn;
+  l.args = ptrs;
+  return "";
+}
+
+void do_launch() {
+  Launch l;
+  const auto [module, nargs] = read_head(l);
   // Group flags: what the group of each leader does.
   std::vector<unsigned> group(nargs, 0);
   for (unsigned i = 0; i < nargs; ++i) group[g_args[i].alias == 0xffffffffu ? i : g_args[i].alias] |= g_args[i].flags;
@@ -185,21 +206,10 @@ void do_launch() {
   }
   std::vector<void *> ptrs(nargs);
   for (unsigned i = 0; i < nargs; ++i) ptrs[i] = g_args[g_args[i].alias == 0xffffffffu ? i : g_args[i].alias].data;
-  if (module >= g_modules.size()) {
-    err = "no module " + std::to_string(module);
-  } else if (g_modules[module].arity != (int)nargs) {
-    err = "the kernel has " + std::to_string(g_modules[module].arity) + " parameters but the launch passes " +
-          std::to_string(nargs) + " arguments";
-  } else {
-    l.entry = g_modules[module].path.c_str();
-    l.fn = g_modules[module].fn;
-    l.args = ptrs.data();
-    l.per_wave = wave_threads / (l.block ? l.block : 1);
-    if (l.per_wave == 0) l.per_wave = 1;
-    if (!run_launch(l)) {
-      G_HB_ACQUIRE(&g_error);
-      err = g_error;
-    }
+  err = bind(l, module, nargs, ptrs.data());
+  if (err.empty() && !run_launch(l)) {
+    G_HB_ACQUIRE(&g_error);
+    err = g_error;
   }
   for (unsigned i = 0; i < nargs && err.empty(); ++i) {
     const Arg &a = g_args[i];
@@ -220,6 +230,57 @@ void do_launch() {
   g_args.clear();
 }
 
+// COUNT: the launch's header and argument table (no bytes follow), u32 n and n block
+// indices; every argument starts as zero bytes (mapped, untouched until used), only
+// the sampled blocks run -> u32 0, u32 C_N, the C_N u64 counters | u32 1, message.
+void do_count() {
+  Launch l;
+  const auto [module, nargs] = read_head(l);
+  const unsigned n = read_u32();
+  l.sample.resize(n);
+  for (unsigned i = 0; i < n; ++i) l.sample[i] = read_u32();
+  l.per_wave = 1;
+  std::vector<void *> maps(nargs, nullptr);
+  std::vector<void *> ptrs(nargs, nullptr);
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  for (unsigned i = 0; i < nargs; ++i) {
+    Arg &a = g_args[i];
+    if (a.alias != 0xffffffffu) continue;
+    const size_t bytes = (size_t)a.bytes + 2 * kGuard;
+    void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      fprintf(stderr, "graphc-sim: cannot map %llu bytes\n", a.bytes);
+      _exit(72);
+    }
+    maps[i] = m;
+    a.base = (unsigned char *)m;
+    a.data = a.base + kGuard;
+    ranges.push_back({(uintptr_t)a.data, (uintptr_t)a.data + a.bytes});
+  }
+  for (unsigned i = 0; i < nargs; ++i) ptrs[i] = g_args[g_args[i].alias == 0xffffffffu ? i : g_args[i].alias].data;
+  std::string err;
+  for (unsigned b : l.sample)
+    if (b >= l.grid) err = "sampled block " + std::to_string(b) + " of a grid of " + std::to_string(l.grid);
+  if (err.empty()) err = bind(l, module, nargs, ptrs.data());
+  if (err.empty()) {
+    count_begin(std::move(ranges));
+    g_counting = true;
+    const bool ok = run_launch(l);
+    g_counting = false;
+    if (!ok) err = g_error;
+  }
+  if (!err.empty()) {
+    reply_error(err);
+  } else {
+    write_u32(0);
+    write_u32(C_N);
+    write_exact(g_cnt, sizeof g_cnt);
+  }
+  for (unsigned i = 0; i < nargs; ++i)
+    if (maps[i]) munmap(maps[i], (size_t)g_args[i].bytes + 2 * kGuard);
+  g_args.clear();
+}
+
 }  // namespace
 
 int main() {
@@ -229,6 +290,8 @@ int main() {
       do_load();
     else if (cmd == 2)
       do_launch();
+    else if (cmd == 4)
+      do_count();
     else
       return 0;
   }

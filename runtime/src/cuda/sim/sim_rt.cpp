@@ -16,6 +16,9 @@
 //                                     -> u32 0, then the bytes of every non-alias
 //                                        argument whose group writes | u32 1, message
 //   3 QUIT
+//   4 COUNT  as LAUNCH without the argument bytes, then u32 n, n block indices: only
+//            those blocks run, on zeroed arguments, in the counting build
+//            (sim_count.cpp)         -> u32 0, u32 count, count u64 counters | u32 1, message
 // Arguments are separate allocations (256-byte aligned; under ASan each has red
 // zones; otherwise 256 guard bytes each side, checked after the launch); write-only
 // arguments start as 0xff bytes, so an element a kernel fails to write is NaN.
@@ -123,6 +126,7 @@ struct Launch {
   unsigned grid = 0, block = 0, per_wave = 1;
   unsigned dyn_smem = 0, smem_limit = 0, static_limit = 0;
   std::vector<Block> blocks;  // one per concurrent block
+  std::vector<unsigned> sample;  // COUNT: the blocks to run (one at a time), not the grid
 };
 
 // The first error of the current launch.
@@ -130,6 +134,11 @@ std::string g_error;
 bool g_abort_flag = false;
 inline bool aborted() { return __atomic_load_n(&g_abort_flag, __ATOMIC_ACQUIRE); }
 Launch *g_launch = nullptr;
+// The counting build (sim_count.cpp): set while a COUNT runs; the __syncthreads calls
+// of the block counted so far; the counts of a block at its end.
+bool g_counting = false;
+unsigned long long g_barrier_calls = 0;
+void count_block_end(Block &b);
 
 // For sanitizer reports: what the faulting thread was running.
 __thread Block *tl_block = nullptr;
@@ -270,6 +279,7 @@ void g_sim_syncthreads(void) {
   if (aborted()) {
     throw g_sim_abort();
   }
+  if (g_counting) g_barrier_calls++;
   b.state[tl_thread] = AT_BARRIER;
   b.running--;
   b.bar_arrived++;
@@ -626,15 +636,16 @@ void run_fibers(Launch &l, unsigned slots) {
 #ifdef GRAPHC_SIM_TSAN
   g_sched_tsan = __tsan_get_current_fiber();
 #endif
-  const unsigned waves = (l.grid + slots - 1) / slots;
+  const bool sampled = !l.sample.empty();
+  const unsigned waves = sampled ? (unsigned)l.sample.size() : (l.grid + slots - 1) / slots;
   for (unsigned w = 0; w < waves && !aborted(); ++w) {
     unsigned live = 0;
-    for (unsigned s = 0; s < slots; ++s) reset_block(l, l.blocks[s], w * slots + s);
+    for (unsigned s = 0; s < slots; ++s) reset_block(l, l.blocks[s], sampled ? l.sample[w] : w * slots + s);
     for (unsigned i = 0; i < n; ++i) {
       Fiber &f = g_fibers[i];
       f.slot = i / l.block;
       f.t = i % l.block;
-      f.block = w * slots + f.slot;
+      f.block = sampled ? l.sample[w] : w * slots + f.slot;
       f.done = f.block >= l.grid;
       if (f.done) continue;
       getcontext(&f.ctx);
@@ -659,10 +670,13 @@ void run_fibers(Launch &l, unsigned slots) {
       }
     }
     for (unsigned s = 0; s < slots; ++s) G_HB_ACQUIRE(&l.blocks[s].hb_end);
+    if (g_counting && !aborted())
+      for (unsigned s = 0; s < slots; ++s) count_block_end(l.blocks[s]);
   }
   g_fiber_launch = nullptr;
 }
 
 }  // namespace
-// The protocol (argument allocations, guards, LOAD, LAUNCH, main) follows in
-// sim_io.cpp; build.rs compiles the two as one translation unit.
+// The counting build's hooks follow in sim_count.cpp, then the protocol (argument
+// allocations, guards, LOAD, LAUNCH, COUNT, main) in sim_io.cpp; build.rs compiles the
+// three as one translation unit.

@@ -1,0 +1,115 @@
+//! The counting build of cuda-sim on kernels whose counts are known by hand: sectors
+//! per warp request (coalescing), shared-memory bank conflicts, barriers, atomics,
+//! work per warp. Counted, never timed.
+
+use graphc_runtime::cuda::sim::count::{count_kernel_source, CountArg};
+use graphc_runtime::cuda::sim::{self, SimOptions};
+use graphc_testkit::{skip, Need};
+
+fn have_cxx() -> bool {
+    match sim::build::find_compiler() {
+        Ok(_) => true,
+        Err(e) => {
+            skip(Need::Cxx, e);
+            false
+        }
+    }
+}
+
+fn count(source: &str, grid: u32, block: u32, args: &[CountArg], sample: &[u32]) -> graphc_compiler::perf::KernelCounters {
+    count_kernel_source("k", source, "k", grid, block, 0, args, sample, &SimOptions::default()).expect("counts")
+}
+
+fn input(bytes: u64) -> CountArg {
+    CountArg { bytes, write: false }
+}
+
+fn output(bytes: u64) -> CountArg {
+    CountArg { bytes, write: true }
+}
+
+#[test]
+fn a_coalesced_f32_copy_touches_four_sectors_per_request_and_a_stride_32_read_thirty_two() {
+    if !have_cxx() {
+        return;
+    }
+    let n = 64 * 256u64;
+    let copy = r#"extern "C" __global__ void k(const float* __restrict__ x, float* __restrict__ y) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  y[i] = x[i];
+}"#;
+    let c = count(copy, 64, 256, &[input(4 * n), output(4 * n)], &[0, 32, 63]);
+    assert_eq!((c.sampled_blocks, c.warps, c.threads), (3, 24, 768));
+    assert_eq!((c.load_requests, c.load_sectors, c.load_bytes), (24, 96, 24 * 128));
+    assert_eq!((c.store_requests, c.store_sectors), (24, 96));
+    assert_eq!(c.sectors_per_request(), 4.0);
+    // Each block reads 1 KiB and writes 1 KiB: 64 distinct sectors.
+    assert_eq!(c.block_distinct_sectors, 3 * 64);
+    assert_eq!(c.scale(), 64.0 / 3.0);
+
+    let strided = r#"extern "C" __global__ void k(const float* __restrict__ x, float* __restrict__ y) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  y[i] = x[(unsigned long long)i * 32];
+}"#;
+    let c = count(strided, 4, 64, &[input(4 * 32 * 256), output(4 * 256)], &[0]);
+    assert_eq!((c.load_requests, c.load_sectors), (2, 64));
+    assert_eq!((c.store_requests, c.store_sectors), (2, 8));
+    // 16-byte vector loads: 32 lanes x 16 bytes = 512 bytes = 16 sectors a request.
+    let vec4 = r#"extern "C" __global__ void k(const float4* __restrict__ x, float4* __restrict__ y) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  y[i] = x[i];
+}"#;
+    let c = count(vec4, 1, 32, &[input(512), output(512)], &[0]);
+    assert_eq!((c.load_requests, c.load_sectors), (1, 16));
+}
+
+#[test]
+fn shared_memory_bank_conflicts_are_counted_per_wavefront() {
+    if !have_cxx() {
+        return;
+    }
+    // One warp: a conflict-free store (s[t]), a 32-way conflicting load (column t of a
+    // 32x32 tile: every lane in bank 0), a broadcast (every lane reads s[0]), and a
+    // padded column (stride 33: conflict-free).
+    let src = r#"extern "C" __global__ void k(const float* __restrict__ x, float* __restrict__ y) {
+  __shared__ float s[32 * 33];
+  const unsigned t = threadIdx.x;
+  for (int r = 0; r < 32; r++) s[r * 32 + t] = x[t];
+  __syncthreads();
+  float a = s[t * 32];
+  float b = s[0];
+  __syncthreads();
+  float c = s[t * 33];
+  y[t] = a + b + c;
+}"#;
+    let c = count(src, 1, 32, &[input(128), output(128)], &[0]);
+    assert_eq!(c.shared_store_requests, 32);
+    assert_eq!(c.shared_load_requests, 3);
+    // 32 stores of 1 wavefront, then 32 + 1 + 1 for the loads.
+    assert_eq!(c.shared_ideal_wavefronts, 35);
+    assert_eq!(c.shared_wavefronts, 32 + 32 + 1 + 1);
+    assert_eq!(c.barriers, 2);
+}
+
+#[test]
+fn atomics_divergence_and_loops_are_counted_per_warp() {
+    if !have_cxx() {
+        return;
+    }
+    // Lane t loops t times: the warp issues the busiest lane's 31 iterations; every
+    // lane adds into one word (an atomic request per occurrence).
+    let src = r#"extern "C" __global__ void k(const float* __restrict__ x, float* __restrict__ y) {
+  const unsigned t = threadIdx.x;
+  float s = 0.0f;
+  for (unsigned i = 0; i < t; i++) s += x[i];
+  atomicAdd(&y[0], s);
+}"#;
+    let c = count(src, 1, 32, &[input(128), output(4)], &[0]);
+    assert_eq!(c.atomic_requests, 1);
+    // The loop's loads: lane t makes t of them; occurrence k groups lanes k+1..31 (31
+    // requests). A float atomicAdd is, on the host, a load and a compare-and-swap: two
+    // requests where a GPU issues one.
+    assert_eq!(c.load_requests, 31 + 2);
+    assert!(c.warp_basic_blocks >= 31, "{c:?}");
+    assert!(c.thread_basic_blocks > c.warp_basic_blocks * 10, "{c:?}");
+}
