@@ -25,6 +25,7 @@ pub mod train;
 use std::collections::HashMap;
 use std::path::Path;
 
+pub use graphc_compiler::perf;
 pub use graphc_compiler::plan::report::{CommandLine, Rerun};
 pub use graphc_compiler::plan::MemoryOptions;
 pub use graphc_compiler::{Binary, CompileOptions, Compiled, Kernels};
@@ -79,6 +80,9 @@ pub enum Error {
     /// The memory plan does not fit its budget (the diagnosis says why and what would help).
     #[error(transparent)]
     OverBudget(#[from] graphc_compiler::plan::OverBudget),
+    /// A GPU the performance model does not know (the message lists those it does).
+    #[error("{0}")]
+    UnknownGpu(String),
 }
 
 /// Load a model: an `.onnx` file (with its external data), a `.gir` text IR file (with
@@ -132,6 +136,15 @@ fn onnx_error(path: &Path, e: graphc_ir::onnx::OnnxError) -> Error {
             message: e.to_string(),
         },
     }
+}
+
+/// The modeled time of a compiled model's kernels on `gpu` (a name of
+/// [`perf::GPUS`]), before anything runs: each generated kernel's own CUDA C counted
+/// on cuda-sim over sampled blocks (built for counting with `sim`'s cache and jobs),
+/// cuBLASLt GEMMs by tiles and waves ([`perf`]). Needs a host C++ compiler.
+pub fn model_time(model: &Compiled, gpu: &str, sim: &cuda::sim::SimOptions) -> Result<perf::StepTime, Error> {
+    let spec = perf::GpuSpec::by_name(gpu).map_err(Error::UnknownGpu)?;
+    Ok(cuda::sim::count::model_step(model, spec, sim)?)
 }
 
 /// Compile with default options.

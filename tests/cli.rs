@@ -6,6 +6,8 @@ mod common;
 mod hints;
 #[path = "cli/memory.rs"]
 mod memory;
+#[path = "cli/time.rs"]
+mod time;
 #[path = "cli/train.rs"]
 mod train;
 

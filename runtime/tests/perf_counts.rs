@@ -16,7 +16,13 @@ fn have_cxx() -> bool {
     }
 }
 
-fn count(source: &str, grid: u32, block: u32, args: &[CountArg], sample: &[u32]) -> graphc_compiler::perf::KernelCounters {
+fn count(
+    source: &str,
+    grid: u32,
+    block: u32,
+    args: &[CountArg],
+    sample: &[u32],
+) -> graphc_compiler::perf::KernelCounters {
     count_kernel_source("k", source, "k", grid, block, 0, args, sample, &SimOptions::default()).expect("counts")
 }
 

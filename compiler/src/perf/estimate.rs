@@ -19,9 +19,10 @@
 //! The rates are scaled by the share of the GPU the launch occupies: the SMs its grid
 //! reaches, and the warps resident on each against [`WARPS_TO_HIDE_LATENCY`].
 //!
-//! A cuBLASLt GEMM is modeled by tiles and waves: 128x128 output tiles, one an SM at a
-//! time, each at [`GEMM_EFFICIENCY`] of the SM's share of its unit's peak; or its bytes
-//! at the DRAM bandwidth, whichever is longer.
+//! A cuBLASLt GEMM is modeled by tiles and waves: 128x128 output tiles (smaller for a
+//! smaller product), one an SM at a time, each at [`GEMM_EFFICIENCY`] of the SM's share
+//! of its unit's peak, k split over idle SMs when the tiles are fewer than the SMs; or
+//! its bytes at the DRAM bandwidth, whichever is longer.
 //!
 //! The constants below are assumptions until a GPU measurement calibrates them
 //! (`bench/gpu_check.sh`); they are never tuned to flatter one kernel.
@@ -44,6 +45,7 @@ pub const SM_BANDWIDTH_SHARE: f64 = 2.0;
 /// cuBLASLt's fraction of the peak on a full wave of tiles.
 pub const GEMM_EFFICIENCY: f64 = 0.8;
 const GEMM_TILE: u64 = 128;
+const GEMM_MIN_SPLIT_K: u64 = 256;
 const L1_SECTORS_PER_CLOCK: f64 = 4.0;
 const SCHEDULERS_PER_SM: f64 = 4.0;
 const MMA_FLOPS: f64 = 4096.0;
@@ -136,7 +138,10 @@ pub fn estimate_kernel(c: &KernelCounters, res: &Resources, ideal: &IdealWork, g
     let terms = vec![
         ("dram", dram_bytes / (gpu.dram_bytes_per_s * bw_share)),
         ("l2", block_bytes / (gpu.l2_bytes_per_s * bw_share)),
-        ("l1", (c.load_sectors + c.store_sectors) as f64 * s / (L1_SECTORS_PER_CLOCK * clock)),
+        (
+            "l1",
+            (c.load_sectors + c.store_sectors) as f64 * s / (L1_SECTORS_PER_CLOCK * clock),
+        ),
         ("shared", c.shared_wavefronts as f64 * s / clock),
         ("tensor", c.mmas as f64 * s * MMA_FLOPS / (gpu.peaks.tensor_16 * p)),
         (
@@ -181,15 +186,24 @@ impl GemmShape {
 }
 
 pub fn estimate_gemm(g: &GemmShape, gpu: &GpuSpec) -> Estimate {
+    let sms = u64::from(gpu.sms);
+    let (tm, tn) = (g.m.clamp(1, GEMM_TILE), g.n.clamp(1, GEMM_TILE));
     let tiles = g.m.div_ceil(GEMM_TILE) * g.n.div_ceil(GEMM_TILE) * g.batch.max(1);
-    let waves = tiles.div_ceil(u64::from(gpu.sms)).max(1) as f64;
+    // Fewer tiles than SMs: the k dimension is split over the idle SMs (split-K), in
+    // slices of at least GEMM_MIN_SPLIT_K.
+    let split = if tiles < sms {
+        (sms / tiles).min(g.k / GEMM_MIN_SPLIT_K).max(1)
+    } else {
+        1
+    };
+    let waves = (tiles * split).div_ceil(sms).max(1) as f64;
     let per_sm = g.unit.peak(gpu) / f64::from(gpu.sms) * GEMM_EFFICIENCY;
-    let tile_s = 2.0 * (GEMM_TILE * GEMM_TILE) as f64 * g.k as f64 / per_sm;
+    let tile_s = 2.0 * (tm * tn) as f64 * g.k.div_ceil(split) as f64 / per_sm;
     let terms = vec![
         ("dram", g.bytes as f64 / gpu.dram_bytes_per_s),
         ("tiles", waves * tile_s),
     ];
-    finish(terms, 1.0, tiles as f64 / f64::from(gpu.sms), None)
+    finish(terms, 1.0, (tiles * split) as f64 / f64::from(gpu.sms), None)
 }
 
 #[cfg(test)]
@@ -253,7 +267,7 @@ mod tests {
             flops: 0,
             unit: Unit::CudaF32,
         };
-        let mk = |sectors| KernelCounters {
+        let mk = |sectors: u64| KernelCounters {
             grid: 132 * 8,
             block_threads: 256,
             sampled_blocks: 1,

@@ -101,7 +101,10 @@ fn detail(c: &KernelCounters, r: &Resources, e: &Estimate) -> String {
         d.push_str(&format!(", bank conflicts x{:.2}", c.bank_conflict_factor()));
     }
     if c.mmas > 0 {
-        d.push_str(&format!(", {:.0} mma/block", c.mmas as f64 / c.sampled_blocks.max(1) as f64));
+        d.push_str(&format!(
+            ", {:.0} mma/block",
+            c.mmas as f64 / c.sampled_blocks.max(1) as f64
+        ));
     }
     d
 }
@@ -161,7 +164,13 @@ pub fn step_time(program: &Program, launches: &[LaunchInput], gpu: &GpuSpec, sam
     let ideal_gemms_modeled_s = kernels
         .iter()
         .enumerate()
-        .map(|(i, k)| if gemm_s[i] > 0.0 { k.ideal_s.max(k.modeled_s) } else { k.ideal_s })
+        .map(|(i, k)| {
+            if gemm_s[i] > 0.0 {
+                k.ideal_s.max(k.modeled_s)
+            } else {
+                k.ideal_s
+            }
+        })
         .sum();
     StepTime {
         gpu: gpu.name.to_string(),

@@ -56,7 +56,11 @@ impl IdealWork {
             KernelKind::MatMul(mm) => {
                 let batch: usize = mm.batch.iter().product();
                 let flops = 2 * batch as u64 * mm.m as u64 * mm.n as u64 * mm.k as u64;
-                let d = if mm.quant.is_some() { DType::BF16 } else { dtype(mm.a.buffer) };
+                let d = if mm.quant.is_some() {
+                    DType::BF16
+                } else {
+                    dtype(mm.a.buffer)
+                };
                 (flops, Unit::of(d))
             }
             KernelKind::Conv(c) => {

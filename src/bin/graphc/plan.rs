@@ -31,9 +31,24 @@ pub struct PlanArgs {
     pub train: bool,
     #[command(flatten)]
     pub train_opts: crate::train::TrainArgs,
+    /// Also model the time of every kernel on a GPU (`--gpu`), before anything runs:
+    /// its ideal time (unique bytes at DRAM bandwidth, FLOPs at its unit's peak) and its
+    /// modeled time from what its own CUDA C executes on cuda-sim (needs a host C++
+    /// compiler); the kernels that lose the most are listed.
+    #[arg(long)]
+    pub time: bool,
+    /// The GPU `--time` models: rtx4090d (the default) or h200.
+    #[arg(long, value_name = "NAME", default_value = "rtx4090d", requires = "time")]
+    pub gpu: String,
+    /// With `--time`, how many kernels the report lists (by time lost).
+    #[arg(long, value_name = "N", default_value_t = 12, requires = "time")]
+    pub top: usize,
 }
 
 pub fn run(args: PlanArgs) -> Result<()> {
+    if args.time {
+        graphc::perf::GpuSpec::by_name(&args.gpu).map_err(|e| anyhow::anyhow!(e))?;
+    }
     let graph = args.model.load()?;
     let progress = crate::common::Progress::new("compiling");
     let compiled = if args.train {
@@ -52,6 +67,14 @@ pub fn run(args: PlanArgs) -> Result<()> {
         )
     });
     let (program, plan) = (&compiled.program, &compiled.plan);
+    let time = if args.time {
+        let progress = crate::common::Progress::new("counting kernels on cuda-sim");
+        let t = graphc::model_time(&compiled, &args.gpu, &graphc::cuda::sim::SimOptions::default())?;
+        drop(progress);
+        Some(t)
+    } else {
+        None
+    };
     let print_summary = || {
         println!("model          {}", args.model.model.display());
         print!("{}", report::summary(program, plan));
@@ -77,6 +100,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
         if let Some(m) = compiled.train.as_ref().map(|t| t.report.mlp_parts).filter(|m| m.any()) {
             println!("mlps           {}, in the forward and the backward", m.summary());
         }
+        if let Some(t) = &time {
+            println!();
+            print!("{}", t.text(args.top));
+        }
         if args.picture {
             println!();
             print!("{}", report::picture(plan, 64, 16));
@@ -91,6 +118,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         let mut v = serde_json::to_value(report::PlanJson::new(program, plan, planned, &rerun))?;
         if let (Some(t), Some(obj)) = (&train_bytes, v.as_object_mut()) {
             obj.insert("train".into(), serde_json::to_value(t)?);
+        }
+        if let (Some(t), Some(obj)) = (&time, v.as_object_mut()) {
+            obj.insert("time".into(), serde_json::to_value(t)?);
         }
         serde_json::to_string_pretty(&v)
     };

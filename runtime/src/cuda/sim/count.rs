@@ -127,14 +127,19 @@ impl SimSession {
 /// jobs), their registers from NVRTC when it is available.
 pub fn model_step(compiled: &Compiled, gpu: &GpuSpec, opts: &SimOptions) -> Result<perf::StepTime, CudaError> {
     let kernels = codegen::generate_all(&compiled.program)?;
-    let (resources, registers) =
-        match nvrtc::resources(&kernels, gpu.arch, nvrtc::cache::default_cache_dir()) {
-            Ok(r) => (r, format!("registers and static shared memory from ptxas for {}", gpu.arch)),
-            Err(e) => (
-                vec![None; kernels.len()],
-                format!("occupancy without registers ({})", e.to_string().lines().next().unwrap_or("")),
+    let (resources, registers) = match nvrtc::resources(&kernels, gpu.arch, nvrtc::cache::default_cache_dir()) {
+        Ok(r) => (
+            r,
+            format!("registers and static shared memory from ptxas for {}", gpu.arch),
+        ),
+        Err(e) => (
+            vec![None; kernels.len()],
+            format!(
+                "occupancy without registers ({})",
+                e.to_string().lines().next().unwrap_or("")
             ),
-        };
+        ),
+    };
     let opts = SimOptions {
         device: device_of(gpu),
         sanitize: Sanitize::Count,

@@ -197,7 +197,13 @@ impl Runner {
 
     /// Count one launch in a counting runner: only the blocks of `sample` run, on
     /// zeroed arguments (no bytes sent); the runner's counters (`sim_count.cpp`'s order).
-    pub fn count(&mut self, module: u32, shape: &Shape, args: &[RunnerArg], sample: &[u32]) -> Result<Vec<u64>, Failure> {
+    pub fn count(
+        &mut self,
+        module: u32,
+        shape: &Shape,
+        args: &[RunnerArg],
+        sample: &[u32],
+    ) -> Result<Vec<u64>, Failure> {
         let mut head = Self::head(4, module, shape, args);
         put_u32(&mut head, sample.len() as u32);
         for &b in sample {
