@@ -119,3 +119,53 @@ fn atomics_divergence_and_loops_are_counted_per_warp() {
     assert!(c.warp_basic_blocks >= 31, "{c:?}");
     assert!(c.thread_basic_blocks > c.warp_basic_blocks * 10, "{c:?}");
 }
+
+/// A bf16 attention through the pipeline: its kernel's `mma.sync` are counted (one per
+/// warp, not per lane), its emulated instructions count as one basic block each (not
+/// their host loops), and the launch is modeled from the counts.
+#[test]
+fn a_compiled_attention_counts_its_tensor_core_work() {
+    use graphc_compiler::perf::{GpuSpec, LaunchWork};
+    use graphc_ir::{nn::softmax, DType, GraphBuilder};
+    if !have_cxx() {
+        return;
+    }
+    let b = GraphBuilder::new();
+    let q = b.input("q", DType::BF16, [1, 2, 64, 64]);
+    let k = b.input("k", DType::BF16, [1, 2, 64, 64]);
+    let v = b.input("v", DType::BF16, [1, 2, 64, 64]);
+    let s = q.matmul(k.transpose(&[0, 1, 3, 2])) * 0.125;
+    b.output("o", softmax(s, -1).matmul(v));
+    let g = b.finish().unwrap();
+    let compiled = graphc_compiler::compile(&g, &Default::default()).unwrap();
+    let kernels = graphc_compiler::codegen::generate_all(&compiled.program).unwrap();
+    let opts = SimOptions {
+        sanitize: sim::Sanitize::Count,
+        ..SimOptions::default()
+    };
+    let session = sim::SimSession::with_kernels(&compiled.program, &compiled.plan, &kernels, &opts).unwrap();
+    let launches = session.count_launches(&vec![None; kernels.len()]);
+    let counted: Vec<_> = launches
+        .iter()
+        .filter_map(|l| match &l.work {
+            LaunchWork::Counted { counters, .. } => Some(counters),
+            _ => None,
+        })
+        .collect();
+    let attention = counted
+        .iter()
+        .find(|c| c.mmas > 0)
+        .expect("an attention kernel on tensor cores");
+    // 64 queries x 64 keys x 64 dims per head, QK^T and PV: 2 * 64^3 multiply-adds, an
+    // m16n8k16 mma does 16*8*16: at least 256 mma per head (more where tiles are padded
+    // or recomputed, but not 4x).
+    let per_head = attention.mmas as f64 / attention.sampled_blocks as f64 * attention.grid as f64 / 2.0;
+    assert!((256.0..=1024.0).contains(&per_head), "{attention:?}");
+    // An mma's host emulation runs dozens of basic blocks per lane; counted as one, the
+    // warp's blocks stay within a small multiple of its mma and memory requests.
+    let warp_requests = (attention.load_requests + attention.store_requests + attention.shared_load_requests) as f64;
+    let per_warp = attention.warp_basic_blocks as f64 / (attention.mmas as f64 + warp_requests);
+    assert!(per_warp < 20.0, "{per_warp}: {attention:?}");
+    let t = graphc_compiler::perf::step_time(&compiled.program, &launches, GpuSpec::by_name("h200").unwrap(), "");
+    assert!(t.modeled_s > 0.0 && t.kernels.iter().any(|k| k.kind == "attention"));
+}

@@ -506,15 +506,21 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         b.output("e", e * 3.0);
         b.output("arg", e.argmax(-1, false));
     })?;
+    // Along axis 0 (the embedding gradient) the row-block kernel: 2,100 positions are
+    // 3 chunks of its index scan, 300 rows of 96 are 8 blocks of 42 rows; the bf16
+    // updates are read through a transposed view. Along axis 1, the element kernel.
     c.add(
         "op scatter_add (embedding gradient, repeated rows) f32 + bf16".into(),
-        50,
+        300,
         &|b| {
-            let ids = b.input("ids", DType::I64, [4, 7]);
-            let g = b.input("g", DType::F32, [4, 7, 32]);
-            b.output("d", g.scatter_add(ids, 0, 50));
+            let ids = b.input("ids", DType::I64, [3, 700]);
+            let g = b.input("g", DType::F32, [3, 700, 96]);
+            b.output("d", g.scatter_add(ids, 0, 300));
+            let gt = b.input("gt", DType::BF16, [96, 3, 700]);
+            b.output("dt", gt.transpose(&[1, 2, 0]).scatter_add(ids, 0, 300));
+            let few = b.input("few", DType::I64, [4, 7]);
             let h = b.input("h", DType::BF16, [3, 4, 7, 5]);
-            b.output("dh", h.scatter_add(ids, 1, 50));
+            b.output("dh", h.scatter_add(few, 1, 300));
         },
     )?;
     // Attention, small: softmax(q k^T / 8) v over [2, 4 heads, 32, 16].

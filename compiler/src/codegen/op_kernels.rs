@@ -95,7 +95,10 @@ pub(crate) fn generate(
         }
         Op::ScatterAdd { axis, size } => {
             arity(2)?;
-            g.elementwise(|w, h, ix| g.scatter_add(w, h, ix, *axis, *size))?
+            match g.scatter_add_rows(*axis, *size)? {
+                Some(rows) => rows,
+                None => g.elementwise(|w, h, ix| g.scatter_add(w, h, ix, *axis, *size))?,
+            }
         }
         Op::Dequantize { bits, group } => {
             arity(2)?;

@@ -82,6 +82,7 @@ __device__ __forceinline__ void g_mma_cpu_gather(float ar[2][16], float bc[2][16
 }
 __device__ __forceinline__ void g_mma_cpu_f32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4], int is_f16) {
   float ar[2][16], bc[2][16], r[4];
+  g_sim_note(3, 0, 0);
   g_sim_note(0, 0, 0);
   g_mma_cpu_gather(ar, bc, a, b, is_f16);
   for (int i = 0; i < 4; i++) {
@@ -93,6 +94,7 @@ __device__ __forceinline__ void g_mma_cpu_f32(float d[4], const unsigned a[4], c
     r[i] = s + c[i];
   }
   for (int i = 0; i < 4; i++) d[i] = r[i];
+  g_sim_note(4, 0, 0);
 }
 __device__ __forceinline__ void g_mma_m16n8k16_bf16_f32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
   g_mma_cpu_f32(d, a, b, c, 0);
@@ -169,6 +171,7 @@ __device__ __forceinline__ void g_ldmatrix_x4_trans(unsigned r[4], const void* r
 // Every lane publishes its row address (__shfl_sync over all 32 lanes, one per matrix),
 // then reads its own elements through the addresses of the lanes that supply them.
 __device__ __forceinline__ void g_ldmatrix_cpu(unsigned* r, int num, int trans, const void* row) {
+  g_sim_note(3, 0, 0);
   const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int lane = (int)(tid & 31u);
   const unsigned long long mine = (unsigned long long)(uintptr_t)row;
@@ -185,6 +188,7 @@ __device__ __forceinline__ void g_ldmatrix_cpu(unsigned* r, int num, int trans, 
       r[j] = (unsigned)lo | ((unsigned)hi << 16);
     }
   }
+  g_sim_note(4, 0, 0);
 }
 __device__ __forceinline__ void g_ldmatrix_x1(unsigned r[1], const void* row) { g_ldmatrix_cpu(r, 1, 0, row); }
 __device__ __forceinline__ void g_ldmatrix_x2(unsigned r[2], const void* row) { g_ldmatrix_cpu(r, 2, 0, row); }
@@ -241,6 +245,7 @@ inline g_cp_async_queue& g_cp_async_q() {
   return *(g_cp_async_queue*)g_sim_thread_storage(sizeof(g_cp_async_queue));
 }
 inline void g_cp_async_push(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
+  g_sim_note(3, 0, 0);
   g_cp_async_queue& q = g_cp_async_q();
   if (q.n == 256u) g_sim_trap("cp.async: more than 256 copies pending in one thread");
   if (src_bytes > bytes) g_sim_trap("cp.async: src-size larger than cp-size");
@@ -252,9 +257,11 @@ inline void g_cp_async_push(void* dst, const void* src, unsigned bytes, unsigned
   q.op[q.n].src_bytes = src_bytes;
   q.op[q.n].group = q.commits;
   q.n++;
+  g_sim_note(4, 0, 0);
 }
 // Performs the copies of groups before `group_end`, keeps the rest in order.
 inline void g_cp_async_perform(unsigned group_end) {
+  g_sim_note(3, 0, 0);
   g_cp_async_queue& q = g_cp_async_q();
   unsigned kept = 0;
   for (unsigned i = 0; i < q.n; i++) {
@@ -267,6 +274,7 @@ inline void g_cp_async_perform(unsigned group_end) {
     }
   }
   q.n = kept;
+  g_sim_note(4, 0, 0);
 }
 __device__ __forceinline__ void g_cp_async_4(void* dst, const void* src) { g_cp_async_push(dst, src, 4u, 4u); }
 __device__ __forceinline__ void g_cp_async_8(void* dst, const void* src) { g_cp_async_push(dst, src, 8u, 8u); }

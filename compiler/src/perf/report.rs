@@ -94,6 +94,9 @@ fn detail(c: &KernelCounters, r: &Resources, e: &Estimate) -> String {
     if let Some(regs) = r.registers {
         d.push_str(&format!(", {regs} regs"));
     }
+    if r.spilled_bytes > 0 {
+        d.push_str(&format!(", {} bytes spilled", r.spilled_bytes));
+    }
     if c.load_requests + c.store_requests > 0 {
         d.push_str(&format!(", {:.1} sectors/request", c.sectors_per_request()));
     }

@@ -194,6 +194,11 @@ pub(crate) fn generate(
     }
     let d = dims.dtype;
     // bf16 / f16 with head dims multiples of 16: on tensor cores.
+    if wrt.is_none() {
+        if let Some((source, h, launch)) = super::Gen::lse_on_tensor_cores(a) {
+            return Ok(("attention_lse", (source, h), launch));
+        }
+    }
     if let Some(wrt) = wrt {
         if super::mma_backward::applies(&dims, a) {
             let st = a.inputs.iter().map(|(acc, ty)| strides(acc, ty)).collect();

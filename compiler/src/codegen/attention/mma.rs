@@ -94,13 +94,23 @@ fn rows_aligned(gen: &Gen, n: usize) -> bool {
     st[nbd + 2] == 1 && st[..nbd + 2].iter().all(|s| s % 8 == 0) && a.offset % 8 == 0
 }
 
-/// The kernel's source and launch; `h` gets the helpers it uses.
-pub(super) fn generate(gen: &Gen, h: &mut Helpers, nb: usize) -> (String, LaunchConfig) {
+/// The kernel's source and launch; `h` gets the helpers it uses. With `lse`, the
+/// kernel of `attention_lse` instead: the same scores and running sums, no v tiles and
+/// no `p v`, each row's log-sum-exp stored (`gen`'s operands are then q, k, k again in
+/// v's place, never read, and the mask).
+pub(super) fn generate(gen: &Gen, h: &mut Helpers, nb: usize, lse: bool) -> (String, LaunchConfig) {
     let dims = &gen.dims;
-    let tl = Tiles::of(dims);
+    let mut tl = Tiles::of(dims);
+    if lse && tl.q_regs {
+        // No v tiles: q is staged alone behind k.
+        tl.elems = tl.v_at + BLOCK_M * tl.kp;
+    } else if lse {
+        tl.q_at = tl.v_at;
+        tl.elems = tl.v_at + BLOCK_M * tl.kp;
+    }
     let qtiles = dims.sq.div_ceil(BLOCK_M);
     let tiles = nb * dims.hq * qtiles;
-    let asynchronous = (0..3).all(|n| rows_aligned(gen, n));
+    let asynchronous = (0..if lse { 2 } else { 3 }).all(|n| rows_aligned(gen, n));
     h.need(Helper::Mma);
     h.need(Helper::Ldmatrix);
     if asynchronous {
@@ -111,11 +121,16 @@ pub(super) fn generate(gen: &Gen, h: &mut Helpers, nb: usize) -> (String, Launch
         tl,
         asynchronous,
         t: gen.ix.ty(),
+        lse,
     };
     let mut w = Writer::new();
     k.head(&mut w, nb, tiles, qtiles);
     k.tile_loop(&mut w, h);
-    k.store(&mut w, h);
+    if lse {
+        k.store_lse(&mut w, h);
+    } else {
+        k.store(&mut w, h);
+    }
     w.close();
     w.close();
     let bytes = k.tl.elems * 2;
@@ -138,6 +153,8 @@ struct Kernel<'a> {
     asynchronous: bool,
     /// The index type.
     t: &'static str,
+    /// `attention_lse`'s kernel: no v, the rows' log-sum-exp stored.
+    lse: bool,
 }
 
 impl Kernel<'_> {
@@ -176,7 +193,8 @@ impl Kernel<'_> {
         let (gen, tl, t) = (self.gen, &self.tl, self.t);
         let d = &gen.dims;
         w.line(format!(
-            "// attention (tensor cores, {} mma): {nb} x {} heads ({} kv), [{}, {}] x [{}, {}] -> [{}, {}], scale {}, {}{}{}; {BLOCK_M} rows per block, {} keys per tile, {} copies, q fragments in {}",
+            "// {} (tensor cores, {} mma): {nb} x {} heads ({} kv), [{}, {}] x [{}, {}] -> [{}, {}], scale {}, {}{}{}; {BLOCK_M} rows per block, {} keys per tile, {} copies, q fragments in {}",
+            if self.lse { "attention_lse" } else { "attention" },
             gen.d,
             d.hq,
             d.hkv,
@@ -202,7 +220,9 @@ impl Kernel<'_> {
         ));
         w.line("extern __shared__ __align__(16) unsigned char smem[];");
         w.line("unsigned short* const ks = reinterpret_cast<unsigned short*>(smem);");
-        w.line(format!("unsigned short* const vs = ks + {};", tl.v_at));
+        if !self.lse {
+            w.line(format!("unsigned short* const vs = ks + {};", tl.v_at));
+        }
         w.line(format!("unsigned short* const qs = ks + {};", tl.q_at));
         w.line("const int warp = threadIdx.x / 32;");
         w.line("const int lane = threadIdx.x % 32;");
@@ -220,6 +240,9 @@ impl Kernel<'_> {
         layout::decompose(w, gen.ix, "b", &d.batch, "bb");
         let nbd = gen.nbd();
         for (n, (a, _)) in gen.g.inputs.iter().enumerate() {
+            if self.lse && n == 2 {
+                continue;
+            }
             let s = &gen.st[n];
             let head = if n == 0 || n == 3 { "h" } else { "g" };
             let mut base = layout::address(gen.ix, a.offset, &s[..nbd], "bb");
@@ -317,16 +340,19 @@ impl Kernel<'_> {
             w.close();
             w.line("__syncthreads();");
         }
-        self.load_tile(w, 2, "0");
-        self.commit(w);
-        w.line(format!("float o[{ov_n}][4];"));
-        w.line("#pragma unroll");
-        w.open(format!("for (int n = 0; n < {ov_n}; ++n)"));
-        w.line("o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;");
-        w.close();
+        if !self.lse {
+            self.load_tile(w, 2, "0");
+            self.commit(w);
+            w.line(format!("float o[{ov_n}][4];"));
+            w.line("#pragma unroll");
+            w.open(format!("for (int n = 0; n < {ov_n}; ++n)"));
+            w.line("o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;");
+            w.close();
+        }
         w.line("float m0 = ninf, m1 = ninf, l0 = 0.0f, l1 = 0.0f;");
         w.open(format!("for ({t} j0 = 0; j0 < kend; j0 += {})", tl.bn));
-        self.wait(w, 1);
+        // The k tile (and, with v, all but the v tile in flight).
+        self.wait(w, usize::from(!self.lse));
         // Scores: s = q kᵀ, 16 rows x bn keys per warp.
         w.line(format!("float s[{st_n}][4];"));
         w.line("#pragma unroll");
@@ -360,14 +386,16 @@ impl Kernel<'_> {
         w.close();
         self.commit(w);
         self.softmax(w, h);
-        self.wait(w, 1);
-        self.pv(w);
-        // Every warp is done with the v tile: the next one streams in during the scores.
-        w.line("__syncthreads();");
-        w.open(format!("if (j0 + {} < kend)", tl.bn));
-        self.load_tile(w, 2, &format!("(j0 + {})", tl.bn));
-        w.close();
-        self.commit(w);
+        if !self.lse {
+            self.wait(w, 1);
+            self.pv(w);
+            // Every warp is done with the v tile: the next one streams in during the scores.
+            w.line("__syncthreads();");
+            w.open(format!("if (j0 + {} < kend)", tl.bn));
+            self.load_tile(w, 2, &format!("(j0 + {})", tl.bn));
+            w.close();
+            self.commit(w);
+        }
         w.close();
         if self.asynchronous {
             w.line("g_cp_async_wait_all();");
@@ -430,13 +458,15 @@ impl Kernel<'_> {
         w.line("const float c0 = exp2f(m0 - z0), c1 = exp2f(m1 - z1);");
         w.line("l0 *= c0;");
         w.line("l1 *= c1;");
-        w.line("#pragma unroll");
-        w.open(format!("for (int n = 0; n < {}; ++n)", d.dv / 8));
-        w.line("o[n][0] *= c0;");
-        w.line("o[n][1] *= c0;");
-        w.line("o[n][2] *= c1;");
-        w.line("o[n][3] *= c1;");
-        w.close();
+        if !self.lse {
+            w.line("#pragma unroll");
+            w.open(format!("for (int n = 0; n < {}; ++n)", d.dv / 8));
+            w.line("o[n][0] *= c0;");
+            w.line("o[n][1] *= c0;");
+            w.line("o[n][2] *= c1;");
+            w.line("o[n][3] *= c1;");
+            w.close();
+        }
         w.line("#pragma unroll");
         w.open(format!("for (int n = 0; n < {st_n}; ++n)"));
         w.line("s[n][0] = exp2f(s[n][0] - z0);");
@@ -487,14 +517,44 @@ impl Kernel<'_> {
         w.close();
     }
 
-    /// The rows' sums over their four lanes, then `o / l` rounded once, two columns per
-    /// 32-bit store.
-    fn store(&self, w: &mut Writer, h: &mut Helpers) {
-        let d = &self.gen.dims;
+    /// The rows' sums over the four lanes that hold each row.
+    fn row_sums(&self, w: &mut Writer) {
         w.line("l0 += __shfl_xor_sync(0xffffffffu, l0, 1);");
         w.line("l0 += __shfl_xor_sync(0xffffffffu, l0, 2);");
         w.line("l1 += __shfl_xor_sync(0xffffffffu, l1, 1);");
         w.line("l1 += __shfl_xor_sync(0xffffffffu, l1, 2);");
+    }
+
+    /// Each row's log-sum-exp in the natural log, `(m + log2 l) ln 2` (the scores were
+    /// taken to the log2 domain), by the first of the row's four lanes; a row with
+    /// every key masked has `m = -inf`, `l = 0`: `-inf`, as the reference.
+    fn store_lse(&self, w: &mut Writer, h: &mut Helpers) {
+        let gen = self.gen;
+        let d = &gen.dims;
+        self.row_sums(w);
+        let out = format!("p{}", gen.g.out_param);
+        let ln2 = cuda::f32_lit(std::f32::consts::LN_2);
+        for (r, m, l) in [("r0", "m0", "l0"), ("r1", "m1", "l1")] {
+            w.open(format!("if (tq == 0 && {r} < {})", self.l(d.sq)));
+            let v = cuda::store_conv(
+                h,
+                gen.g.out.dtype,
+                &format!("({m} == ninf ? ninf : ({m} + log2f({l})) * {ln2})"),
+            );
+            w.line(format!(
+                "{out}[(b * {} + h) * {} + {r}] = {v};",
+                self.l(d.hq),
+                self.l(d.sq)
+            ));
+            w.close();
+        }
+    }
+
+    /// The rows' sums over their four lanes, then `o / l` rounded once, two columns per
+    /// 32-bit store.
+    fn store(&self, w: &mut Writer, h: &mut Helpers) {
+        let d = &self.gen.dims;
+        self.row_sums(w);
         let out = format!("p{}", self.gen.g.out_param);
         for (r, l, e) in [("r0", "l0", 0), ("r1", "l1", 2)] {
             w.open(format!("if ({r} < {})", self.l(d.sq)));

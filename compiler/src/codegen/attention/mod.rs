@@ -88,6 +88,60 @@ struct Gen<'a> {
 
 const NAMES: [&str; 4] = ["q", "k", "v", "m"];
 
+impl<'a> Gen<'a> {
+    /// The generator of `g`'s operands (q, k, v and maybe a mask) of `dims`.
+    fn new(g: &'a Args<'a>, dims: AttentionDims) -> Gen<'a> {
+        let d = dims.dtype;
+        let (acc_t, size) = if d == DType::F64 { ("double", 8) } else { ("float", 4) };
+        let nb: usize = dims.batch.iter().product();
+        let tiles = nb * dims.hq * dims.sq.div_ceil(WARPS);
+        // Index type: wide when any operand's reach or the output passes 2^30 elements.
+        let mut wide = g.out.numel() >= 1 << 30 || tiles >= 1 << 30;
+        for (a, t) in g.inputs {
+            wide |= Ix::for_space(t.shape.dims(), &[(a.offset, &a.strides[..])], 0).wide;
+        }
+        Gen {
+            g,
+            d,
+            acc_t,
+            ix: Ix { wide },
+            st: g.inputs.iter().map(|(a, ty)| strides(a, ty)).collect(),
+            kt: key_tile(dims.d, dims.dv, size),
+            per_lane: dims.dv.div_ceil(32),
+            dims,
+        }
+    }
+
+    /// `attention_lse` on tensor cores, where the forward's kernel takes its dims: that
+    /// kernel without v (`mma::generate` with `lse`); `g`'s operands are q, k and maybe
+    /// a mask. `None` where it does not apply.
+    fn lse_on_tensor_cores(g: &Args<'_>) -> Option<(String, Helpers, LaunchConfig)> {
+        let (q, k) = (g.inputs.first()?, g.inputs.get(1)?);
+        let mut inputs = vec![q.clone(), k.clone(), k.clone()];
+        let mut in_param = vec![g.in_param[0], g.in_param[1], g.in_param[1]];
+        if let (Some(m), Some(&pm)) = (g.inputs.get(2), g.in_param.get(2)) {
+            inputs.push(m.clone());
+            in_param.push(pm);
+        }
+        let tys: Vec<&TensorType> = inputs.iter().map(|(_, t)| t).collect();
+        let dims = AttentionDims::of(&tys).ok()?;
+        if !mma::applies(&dims) {
+            return None;
+        }
+        let args = Args {
+            inputs: &inputs,
+            in_param: &in_param,
+            params_decl: g.params_decl.clone(),
+            ..*g
+        };
+        let nb: usize = dims.batch.iter().product();
+        let gen = Gen::new(&args, dims);
+        let mut h = Helpers::new();
+        let (source, launch) = mma::generate(&gen, &mut h, nb, true);
+        Some((source, h, launch))
+    }
+}
+
 impl Gen<'_> {
     fn f64(&self) -> bool {
         self.d == DType::F64
@@ -307,31 +361,16 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
             ),
         });
     }
-    let d = g.out.dtype;
-    let (acc_t, size) = if d == DType::F64 { ("double", 8) } else { ("float", 4) };
     let nb: usize = dims.batch.iter().product();
     let qtiles = dims.sq.div_ceil(WARPS);
     let tiles = nb * dims.hq * qtiles;
-    // Index type: wide when any operand's reach or the output passes 2^30 elements.
-    let mut wide = g.out.numel() >= 1 << 30 || tiles >= 1 << 30;
-    for (a, t) in g.inputs {
-        wide |= Ix::for_space(t.shape.dims(), &[(a.offset, &a.strides[..])], 0).wide;
-    }
-    let gen = Gen {
-        g,
-        d,
-        acc_t,
-        ix: Ix { wide },
-        st: g.inputs.iter().map(|(a, ty)| strides(a, ty)).collect(),
-        kt: key_tile(dims.d, dims.dv, size),
-        per_lane: dims.dv.div_ceil(32),
-        dims,
-    };
+    let gen = Gen::new(g, dims);
     let mut h = Helpers::new();
     if mma::applies(&gen.dims) {
-        let (source, launch) = mma::generate(&gen, &mut h, nb);
+        let (source, launch) = mma::generate(&gen, &mut h, nb, false);
         return Ok(("attention", (source, h), launch));
     }
+    let acc_t = gen.acc_t;
     let (kt, hd, dv) = (gen.kt, gen.dims.d, gen.dims.dv);
     let mut w = Writer::new();
     w.line(format!(

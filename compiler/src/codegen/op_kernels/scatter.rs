@@ -5,10 +5,175 @@ use graphc_ir::DType;
 use super::super::cuda::{self, Writer};
 use super::super::layout::Ix;
 use super::super::prelude::Helpers;
-use super::super::CodegenError;
-use super::Gen;
+use super::super::{CodegenError, GridSize, LaunchConfig};
+use super::{Emitted, Gen};
+
+/// Threads of a block of the row kernel ([`Gen::scatter_add_rows`]).
+const ROWS_BLOCK: usize = 256;
+/// Index positions a block of the row kernel scans at a time (its list of matches).
+const ROWS_CHUNK: usize = 1024;
+/// f32 accumulators of a block of the row kernel (its rows times the row length).
+const ROWS_ACC: usize = 4096;
+/// The longest row the row kernel takes (one row a block, its accumulators 32 KiB).
+const ROWS_MAX_ROW: usize = 8192;
 
 impl Gen<'_> {
+    /// [`Op::ScatterAdd`] along the leading axis of a float output (the embedding
+    /// gradient: updates `[positions.., row]` added into `[size, row]`), as row blocks:
+    /// a block owns `R` output rows (`R` rows of f32 accumulators in shared memory),
+    /// scans the indices in chunks of [`ROWS_CHUNK`], compacts the positions that name
+    /// its rows in position order (a ballot and prefix per warp), then adds each
+    /// match's update row into its accumulators, each element by the one thread that
+    /// owns its column. So every element is the interpreter's sum in its order
+    /// (deterministic, no atomics), the indices are read once per block instead of once
+    /// per element, and each update row once. `None` where it does not apply (another
+    /// axis or dtype, rows over [`ROWS_MAX_ROW`]): the element kernel serves.
+    pub(super) fn scatter_add_rows(&self, axis: usize, size: usize) -> Result<Option<Emitted>, CodegenError> {
+        let (ua, uty) = &self.inputs[0];
+        let (ia, ity) = &self.inputs[1];
+        let (ud, idims, od) = (uty.shape.dims(), ity.shape.dims(), self.out_dims());
+        let q = idims.len();
+        let d = self.out.dtype;
+        let row: usize = od.iter().skip(1).product();
+        let n_idx: usize = idims.iter().product();
+        if axis != 0
+            || od.first() != Some(&size)
+            || size == 0
+            || row == 0
+            || row > ROWS_MAX_ROW
+            || ud.len() != q + od.len() - 1
+            || ud[q..] != od[1..]
+            || !matches!(d, DType::F32 | DType::F16 | DType::BF16)
+            || uty.dtype != d
+            || !matches!(ity.dtype, DType::I64 | DType::I32)
+        {
+            return Ok(None);
+        }
+        let rows = (ROWS_ACC / row).clamp(1, 64).min(size);
+        let ix = self.ix();
+        let t = ix.ty();
+        let mut h = Helpers::new();
+        let mut w = Writer::new();
+        let (pu, pi, po) = (self.in_param[0], self.in_param[1], self.out_param);
+        w.open(format!(
+            "extern \"C\" __global__ void __launch_bounds__({ROWS_BLOCK}) {}({})",
+            cuda::ENTRY_PLACEHOLDER,
+            self.params_decl()
+        ));
+        w.line(format!("__shared__ float acc[{}];", rows * row));
+        w.line(format!("__shared__ int pos[{ROWS_CHUNK}];"));
+        w.line(format!("__shared__ int prow[{ROWS_CHUNK}];"));
+        w.line(format!("__shared__ int warp_n[{}];", ROWS_BLOCK / 32));
+        w.line(format!("const {t} r0 = ({t})blockIdx.x * {};", ix.lit(rows as i64)));
+        w.line(format!(
+            "const int rows = (int)({} - r0 < {} ? {} - r0 : {});",
+            ix.lit(size as i64),
+            ix.lit(rows as i64),
+            ix.lit(size as i64),
+            ix.lit(rows as i64)
+        ));
+        w.line("const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;");
+        w.line(format!(
+            "for (int e = threadIdx.x; e < rows * {row}; e += {ROWS_BLOCK}) acc[e] = 0.0f;"
+        ));
+        // The positions of a k (its coordinates j0.. over the index dims), and the
+        // address terms of an access over them.
+        let coords = |w: &mut Writer, k: &str| {
+            w.line(format!("{t} rem = {k};"));
+            for m in (0..q).rev() {
+                w.line(format!("const {t} j{m} = rem % {};", ix.lit(idims[m] as i64)));
+                if m > 0 {
+                    w.line(format!("rem /= {};", ix.lit(idims[m] as i64)));
+                }
+            }
+        };
+        let over_positions = |strides: &[i64], offset: i64| {
+            let mut terms = vec![ix.lit(offset)];
+            for (m, &st) in strides.iter().take(q).enumerate() {
+                if st != 0 {
+                    terms.push(format!("j{m} * {}", ix.lit(st)));
+                }
+            }
+            terms.join(" + ")
+        };
+        w.open(format!(
+            "for ({t} c0 = 0; c0 < {}; c0 += {ROWS_CHUNK})",
+            ix.lit(n_idx as i64)
+        ));
+        w.line("int n = 0;");
+        w.open(format!("for (int j = 0; j < {ROWS_CHUNK}; j += {ROWS_BLOCK})"));
+        w.line(format!("const {t} k = c0 + j + ({t})threadIdx.x;"));
+        w.line("int r = -1;");
+        w.open(format!("if (k < {})", ix.lit(n_idx as i64)));
+        coords(&mut w, "k");
+        w.line(format!(
+            "long long g = (long long)p{pi}[{}];",
+            over_positions(&ia.strides, ia.offset)
+        ));
+        w.line(format!("if (g < 0) g += {size}LL;"));
+        w.line("if (g >= (long long)r0 && g < (long long)r0 + rows) r = (int)(g - (long long)r0);");
+        w.close();
+        w.line("const unsigned hits = __ballot_sync(0xffffffffu, r >= 0);");
+        w.line("if (lane == 0u) warp_n[warp] = __popc(hits);");
+        w.line("__syncthreads();");
+        w.line("int base = n;");
+        w.line("for (unsigned v = 0; v < warp; ++v) base += warp_n[v];");
+        w.open("if (r >= 0)");
+        w.line("const int slot = base + __popc(hits & ((1u << lane) - 1u));");
+        w.line("pos[slot] = j + (int)threadIdx.x;");
+        w.line("prow[slot] = r;");
+        w.close();
+        w.line(format!("for (int v = 0; v < {}; ++v) n += warp_n[v];", ROWS_BLOCK / 32));
+        w.line("__syncthreads();");
+        w.close();
+        w.open("for (int m = 0; m < n; ++m)");
+        w.line(format!("const {t} k = c0 + pos[m];"));
+        coords(&mut w, "k");
+        w.line(format!("const {t} ub = {};", over_positions(&ua.strides, ua.offset)));
+        w.line(format!("float* a = acc + prow[m] * {row};"));
+        w.open(format!("for (int c = threadIdx.x; c < {row}; c += {ROWS_BLOCK})"));
+        // The row's coordinates o1.. over the output's trailing dims.
+        let tail = &od[1..];
+        let mut uterms = vec!["ub".to_string()];
+        let mut rem = "c".to_string();
+        for (p, &e) in tail.iter().enumerate().rev() {
+            let stride = ua.strides[q + p];
+            let coord = if p == 0 { rem.clone() } else { format!("({rem} % {e})") };
+            if stride != 0 {
+                uterms.push(format!("({t}){coord} * {}", ix.lit(stride)));
+            }
+            if p > 0 {
+                rem = format!("({rem} / {e})");
+            }
+        }
+        w.line(format!(
+            "a[c] += {};",
+            cuda::load_conv(&mut h, d, &format!("p{pu}[{}]", uterms.join(" + ")))
+        ));
+        w.close();
+        w.close();
+        w.line("__syncthreads();");
+        w.close();
+        let st = cuda::storage_type(d);
+        w.line(format!(
+            "for (int e = threadIdx.x; e < rows * {row}; e += {ROWS_BLOCK}) p{po}[r0 * {} + e] = ({st}){};",
+            ix.lit(row as i64),
+            cuda::store_conv(&mut h, d, "acc[e]")
+        ));
+        w.close();
+        let blocks =
+            u32::try_from(size.div_ceil(rows)).map_err(|_| self.cx.malformed("scatter_add of too many rows"))?;
+        Ok(Some((
+            "scatter_add",
+            (w.finish(), h),
+            LaunchConfig {
+                block: ROWS_BLOCK as u32,
+                grid: GridSize::Fixed { blocks },
+                shared_mem_bytes: 0,
+            },
+        )))
+    }
+
     /// [`Op::ScatterAdd`], one thread per output element: it walks every index
     /// position in row-major order and adds the updates whose index names its row, so
     /// the sum is the interpreter's, in its order, without atomics (deterministic).

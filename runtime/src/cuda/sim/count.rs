@@ -5,10 +5,11 @@
 
 use std::collections::HashMap;
 
-use graphc_compiler::codegen::{self, ParamAccess};
+use graphc_compiler::codegen::{self, ParamAccess, ParamTarget};
+use graphc_compiler::kernel::{KernelKind, Program};
 use graphc_compiler::perf::{self, GemmShape, GpuSpec, KernelCounters, LaunchInput, LaunchWork, Resources, Unit};
 use graphc_compiler::{nvrtc, Compiled};
-use graphc_ir::DType;
+use graphc_ir::{DType, Op};
 
 use super::super::launch::{DeviceInfo, GemmLaunch, KernelLaunch, Launch};
 use super::super::CudaError;
@@ -17,7 +18,8 @@ use super::{lock, Sanitize, SimOptions, SimSession};
 
 /// How the counted blocks are chosen (for the report).
 pub const SAMPLING: &str = "the first, middle and last block of each grid (the grid is homogeneous), \
-                            on zeroed arguments; identical launches counted once";
+                            on zeroed arguments but gather and scatter indices, spread over their range; \
+                            identical launches counted once";
 
 /// The launch limits of the GPU the model describes.
 pub fn device_of(gpu: &GpuSpec) -> DeviceInfo {
@@ -50,6 +52,35 @@ fn gemm_shape(g: &GemmLaunch) -> GemmShape {
     }
 }
 
+/// The index operands of a gather or scatter kernel, spread over the extent they
+/// index (`(hi, width)` per argument; `(0, 0)`: zeros): with every index 0, one sampled
+/// block would get all the work of a data-dependent kernel and the others none.
+fn index_fills(program: &Program, k: &KernelLaunch) -> Vec<(u64, u32)> {
+    let mut fills = vec![(0, 0); k.params.len()];
+    let Some(KernelKind::Op(o)) = program.kernels.get(k.step).map(|x| &x.kind) else {
+        return fills;
+    };
+    let extent = match (&o.op, o.inputs.first()) {
+        (Op::ScatterAdd { size, .. }, _) => *size,
+        (Op::Gather { axis }, Some((_, table))) => table.shape.dims().get(*axis).copied().unwrap_or(0),
+        _ => return fills,
+    };
+    let Some((index, ty)) = o.inputs.get(1) else {
+        return fills;
+    };
+    let width = match ty.dtype {
+        DType::I64 => 8,
+        DType::I32 => 4,
+        _ => return fills,
+    };
+    for (f, p) in fills.iter_mut().zip(&k.params) {
+        if p.target == ParamTarget::Buffer(index.buffer) {
+            *f = (extent as u64, width);
+        }
+    }
+    fills
+}
+
 impl SimSession {
     /// Count one generated launch over `sample` (a session built with
     /// [`Sanitize::Count`]).
@@ -77,12 +108,13 @@ impl SimSession {
                 data: None,
             })
             .collect();
+        let fills = index_fills(&self.program, k);
         let shape = self.opts.shape(k.grid, k.block, k.shared_mem_bytes);
         let mut runner = lock(&self.runner);
         runner.revive()?;
         let raw = runner
             .load(object)
-            .and_then(|m| runner.count(m, &shape, &args, sample))
+            .and_then(|m| runner.count(m, &shape, &args, sample, &fills))
             .map_err(|f| match f {
                 Failure::Reported(m) | Failure::Died(m) => m,
             })?;
@@ -208,7 +240,7 @@ pub fn count_kernel_source(
     runner.revive().map_err(fail)?;
     let raw = runner
         .load(&objects[0])
-        .and_then(|m| runner.count(m, &opts.shape(grid, block, dyn_smem), &rargs, sample))
+        .and_then(|m| runner.count(m, &opts.shape(grid, block, dyn_smem), &rargs, sample, &[]))
         .map_err(|f| match f {
             Failure::Reported(m) | Failure::Died(m) => fail(m),
         })?;

@@ -47,7 +47,8 @@ void *g_sim_dyn_smem(void);
 void g_sim_trap(const char *what);
 // What the counting build cannot see by instrumentation, noted by the prelude's CPU
 // bodies: an mma.sync (kind 0, by every lane), cp.async's global read (1) and shared
-// write (2) of `bytes` at `p`. Does nothing outside a count.
+// write (2) of `bytes` at `p`, the start (3) and end (4) of an emulated instruction's
+// body (counted as one instruction, not by its host code). Does nothing outside a count.
 void g_sim_note(int kind, const void *p, unsigned bytes);
 // Zeroed storage of the calling CUDA thread (one object per thread; host-only helper
 // state such as cp.async's queue of pending copies).

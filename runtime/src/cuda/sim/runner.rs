@@ -196,18 +196,26 @@ impl Runner {
     }
 
     /// Count one launch in a counting runner: only the blocks of `sample` run, on
-    /// zeroed arguments (no bytes sent); the runner's counters (`sim_count.cpp`'s order).
+    /// zeroed arguments (no bytes sent) but those `fills` names (an argument's `(hi,
+    /// width)`: integers of `width` bytes spread over `[0, hi)`; `(0, 0)` zeros); the
+    /// runner's counters (`sim_count.cpp`'s order).
     pub fn count(
         &mut self,
         module: u32,
         shape: &Shape,
         args: &[RunnerArg],
         sample: &[u32],
+        fills: &[(u64, u32)],
     ) -> Result<Vec<u64>, Failure> {
         let mut head = Self::head(4, module, shape, args);
         put_u32(&mut head, sample.len() as u32);
         for &b in sample {
             put_u32(&mut head, b);
+        }
+        for i in 0..args.len() {
+            let (hi, width) = fills.get(i).copied().unwrap_or((0, 0));
+            head.extend_from_slice(&hi.to_le_bytes());
+            put_u32(&mut head, width);
         }
         self.send(&[&head])?;
         let deadline = Instant::now() + self.timeout;

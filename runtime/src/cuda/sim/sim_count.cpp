@@ -86,6 +86,9 @@ struct ThreadCount {
   std::unordered_map<uintptr_t, unsigned> occurrence;  // accesses so far, by site
   unsigned long long bbs = 0;
   unsigned since_yield = 0;
+  // Inside a prelude helper's CPU body (an emulated PTX instruction: its host basic
+  // blocks are not the GPU's; the helper counts as one).
+  unsigned helper_depth = 0;
 };
 struct BlockCount {
   std::unordered_map<Key, Request, KeyHash> open;
@@ -228,10 +231,18 @@ void count_block_end(Block &b) {
 extern "C" {
 
 // The prelude's CPU bodies note what instrumentation cannot see: an mma.sync (kind 0,
-// once per lane), cp.async's global read (1) and shared write (2) of `bytes` at `p`.
+// once per lane), cp.async's global read (1) and shared write (2) of `bytes` at `p`,
+// and where an emulated instruction's body begins (3) and ends (4).
 void g_sim_note(int kind, const void *p, unsigned bytes) {
 #if defined(GRAPHC_SIM_COUNT)
   if (!g_counting || !tl_block) return;
+  if (kind == 3 || kind == 4) {
+    if (g_bc.threads.size() < tl_block->nthreads) g_bc.threads.resize(tl_block->nthreads);
+    ThreadCount &t = g_bc.threads[tl_thread];
+    if (kind == 3 && t.helper_depth++ == 0) t.bbs++;
+    if (kind == 4 && t.helper_depth > 0) t.helper_depth--;
+    return;
+  }
   if (kind == 0) {
     if (tl_thread % 32 == 0) g_cnt[C_MMA]++;
   } else if (kind == 1) {
@@ -256,7 +267,8 @@ void __tsan_vptr_read(void **) {}
 void __sanitizer_cov_trace_pc(void) {
   if (g_counting && tl_block) {
     if (g_bc.threads.size() < tl_block->nthreads) g_bc.threads.resize(tl_block->nthreads);
-    g_bc.threads[tl_thread].bbs++;
+    ThreadCount &t = g_bc.threads[tl_thread];
+    if (t.helper_depth == 0) t.bbs++;
   }
 }
 #define G_RW(N)                                                                                        \

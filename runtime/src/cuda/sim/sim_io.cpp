@@ -231,14 +231,20 @@ void do_launch() {
 }
 
 // COUNT: the launch's header and argument table (no bytes follow), u32 n and n block
-// indices; every argument starts as zero bytes (mapped, untouched until used), only
-// the sampled blocks run -> u32 0, u32 C_N, the C_N u64 counters | u32 1, message.
+// indices, per argument a fill (u64 hi, u32 width); every argument starts as zero bytes
+// (mapped, untouched until used) or, with a fill, integers of `width` bytes spread over
+// [0, hi); only the sampled blocks run -> u32 0, u32 C_N, the C_N u64 counters | u32 1, message.
 void do_count() {
   Launch l;
   const auto [module, nargs] = read_head(l);
   const unsigned n = read_u32();
   l.sample.resize(n);
   for (unsigned i = 0; i < n; ++i) l.sample[i] = read_u32();
+  std::vector<std::pair<unsigned long long, unsigned>> fills(nargs);
+  for (unsigned i = 0; i < nargs; ++i) {
+    read_exact(&fills[i].first, 8);
+    fills[i].second = read_u32();
+  }
   l.per_wave = 1;
   std::vector<void *> maps(nargs, nullptr);
   std::vector<void *> ptrs(nargs, nullptr);
@@ -256,6 +262,15 @@ void do_count() {
     a.base = (unsigned char *)m;
     a.data = a.base + kGuard;
     ranges.push_back({(uintptr_t)a.data, (uintptr_t)a.data + a.bytes});
+    // Indices spread over their range (a multiplicative hash of the position), so a
+    // data-dependent kernel's sampled blocks see what a real batch gives them.
+    const unsigned long long hi = fills[i].first;
+    const unsigned width = fills[i].second;
+    if (hi > 0 && (width == 4 || width == 8))
+      for (unsigned long long e = 0; e < a.bytes / width; ++e) {
+        const unsigned long long v = (e * 2654435761ull + 40503ull) % hi;
+        memcpy(a.data + e * width, &v, width);  // little-endian: the low bytes
+      }
   }
   for (unsigned i = 0; i < nargs; ++i) ptrs[i] = g_args[g_args[i].alias == 0xffffffffu ? i : g_args[i].alias].data;
   std::string err;

@@ -16,8 +16,9 @@
 //                                     -> u32 0, then the bytes of every non-alias
 //                                        argument whose group writes | u32 1, message
 //   3 QUIT
-//   4 COUNT  as LAUNCH without the argument bytes, then u32 n, n block indices: only
-//            those blocks run, on zeroed arguments, in the counting build
+//   4 COUNT  as LAUNCH without the argument bytes, then u32 n, n block indices, per
+//            argument u64 hi, u32 width (integers spread over [0, hi), or zeros): only
+//            those blocks run, in the counting build
 //            (sim_count.cpp)         -> u32 0, u32 count, count u64 counters | u32 1, message
 // Arguments are separate allocations (256-byte aligned; under ASan each has red
 // zones; otherwise 256 guard bytes each side, checked after the launch); write-only
