@@ -21,6 +21,7 @@ Writes OUT/train_check.{json,md}.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -254,10 +255,13 @@ def timing(graphc, scratch, timeout, small, skip_torch=False):
         del m
     for prec, key, remat in [("fp32", "graphc", "off"), ("bf16", "graphc_bf16", "off"),
                              ("bf16", "graphc_bf16_full", "full")]:
-        args = [graphc, "train", str(onnx_path), "--inputs", str(scratch / "gpt2_train_inputs.npz"), "--loss",
-                "cross-entropy", "--target", "labels", "--shift-labels", "--optimizer", "adamw", "--lr", "1e-4",
-                "--steps", "6", "--precision", prec, "--remat", remat,
-                "--device", "cuda" if dev == "cuda" else "cpu"] + (["--per-kernel"] if dev == "cuda" else [])
+        step = ["--loss", "cross-entropy", "--target", "labels", "--shift-labels", "--optimizer", "adamw",
+                "--lr", "1e-4", "--precision", prec, "--remat", remat]
+        measured = scratch / f"{key}_per_kernel.json"
+        args = [graphc, "train", str(onnx_path), "--inputs", str(scratch / "gpt2_train_inputs.npz"), *step,
+                "--steps", "6", "--device", "cuda" if dev == "cuda" else "cpu"]
+        if dev == "cuda":
+            args += ["--per-kernel", "--per-kernel-json", str(measured)]
         try:
             p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
             res[f"{key}_stdout"] = p.stdout[-6000:]
@@ -268,6 +272,12 @@ def timing(graphc, scratch, timeout, small, skip_torch=False):
                 res[f"{key}_error"] = (p.stderr or p.stdout)[-400:]
         except Exception as e:  # noqa: BLE001
             res[f"{key}_error"] = repr(e)[-400:]
+        # The performance model's prediction of the same step on this GPU, beside it.
+        if dev == "cuda" and key != "graphc_bf16_full" and measured.exists():
+            try:
+                res[f"{key}_model"] = model_vs_measured(graphc, onnx_path, step, measured, timeout)
+            except Exception as e:  # noqa: BLE001
+                res[f"{key}_model"] = {"error": repr(e)[-400:]}
     plan = subprocess.run([graphc, "plan", str(onnx_path), "--train", "--loss", "cross-entropy", "--shift-labels",
                            "--optimizer", "adamw", "--json"], capture_output=True, text=True, timeout=timeout)
     try:
@@ -275,6 +285,80 @@ def timing(graphc, scratch, timeout, small, skip_torch=False):
     except Exception:  # noqa: BLE001
         res["graphc_plan_error"] = plan.stderr[-400:]
     return res
+
+
+def gpu_name():
+    """The performance model's name for this GPU (`graphc plan --time --gpu`), or None."""
+    import torch
+    name = torch.cuda.get_device_name(0).lower() if torch.cuda.is_available() else ""
+    return "h200" if "h200" in name else ("rtx4090d" if "4090" in name else None)
+
+
+def spearman(xs, ys):
+    """Spearman's rank correlation (ties by mean rank)."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2.0
+            i = j + 1
+        return r
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx = sum((a - mx) ** 2 for a in rx) ** 0.5
+    sy = sum((b - my) ** 2 for b in ry) ** 0.5
+    return cov / (sx * sy) if sx and sy else float("nan")
+
+
+def model_vs_measured(graphc, onnx_path, step, measured, timeout):
+    """`graphc plan --time --json` of the step `train --per-kernel-json` measured, on this
+    GPU, joined by kernel (plan step): the model's error by kind (median and geometric
+    mean of modeled / measured) and its rank correlation."""
+    res = {}
+    gpu = gpu_name()
+    if gpu is None:
+        return {**res, "error": "the performance model knows no GPU of this name"}
+    plan = subprocess.run([graphc, "plan", str(onnx_path), "--train", *step, "--time", "--gpu", gpu, "--json"],
+                          capture_output=True, text=True, timeout=timeout)
+    try:
+        model = json.loads(plan.stdout)["time"]
+        launches = json.loads(measured.read_text())
+    except Exception:  # noqa: BLE001
+        return {**res, "error": "plan --time: " + plan.stderr[-400:]}
+    by_step = {}
+    for lt in launches:
+        by_step[lt["step"]] = by_step.get(lt["step"], 0.0) + lt["median_ms"] * 1e-3
+    rows = [(k["kind"], k["modeled_s"], by_step[i]) for i, k in enumerate(model["kernels"]) if i in by_step]
+    kinds = {}
+    for kind, m, t in rows:
+        kinds.setdefault(kind, []).append(m / t if t > 0 else float("nan"))
+    summary = {}
+    for kind, r in kinds.items():
+        r = sorted(x for x in r if x == x and x > 0)
+        if r:
+            summary[kind] = {"kernels": len(r), "median_ratio": r[len(r) // 2],
+                             "geomean_ratio": math.exp(sum(math.log(x) for x in r) / len(r))}
+    return {**res, "gpu": gpu, "modeled_ms": model["modeled_s"] * 1e3, "ideal_ms": model["ideal_s"] * 1e3,
+            "measured_sum_ms": sum(t for _, _, t in rows) * 1e3,
+            "spearman": spearman([m for _, m, _ in rows], [t for _, _, t in rows]), "by_kind": summary}
+
+
+def model_md(key, r):
+    if "error" in r:
+        return ["", f"{key}: performance model against --per-kernel: {r['error']}"]
+    md = ["", f"{key}: performance model ({r['gpu']}) against --per-kernel: modeled {r['modeled_ms']:.2f} ms, "
+              f"measured launches {r['measured_sum_ms']:.2f} ms (one by one), ideal {r['ideal_ms']:.2f} ms; "
+              f"Spearman rank correlation over kernels {r['spearman']:.3f}", "",
+          "| kind | kernels | modeled / measured, median | geometric mean |", "|---|---|---|---|"]
+    for kind, v in sorted(r["by_kind"].items()):
+        md.append(f"| {kind} | {v['kernels']} | {v['median_ratio']:.2f} | {v['geomean_ratio']:.2f} |")
+    return md
 
 
 def main():
@@ -323,7 +407,11 @@ def main():
            f"| {t.get('graphc_bf16_full_ms', t.get('graphc_bf16_full_error', '-'))} ms | "
            f"{t.get('torch_bf16_ckpt_eager_ms', t.get('torch_bf16_ckpt_eager_error', '-'))} ms | "
            f"{t.get('torch_bf16_ckpt_eager_peak_bytes', '-')} |"]
-    # On a GPU: where graphc's step time goes (`graphc train --per-kernel`).
+    # On a GPU: where graphc's step time goes (`graphc train --per-kernel`), and the
+    # performance model's prediction of the same kernels.
+    for key in ["graphc", "graphc_bf16"]:
+        if f"{key}_model" in t:
+            md += model_md(key, t[f"{key}_model"])
     for key in ["graphc", "graphc_bf16", "graphc_bf16_full"]:
         text = t.get(f"{key}_stdout", "")
         if "per launch" in text:

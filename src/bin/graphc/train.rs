@@ -329,6 +329,11 @@ pub struct TrainCmdArgs {
     /// them) and print where the step's time goes, by kind of kernel and by launch.
     #[arg(long)]
     pub per_kernel: bool,
+    /// With `--per-kernel`, also write every launch's timing as JSON (`step`, `name`,
+    /// `kind`, `median_ms`): what `bench/train_check.py` sets beside the performance
+    /// model's prediction (`graphc plan --time --json`).
+    #[arg(long, value_name = "FILE", requires = "per_kernel")]
+    pub per_kernel_json: Option<PathBuf>,
 }
 
 /// The batch of `path` split into the model's inputs and the target.
@@ -490,7 +495,7 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
             Ok(mut s) => {
                 run_steps(&mut s, &batch, args.steps, DEVICE_NOTE)?;
                 if args.per_kernel {
-                    per_kernel(&step, &mut s)?;
+                    per_kernel(&step, &mut s, args.per_kernel_json.as_deref())?;
                 }
                 graphc::train::parameters(&step, &mut s)?
             }
@@ -529,7 +534,11 @@ pub fn run(args: TrainCmdArgs) -> Result<()> {
 /// `--per-kernel`: every launch of the step timed over 5 more steps on the batch on
 /// the device (the state read before and written back after, so the steps run and
 /// the parameters written are those of `--steps`), printed by kind and by launch.
-fn per_kernel(step: &graphc::Compiled, s: &mut graphc::train::Stateful<graphc::train::CudaStep>) -> Result<()> {
+fn per_kernel(
+    step: &graphc::Compiled,
+    s: &mut graphc::train::Stateful<graphc::train::CudaStep>,
+    json: Option<&Path>,
+) -> Result<()> {
     let names: Vec<&str> = step
         .train
         .as_ref()
@@ -540,6 +549,10 @@ fn per_kernel(step: &graphc::Compiled, s: &mut graphc::train::Stateful<graphc::t
     let timings = session.time_launches(5)?;
     let back: Vec<(&str, &Tensor)> = saved.iter().map(|(n, t)| (n.as_str(), t)).collect();
     session.write_inputs(&back)?;
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&timings)?;
+        graphc::ir::files::write_file(path, text.as_bytes()).context("writing the per-kernel JSON")?;
+    }
     let total: f64 = timings.iter().map(|k| k.median_ms).sum();
     println!(
         "per launch  {} launches, sum of medians {total:.3} ms (one by one, without the CUDA graph)",
