@@ -195,7 +195,7 @@ pub(crate) fn generate(
     let d = dims.dtype;
     // bf16 / f16 with head dims multiples of 16: on tensor cores.
     if wrt.is_none() {
-        if let Some((source, h, launch)) = super::Gen::lse_on_tensor_cores(a) {
+        if let Some((source, h, launch)) = super::Gen::lse_kernel(a) {
             return Ok(("attention_lse", (source, h), launch));
         }
     }

@@ -84,6 +84,10 @@ struct Gen<'a> {
     /// Keys per tile; output columns per lane.
     kt: usize,
     per_lane: usize,
+    /// `attention_lse`'s kernel: the same scores and running sums, no v and no `p v`,
+    /// each row's log-sum-exp stored (the operands are q, k, k again in v's place,
+    /// never read, and the mask).
+    lse: bool,
 }
 
 const NAMES: [&str; 4] = ["q", "k", "v", "m"];
@@ -109,13 +113,15 @@ impl<'a> Gen<'a> {
             kt: key_tile(dims.d, dims.dv, size),
             per_lane: dims.dv.div_ceil(32),
             dims,
+            lse: false,
         }
     }
 
-    /// `attention_lse` on tensor cores, where the forward's kernel takes its dims: that
-    /// kernel without v (`mma::generate` with `lse`); `g`'s operands are q, k and maybe
-    /// a mask. `None` where it does not apply.
-    fn lse_on_tensor_cores(g: &Args<'_>) -> Option<(String, Helpers, LaunchConfig)> {
+    /// `attention_lse` as the forward's kernel without v: on tensor cores where that
+    /// kernel takes the dims (`mma::generate` with `lse`), else the CUDA-core forward
+    /// ([`cuda_core_kernel`] with `lse`); `g`'s operands are q, k and maybe a mask.
+    /// `None` for dims the forward does not take.
+    fn lse_kernel(g: &Args<'_>) -> Option<(String, Helpers, LaunchConfig)> {
         let (q, k) = (g.inputs.first()?, g.inputs.get(1)?);
         let mut inputs = vec![q.clone(), k.clone(), k.clone()];
         let mut in_param = vec![g.in_param[0], g.in_param[1], g.in_param[1]];
@@ -125,7 +131,7 @@ impl<'a> Gen<'a> {
         }
         let tys: Vec<&TensorType> = inputs.iter().map(|(_, t)| t).collect();
         let dims = AttentionDims::of(&tys).ok()?;
-        if !mma::applies(&dims) {
+        if dims.d > MAX_HEAD_DIM || dims.sk == 0 {
             return None;
         }
         let args = Args {
@@ -135,9 +141,14 @@ impl<'a> Gen<'a> {
             ..*g
         };
         let nb: usize = dims.batch.iter().product();
-        let gen = Gen::new(&args, dims);
+        let mut gen = Gen::new(&args, dims);
+        gen.lse = true;
         let mut h = Helpers::new();
-        let (source, launch) = mma::generate(&gen, &mut h, nb, true);
+        if mma::applies(&gen.dims) {
+            let (source, launch) = mma::generate(&gen, &mut h, nb, true);
+            return Some((source, h, launch));
+        }
+        let (source, launch) = cuda_core_kernel(&gen, &mut h);
         Some((source, h, launch))
     }
 }
@@ -209,6 +220,9 @@ impl Gen<'_> {
         // Base addresses: batch coordinates and head; rows and columns added per use.
         let nbd = self.nbd();
         for (n, (a, _)) in self.g.inputs.iter().enumerate() {
+            if self.lse && n == 2 {
+                continue;
+            }
             let s = &self.st[n];
             let head = if n == 0 || n == 3 { "h" } else { "g" };
             let mut base = layout::address(self.ix, a.offset, &s[..nbd], "bb");
@@ -224,11 +238,13 @@ impl Gen<'_> {
         w.close();
         w.line(format!("{acc_t} m = {};", self.neg_inf()));
         w.line(format!("{acc_t} l = {};", self.lit(0.0)));
-        w.line(format!("{acc_t} o[{}];", self.per_lane));
-        w.line("#pragma unroll");
-        w.open(format!("for (int t = 0; t < {}; ++t)", self.per_lane));
-        w.line(format!("o[t] = {};", self.lit(0.0)));
-        w.close();
+        if !self.lse {
+            w.line(format!("{acc_t} o[{}];", self.per_lane));
+            w.line("#pragma unroll");
+            w.open(format!("for (int t = 0; t < {}; ++t)", self.per_lane));
+            w.line(format!("o[t] = {};", self.lit(0.0)));
+            w.close();
+        }
     }
 
     /// One tile of keys: k and v into shared memory, lane j's score of key j0 + j.
@@ -236,7 +252,12 @@ impl Gen<'_> {
         let (kt, acc_t) = (self.kt, self.acc_t);
         let (hd, dv, sk) = (self.dims.d, self.dims.dv, self.dims.sk);
         w.line("__syncthreads();");
-        for (n, (tile, width)) in [("ks", hd), ("vs", dv)].into_iter().enumerate() {
+        let tiles: &[(&str, usize)] = if self.lse {
+            &[("ks", hd)]
+        } else {
+            &[("ks", hd), ("vs", dv)]
+        };
+        for (n, &(tile, width)) in tiles.iter().enumerate() {
             let ld = self.load(h, n + 1, "(j0 + jj)", "c");
             w.open(format!(
                 "for (int e = threadIdx.x; e < {}; e += {})",
@@ -290,6 +311,10 @@ impl Gen<'_> {
         w.line("psum += __shfl_xor_sync(0xffffffffu, psum, off);");
         w.close();
         w.line("l = l * corr + psum;");
+        if self.lse {
+            w.line("m = mnew;");
+            return;
+        }
         w.line("#pragma unroll");
         w.open(format!("for (int t = 0; t < {per_lane}; ++t)"));
         w.line("o[t] *= corr;");
@@ -305,6 +330,23 @@ impl Gen<'_> {
         w.close();
         w.close();
         w.line("m = mnew;");
+    }
+
+    /// The row's log-sum-exp `m + log l` by lane 0 (every key masked: `m = -inf`, as
+    /// the reference).
+    fn store_lse(&self, w: &mut Writer, h: &mut Helpers) {
+        let AttentionDims { hq, sq, .. } = self.dims;
+        let log = if self.f64() { "log" } else { "logf" };
+        w.open("if (row_ok && lane == 0)");
+        let val = format!("(m == {ninf} ? m : m + {log}(l))", ninf = self.neg_inf());
+        let val = cuda::store_conv(h, self.g.out.dtype, &format!("({})({val})", self.acc_t));
+        w.line(format!(
+            "p{}[(b * {} + h) * {} + i] = {val};",
+            self.g.out_param,
+            self.l(hq),
+            self.l(sq)
+        ));
+        w.close();
     }
 
     /// The row's output: `o / l` (a row with every key masked: 0 / 0 = NaN, as the
@@ -362,19 +404,28 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
         });
     }
     let nb: usize = dims.batch.iter().product();
-    let qtiles = dims.sq.div_ceil(WARPS);
-    let tiles = nb * dims.hq * qtiles;
     let gen = Gen::new(g, dims);
     let mut h = Helpers::new();
     if mma::applies(&gen.dims) {
         let (source, launch) = mma::generate(&gen, &mut h, nb, false);
         return Ok(("attention", (source, h), launch));
     }
+    let (source, launch) = cuda_core_kernel(&gen, &mut h);
+    Ok(("attention", (source, h), launch))
+}
+
+/// The CUDA-core kernel of `gen` (the forward, or with `gen.lse` `attention_lse`'s).
+fn cuda_core_kernel(gen: &Gen, h: &mut Helpers) -> (String, LaunchConfig) {
+    let g = gen.g;
     let acc_t = gen.acc_t;
+    let nb: usize = gen.dims.batch.iter().product();
+    let qtiles = gen.dims.sq.div_ceil(WARPS);
+    let tiles = nb * gen.dims.hq * qtiles;
     let (kt, hd, dv) = (gen.kt, gen.dims.d, gen.dims.dv);
     let mut w = Writer::new();
     w.line(format!(
-        "// attention: {nb} x {} heads ({} kv), [{}, {hd}] x [{}, {hd}] -> [{}, {dv}], scale {}, {}{}{}; {WARPS} rows per block, {kt} keys per tile",
+        "// {}: {nb} x {} heads ({} kv), [{}, {hd}] x [{}, {hd}] -> [{}, {dv}], scale {}, {}{}{}; {WARPS} rows per block, {kt} keys per tile",
+        if gen.lse { "attention_lse" } else { "attention" },
         gen.dims.hq,
         gen.dims.hkv,
         gen.dims.sq,
@@ -392,11 +443,13 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
         g.params_decl
     ));
     w.line(format!("__shared__ {acc_t} ks[{kt}][{}];", hd + 1));
-    w.line(format!("__shared__ {acc_t} vs[{kt}][{dv}];"));
+    if !gen.lse {
+        w.line(format!("__shared__ {acc_t} vs[{kt}][{dv}];"));
+    }
     w.line(format!("__shared__ {acc_t} qs[{WARPS}][{hd}];"));
     w.line("const int warp = threadIdx.x / 32;");
     w.line("const int lane = threadIdx.x % 32;");
-    gen.prologue(&mut w, &mut h, tiles, qtiles);
+    gen.prologue(&mut w, h, tiles, qtiles);
     // Causal: tiles wholly after the block's last row are never loaded.
     let t = gen.ix.ty();
     let kend = if g.causal {
@@ -406,15 +459,18 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
     };
     w.line(format!("const {t} kend = {kend};"));
     w.open(format!("for ({t} j0 = 0; j0 < kend; j0 += {kt})"));
-    gen.tile_scores(&mut w, &mut h);
+    gen.tile_scores(&mut w, h);
     gen.online_softmax(&mut w);
     w.close();
-    gen.store(&mut w, &mut h);
+    if gen.lse {
+        gen.store_lse(&mut w, h);
+    } else {
+        gen.store(&mut w, h);
+    }
     w.close();
     w.close();
-    Ok((
-        "attention",
-        (w.finish(), h),
+    (
+        w.finish(),
         LaunchConfig {
             block: (WARPS * 32) as u32,
             grid: GridSize::PerSm {
@@ -423,5 +479,5 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
             },
             shared_mem_bytes: 0,
         },
-    ))
+    )
 }
