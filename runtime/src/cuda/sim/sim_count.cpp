@@ -290,87 +290,56 @@ void __tsan_read_range(void *p, unsigned long n) { note_access((uintptr_t)p, (un
 void __tsan_write_range(void *p, unsigned long n) { note_access((uintptr_t)p, (unsigned)n, 1, G_SITE); }
 
 // Atomics: every fiber runs on the runner's one OS thread, so plain operations are
-// atomic here; each is a global (or shared) request of kind atomic.
-#define G_ATOMICS(N, T)                                                                                 \
-  T __tsan_atomic##N##_load(const volatile T *a, int) {                                                 \
-    note_access((uintptr_t)a, sizeof(T), 0, G_SITE);                                                    \
-    return *a;                                                                                          \
-  }                                                                                                     \
-  void __tsan_atomic##N##_store(volatile T *a, T v, int) {                                              \
-    note_access((uintptr_t)a, sizeof(T), 1, G_SITE);                                                    \
-    *a = v;                                                                                             \
-  }                                                                                                     \
-  T __tsan_atomic##N##_exchange(volatile T *a, T v, int) {                                              \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    *a = v;                                                                                             \
-    return o;                                                                                           \
-  }                                                                                                     \
-  T __tsan_atomic##N##_fetch_add(volatile T *a, T v, int) {                                             \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    *a = (T)(o + v);                                                                                    \
-    return o;                                                                                           \
-  }                                                                                                     \
-  T __tsan_atomic##N##_fetch_sub(volatile T *a, T v, int) {                                             \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    *a = (T)(o - v);                                                                                    \
-    return o;                                                                                           \
-  }                                                                                                     \
-  T __tsan_atomic##N##_fetch_and(volatile T *a, T v, int) {                                             \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    *a = (T)(o & v);                                                                                    \
-    return o;                                                                                           \
-  }                                                                                                     \
-  T __tsan_atomic##N##_fetch_or(volatile T *a, T v, int) {                                              \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    *a = (T)(o | v);                                                                                    \
-    return o;                                                                                           \
-  }                                                                                                     \
-  T __tsan_atomic##N##_fetch_xor(volatile T *a, T v, int) {                                             \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    *a = (T)(o ^ v);                                                                                    \
-    return o;                                                                                           \
-  }                                                                                                     \
-  T __tsan_atomic##N##_fetch_nand(volatile T *a, T v, int) {                                            \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    *a = (T) ~(o & v);                                                                                  \
-    return o;                                                                                           \
-  }                                                                                                     \
-  int __tsan_atomic##N##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) {                  \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    if (*a == *c) {                                                                                     \
-      *a = v;                                                                                           \
-      return 1;                                                                                         \
-    }                                                                                                   \
-    *c = *a;                                                                                            \
-    return 0;                                                                                           \
-  }                                                                                                     \
-  int __tsan_atomic##N##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) {                    \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    if (*a == *c) {                                                                                     \
-      *a = v;                                                                                           \
-      return 1;                                                                                         \
-    }                                                                                                   \
-    *c = *a;                                                                                            \
-    return 0;                                                                                           \
-  }                                                                                                     \
-  T __tsan_atomic##N##_compare_exchange_val(volatile T *a, T c, T v, int, int) {                        \
-    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                                                    \
-    T o = *a;                                                                                           \
-    if (o == c) *a = v;                                                                                 \
-    return o;                                                                                           \
+// atomic here; each is a global (or shared) request of kind atomic. G_RMW defines one
+// read-modify-write entry point: the old value, `*a` set to NEW (of `o` and `v`).
+#define G_RMW(N, T, OP, NEW)                                     \
+  T __tsan_atomic##N##_##OP(volatile T *a, T v, int) {           \
+    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);             \
+    T o = *a;                                                    \
+    *a = (T)(NEW);                                               \
+    return o;                                                    \
+  }
+#define G_CAS(N, T, KIND)                                                          \
+  int __tsan_atomic##N##_compare_exchange_##KIND(volatile T *a, T *c, T v, int, int) { \
+    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                              \
+    if (*a == *c) {                                                                \
+      *a = v;                                                                      \
+      return 1;                                                                    \
+    }                                                                              \
+    *c = *a;                                                                       \
+    return 0;                                                                      \
+  }
+#define G_ATOMICS(N, T)                                                       \
+  T __tsan_atomic##N##_load(const volatile T *a, int) {                       \
+    note_access((uintptr_t)a, sizeof(T), 0, G_SITE);                          \
+    return *a;                                                                \
+  }                                                                           \
+  void __tsan_atomic##N##_store(volatile T *a, T v, int) {                    \
+    note_access((uintptr_t)a, sizeof(T), 1, G_SITE);                          \
+    *a = v;                                                                   \
+  }                                                                           \
+  G_RMW(N, T, exchange, v)                                                    \
+  G_RMW(N, T, fetch_add, o + v)                                               \
+  G_RMW(N, T, fetch_sub, o - v)                                               \
+  G_RMW(N, T, fetch_and, o & v)                                               \
+  G_RMW(N, T, fetch_or, o | v)                                                \
+  G_RMW(N, T, fetch_xor, o ^ v)                                               \
+  G_RMW(N, T, fetch_nand, ~(o & v))                                           \
+  G_CAS(N, T, strong)                                                         \
+  G_CAS(N, T, weak)                                                           \
+  T __tsan_atomic##N##_compare_exchange_val(volatile T *a, T c, T v, int, int) { \
+    note_access((uintptr_t)a, sizeof(T), 2, G_SITE);                          \
+    T o = *a;                                                                 \
+    if (o == c) *a = v;                                                       \
+    return o;                                                                 \
   }
 G_ATOMICS(8, unsigned char)
 G_ATOMICS(16, unsigned short)
 G_ATOMICS(32, unsigned int)
 G_ATOMICS(64, unsigned long long)
 #undef G_ATOMICS
+#undef G_CAS
+#undef G_RMW
 void __tsan_atomic_thread_fence(int) {}
 void __tsan_atomic_signal_fence(int) {}
 #undef G_SITE
