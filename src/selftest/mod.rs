@@ -377,7 +377,7 @@ fn qweight<'b>(b: &'b GraphBuilder, name: &str, (q, s): &(Tensor, Tensor), bits:
 
 /// The weight-only quantized GEMM (one generated kernel with its epilogue): both
 /// widths, the tensor-core path (bf16, f16: one and four m16 tiles per block, one and
-/// two n8 tiles per warp) and the CUDA-core path (f32, f64), k not a multiple of the
+/// two n8 tiles per warp), the GEMV of a few rows, and the CUDA-core path (f32, f64), k not a multiple of the
 /// step or odd, partial groups, a batch that does not fold into m; and the unfused
 /// dequantize of gathered embedding rows.
 fn quant_cases(c: &mut Cases) -> Result<(), GraphError> {
@@ -415,6 +415,20 @@ fn quant_cases(c: &mut Cases) -> Result<(), GraphError> {
     c.add("qgemm bf16 int4 m 40 (four m16 tiles), partial group".into(), 0, &|b| {
         let x = b.input("x", DType::BF16, [40, 80]);
         b.output("y", x.matmul(qweight(b, "w", &w, 4, 48)) * 0.5);
+    })?;
+    // Decode-sized: the GEMV kernel (a warp per column, 16-byte chunks), int8 with a
+    // bias and ReLU over 3 rows, int4 over one row with a k that is not a multiple of
+    // the warp's 1,024-value stride.
+    let w = quantized(DType::BF16, (40, 1024), (8, 128), 9)?;
+    c.add("qgemm GEMV bf16 int8 g128 m 3 relu(x@W+bias)".into(), 0, &|b| {
+        let x = b.input("x", DType::BF16, [3, 1024]);
+        let y = x.matmul(qweight(b, "w", &w, 8, 128)) + wp(b, DType::BF16, "bias", &[40], 10);
+        b.output("y", y.relu());
+    })?;
+    let w = quantized(DType::F16, (24, 1088), (4, 64), 11)?;
+    c.add("qgemm GEMV f16 int4 g64 m 1, k 1088".into(), 0, &|b| {
+        let x = b.input("x", DType::F16, [1, 1088]);
+        b.output("y", x.matmul(qweight(b, "w", &w, 4, 64)));
     })?;
     let w = quantized(DType::F64, (10, 48), (4, 16), 7)?;
     c.add("qgemm f64 int4 g16".into(), 0, &|b| {

@@ -17,6 +17,10 @@
 //! - **f32 / f64 (CUDA cores):** 16 x 16 threads, each a 4 x 4 block of a 64 x 64 tile,
 //!   fused multiply-adds in the product's type.
 //!
+//! A decode step (at most [`gemv::MAX_ROWS`] rows of bf16/f16 against an int4/int8
+//! weight whose rows are whole 16-byte chunks) takes the GEMV kernel instead
+//! ([`gemv`]: a warp per output column, 16-byte packed loads, dequantized in registers).
+//!
 //! Each output element then runs the epilogue body (bias, activation, residual, any
 //! elementwise tail) on its accumulator, rounded first to the product's type as the
 //! IR's `acc` is, and is stored directly: no GEMM scratch, no second launch.
@@ -28,6 +32,8 @@ use super::layout::{self, Ix};
 use super::prelude::{Helper, Helpers};
 use super::{finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig, ParamAccess, Params};
 use crate::kernel::{Expr, ExprId, MatMulKernel, QuantB};
+
+mod gemv;
 
 /// Elements of `k` per shared-memory step (tensor-core path).
 const BK: usize = 64;
@@ -134,6 +140,25 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel, q: &QuantB) -> Result<CudaKe
     }
 
     let batch: usize = mk.batch.iter().product();
+    let ep = Epilogue {
+        live: &live,
+        in_param: &in_param,
+        store_param: &store_param,
+    };
+    if let Some(plan) = gemv::Plan::of(mk, q, d) {
+        let gen = Gen {
+            cx,
+            mk,
+            q,
+            d,
+            tile: Tile::of(d, mk.m, mk.n, batch),
+            ix: Ix { wide: true },
+            pa,
+            pq,
+            ps,
+        };
+        return gemv::generate(&gen, &plan, &params, &ep, batch);
+    }
     let tile = Tile::of(d, mk.m, mk.n, batch);
     let (mtiles, ntiles) = (mk.m.div_ceil(tile.bm), mk.n.div_ceil(tile.bn));
     let tiles = batch.saturating_mul(mtiles).saturating_mul(ntiles);
@@ -167,11 +192,6 @@ pub(crate) fn generate(cx: &Ctx, mk: &MatMulKernel, q: &QuantB) -> Result<CudaKe
         g.fma_step(&mut w);
     }
     w.close();
-    let ep = Epilogue {
-        live: &live,
-        in_param: &in_param,
-        store_param: &store_param,
-    };
     g.store(&mut w, &mut h, &ep)?;
     w.close();
     w.close();
