@@ -74,3 +74,49 @@ fn an_unknown_gpu_is_named_with_those_the_model_knows() {
     let o = graphc(&["plan", BLOCK, "--gpu", "h200"]);
     assert_eq!(o.status.code(), Some(2), "--gpu without --time is a usage error");
 }
+
+#[test]
+fn fit_time_models_the_answer_and_its_throughput() {
+    if !have_cxx() {
+        return;
+    }
+    let o = graphc(&[
+        "fit",
+        "tests/fixtures/onnx/gpt2_dynamic/model.onnx",
+        "--dim",
+        "batch",
+        "--dim",
+        "seq=64",
+        "--budget",
+        "64MiB",
+        "--time",
+        "--gpu",
+        "h200",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let fit = text
+        .lines()
+        .find(|l| l.starts_with("fit          batch = "))
+        .expect("the answer");
+    let value: u64 = fit["fit          batch = ".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a value");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("throughput   "))
+        .expect("a throughput line");
+    assert!(
+        line.starts_with(&format!("throughput   batch = {value} in a run of ")),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(" batch per second") && line.contains("ms modeled on h200"),
+        "{line}"
+    );
+    assert!(text.contains("time           h200: modeled "), "{text}");
+    let o = graphc(&["fit", BLOCK, "--dim", "x", "--gpu", "h200"]);
+    assert_eq!(o.status.code(), Some(2), "--gpu without --time is a usage error");
+}

@@ -31,6 +31,13 @@ pub struct FitArgs {
     pub train: bool,
     #[command(flatten)]
     pub train_opts: crate::train::TrainArgs,
+    /// Also model the time of the answer's kernels on a GPU (`--gpu`), as `plan --time`
+    /// does, and the throughput it gives: the searched dimension per second.
+    #[arg(long)]
+    pub time: bool,
+    /// The GPU `--time` models: rtx4090d (the default) or h200.
+    #[arg(long, value_name = "NAME", default_value = "rtx4090d", requires = "time")]
+    pub gpu: String,
 }
 
 pub fn run(args: FitArgs) -> Result<()> {
@@ -41,7 +48,12 @@ pub fn run(args: FitArgs) -> Result<()> {
         max,
         train,
         train_opts,
+        time,
+        gpu,
     } = args;
+    if time {
+        graphc::perf::GpuSpec::by_name(&gpu).map_err(|e| anyhow::anyhow!(e))?;
+    }
     let searched: Vec<&str> = dims
         .iter()
         .filter(|(_, v)| v.is_none())
@@ -149,6 +161,25 @@ pub fn run(args: FitArgs) -> Result<()> {
                 m.summary()
             );
         }
+    }
+    if time {
+        let progress = Progress::new("counting kernels on cuda-sim");
+        let t = graphc::model_time(&fit.compiled, &gpu, &graphc::cuda::sim::SimOptions::default())?;
+        drop(progress);
+        let what = if train { "a training step" } else { "a run" };
+        let rate = fit.value as f64 / t.modeled_s.max(1e-12);
+        println!(
+            "throughput   {dim} = {} in {what} of {:.3} ms modeled on {gpu}: {} {dim} per second",
+            fit.value,
+            t.modeled_s * 1e3,
+            if rate >= 100.0 {
+                format!("{rate:.0}")
+            } else {
+                format!("{rate:.1}")
+            }
+        );
+        println!();
+        print!("{}", t.text(12));
     }
     println!();
     print!("{}", report::summary(&fit.compiled.program, &fit.compiled.plan));
