@@ -264,8 +264,9 @@ pub(super) fn cases(c: &mut Cases) -> Result<(), GraphError> {
 
 /// Attention's backward kernels (`attention_lse`, `attention_grad` of q, k and v):
 /// grouped-query heads with an additive mask and causal rows; fully masked rows
-/// giving 0 with a strided k and `dout` read through a transposed view; f64; and the
-/// tensor-core `attention_grad` in bf16 and f16 (head dims 32, 64, 128).
+/// giving 0 with a strided k and `dout` read through a transposed view; f64; several
+/// tiles of the CUDA-core kernels, and bf16 through them; and the tensor-core
+/// `attention_grad` in bf16 and f16 (head dims 32, 64, 128).
 fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
     use graphc_ir::{AttentionOperand, Op};
     struct Bw {
@@ -308,6 +309,28 @@ fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
             d: 8,
             causal: true,
             zero_rows: false,
+        },
+        // The CUDA-core kernels over several 64-row tiles, the last partial, causal
+        // tiles skipped; and bf16 with a head dim they take (not a multiple of 16).
+        Bw {
+            dt: DType::F32,
+            b: 1,
+            hq: 4,
+            hkv: 2,
+            s: 150,
+            d: 64,
+            causal: true,
+            zero_rows: false,
+        },
+        Bw {
+            dt: DType::BF16,
+            b: 1,
+            hq: 2,
+            hkv: 2,
+            s: 40,
+            d: 24,
+            causal: false,
+            zero_rows: true,
         },
         // The tensor-core kernels: two blocks of rows, the second partial, 64-row
         // tiles; fully masked rows through strided k and dout in f16; head dim 128

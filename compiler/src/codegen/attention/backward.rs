@@ -2,19 +2,12 @@
 //! [`Op::AttentionGrad`](graphc_ir::Op::AttentionGrad)): FlashAttention-2's
 //! decomposition, never storing a `[sq, sk]` tensor.
 //!
-//! One thread per output row, scores recomputed on the fly:
-//!
-//! - `attention_lse`: a query row's log-sum-exp, in two passes over its keys (the max,
-//!   then the sum of exponentials), as the reference computes it.
-//! - `attention_grad` of `q`: a query row's `dq`, accumulated over its keys in order;
-//! - of `k` and `v`: a key row's `dk` or `dv`, accumulated over the query heads that
-//!   read its kv head and their rows, in order (the reference's order of summation).
-//!
-//! Arithmetic in f32 (f64 for f64), every row's accumulator in registers (head dims up
-//! to [`super::MAX_HEAD_DIM`]). These are the CUDA-core kernels: f32, f64, and the
-//! head dims the tensor-core `attention_grad` ([`super::mma_backward`]: bf16 and f16,
-//! head dims multiples of 16 up to 128) does not take; every score is recomputed once
-//! per output row.
+//! - `attention_lse`: the forward's kernel without v where it takes the dims
+//!   ([`super::Gen::lse_kernel`]), else one thread per query row, in one pass over its
+//!   keys (the running max and the sum of exponentials rescaled when it grows).
+//! - `attention_grad`: on tensor cores for bf16 and f16 with head dims multiples of 16
+//!   ([`super::mma_backward`]), else on CUDA cores, tiled ([`tiled`]): f32, f64, and the
+//!   other head dims, up to [`super::MAX_HEAD_DIM`].
 
 use graphc_ir::{AttentionDims, AttentionOperand, DType, TensorType};
 
@@ -22,6 +15,8 @@ use super::super::cuda::{self, Writer};
 use super::super::prelude::Helpers;
 use super::super::{CodegenError, GridSize, LaunchConfig, BLOCKS_PER_SM};
 use super::{strides, Args, MAX_HEAD_DIM};
+
+mod tiled;
 
 const BLOCK: u32 = 128;
 
@@ -110,42 +105,6 @@ impl Gen<'_> {
             w.line(format!("if (j > i) s = {};", self.lit(f64::NEG_INFINITY)));
         }
     }
-
-    /// `p = exp(s - lse[i])` (0 on a row whose lse is `-inf`, with zero_masked_rows) and
-    /// `ds = p (dout[i] . v[j] - delta[i]) scale` when `with_ds`.
-    fn probability(&self, w: &mut Writer, h: &mut Helpers, hq_: &str, kvh: &str, with_ds: bool) {
-        let (acc_t, exp) = (self.acc_t, if self.d == DType::F64 { "exp" } else { "expf" });
-        let (lse, delta, dout) = (
-            self.idx(Role::Lse).unwrap_or(4),
-            self.idx(Role::Delta).unwrap_or(5),
-            self.idx(Role::Dout).unwrap_or(3),
-        );
-        let ll = self.load(h, lse, hq_, &["i"]);
-        w.line(format!("const {acc_t} lse = {ll};"));
-        let p = format!("{exp}(s - lse)");
-        if self.a.zero_masked_rows {
-            w.line(format!(
-                "const {acc_t} p = (lse > {}) ? {p} : {};",
-                self.lit(f64::NEG_INFINITY),
-                self.lit(0.0)
-            ));
-        } else {
-            w.line(format!("const {acc_t} p = {p};"));
-        }
-        if with_ds {
-            w.line(format!("{acc_t} dp = {};", self.lit(0.0)));
-            w.open(format!("for (long long c = 0; c < {}LL; ++c)", self.dims.dv));
-            let o = self.load(h, dout, hq_, &["i", "c"]);
-            let v = self.load(h, 2, kvh, &["j", "c"]);
-            w.line(format!("dp += {o} * {v};"));
-            w.close();
-            let dl = self.load(h, delta, hq_, &["i"]);
-            w.line(format!(
-                "const {acc_t} ds = p * (dp - {dl}) * {};",
-                self.lit(self.a.scale)
-            ));
-        }
-    }
 }
 
 /// The kernel of `attention_lse` (`wrt` None) or of `attention_grad` of `wrt`, with
@@ -215,30 +174,47 @@ pub(crate) fn generate(
         st: a.inputs.iter().map(|(acc, ty)| strides(acc, ty)).collect(),
         dims,
     };
+    match wrt {
+        Some(wrt) => {
+            let (source, h, launch) = tiled::generate(&g, wrt);
+            Ok(("attention_grad", (source, h), launch))
+        }
+        None => Ok(("attention_lse", lse_rows(&g), lse_launch(&g))),
+    }
+}
+
+/// The launch of [`lse_rows`]: one thread per query row.
+fn lse_launch(g: &Gen<'_>) -> LaunchConfig {
     let dims = &g.dims;
+    let rows = dims.batch.iter().product::<usize>() * dims.hq * dims.sq;
+    let blocks = rows.div_ceil(BLOCK as usize).clamp(1, u32::MAX as usize) as u32;
+    LaunchConfig {
+        block: BLOCK,
+        grid: GridSize::PerSm {
+            blocks_per_sm: BLOCKS_PER_SM,
+            max_blocks: blocks,
+        },
+        shared_mem_bytes: 0,
+    }
+}
+
+/// `attention_lse` for dims the forward's kernel does not take: one thread per query
+/// row, each score computed once, the running max (NaN-propagating) and the sum of
+/// exponentials rescaled when it grows.
+fn lse_rows(g: &Gen<'_>) -> (String, Helpers) {
+    let (a, dims, d, acc_t) = (g.a, &g.dims, g.d, g.acc_t);
     let nb: usize = dims.batch.iter().product();
     let nbd = dims.batch.len();
-    let (rows, what) = match wrt {
-        None | Some(AttentionOperand::Q) => (nb * dims.hq * dims.sq, "query"),
-        Some(_) => (nb * dims.hkv * dims.sk, "key"),
-    };
-    let heads = if what == "query" { dims.hq } else { dims.hkv };
-    let len = if what == "query" { dims.sq } else { dims.sk };
+    let (rows, heads, len) = (nb * dims.hq * dims.sq, dims.hq, dims.sq);
     let mut h = Helpers::new();
     let mut w = Writer::new();
-    let name = match wrt {
-        None => "attention_lse",
-        Some(_) => "attention_grad",
-    };
     w.line(format!(
-        "// {name}{}: {nb} x {} heads ({} kv), sq {}, sk {}, d {}, dv {}, scale {}, {}{}; one thread per {what} row",
-        wrt.map(|x| format!(" of {}", x.name())).unwrap_or_default(),
+        "// attention_lse: {nb} x {} heads ({} kv), sq {}, sk {}, d {}, scale {}, {}{}; one thread per query row",
         dims.hq,
         dims.hkv,
         dims.sq,
         dims.sk,
         dims.d,
-        dims.dv,
         a.scale,
         if a.causal { "causal" } else { "not causal" },
         if dims.masked { ", additive mask" } else { "" },
@@ -253,7 +229,7 @@ pub(crate) fn generate(
     ));
     w.line(format!("const long long b = t / {}LL;", heads * len));
     w.line(format!("const long long hd = (t / {len}LL) % {heads}LL;"));
-    w.line(format!("const long long r = t % {len}LL;"));
+    w.line(format!("const long long i = t % {len}LL;"));
     let mut rem = "b".to_string();
     for k in (0..nbd).rev() {
         w.line(format!("const long long bb{k} = {rem} % {}LL;", dims.batch[k]));
@@ -262,119 +238,37 @@ pub(crate) fn generate(
             rem = format!("b{k}");
         }
     }
-    let group = dims.group();
-    let out_dims = a.out.shape.dims();
-    let od = out_dims.last().copied().unwrap_or(1);
     let (exp, log) = if d == DType::F64 {
         ("exp", "log")
     } else {
         ("expf", "logf")
     };
     let neg_inf = g.lit(f64::NEG_INFINITY);
-    match wrt {
-        None => {
-            // One pass over the row's keys, each score computed once: the running max
-            // (NaN-propagating) and the sum of exponentials rescaled when it grows.
-            w.line("const long long i = r;");
-            w.line(format!("const long long kvh = hd / {group}LL;"));
-            w.line(format!("{acc_t} mx = {neg_inf};"));
-            w.line(format!("{acc_t} sum = {};", g.lit(0.0)));
-            w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
-            g.score(&mut w, &mut h, "hd", "kvh");
-            w.open("if (s != s || mx != mx)");
-            w.line("mx = s + mx;");
-            w.close();
-            w.open("else if (s > mx)");
-            w.line(format!("sum = sum * {exp}(mx - s) + {};", g.lit(1.0)));
-            w.line("mx = s;");
-            w.close();
-            w.open(format!("else if (s != {neg_inf})"));
-            w.line(format!("sum += {exp}(s - mx);"));
-            w.close();
-            w.close();
-            let val = format!("(mx == {neg_inf}) ? mx : mx + {log}(sum)");
-            w.line(format!(
-                "p{}[(b * {}LL + hd) * {}LL + i] = {};",
-                a.out_param,
-                dims.hq,
-                dims.sq,
-                cuda::store_conv(&mut h, a.out.dtype, &format!("({acc_t})({val})"))
-            ));
-        }
-        Some(AttentionOperand::Q) => {
-            w.line("const long long i = r;");
-            w.line(format!("const long long kvh = hd / {group}LL;"));
-            w.line(format!("{acc_t} acc[{od}];"));
-            w.line(format!("for (int c = 0; c < {od}; ++c) acc[c] = {};", g.lit(0.0)));
-            w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
-            g.score(&mut w, &mut h, "hd", "kvh");
-            g.probability(&mut w, &mut h, "hd", "kvh", true);
-            w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
-            let k = g.load(&mut h, 1, "kvh", &["j", "c"]);
-            w.line(format!("acc[c] += ds * {k};"));
-            w.close();
-            w.close();
-            store_row(&g, &mut w, &mut h, "hd", dims.hq, dims.sq, "i", od);
-        }
-        Some(wrt) => {
-            // A key row: kv head `hd`, key `j`; every query head of its group, every row.
-            w.line("const long long j = r;");
-            w.line("const long long kvh = hd;");
-            w.line(format!("{acc_t} acc[{od}];"));
-            w.line(format!("for (int c = 0; c < {od}; ++c) acc[c] = {};", g.lit(0.0)));
-            w.open(format!("for (long long hh = 0; hh < {group}LL; ++hh)"));
-            w.line(format!("const long long hq_ = kvh * {group}LL + hh;"));
-            w.open(format!("for (long long i = 0; i < {}LL; ++i)", dims.sq));
-            g.score(&mut w, &mut h, "hq_", "kvh");
-            let dout = g.idx(Role::Dout).unwrap_or(3);
-            if wrt == AttentionOperand::V {
-                g.probability(&mut w, &mut h, "hq_", "kvh", false);
-                w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
-                let o = g.load(&mut h, dout, "hq_", &["i", "c"]);
-                w.line(format!("acc[c] += p * {o};"));
-                w.close();
-            } else {
-                g.probability(&mut w, &mut h, "hq_", "kvh", true);
-                w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
-                let q = g.load(&mut h, 0, "hq_", &["i", "c"]);
-                w.line(format!("acc[c] += ds * {q};"));
-                w.close();
-            }
-            w.close();
-            w.close();
-            store_row(&g, &mut w, &mut h, "hd", dims.hkv, dims.sk, "j", od);
-        }
-    }
+    w.line(format!("const long long kvh = hd / {}LL;", dims.group()));
+    w.line(format!("{acc_t} mx = {neg_inf};"));
+    w.line(format!("{acc_t} sum = {};", g.lit(0.0)));
+    w.open(format!("for (long long j = 0; j < {}LL; ++j)", dims.sk));
+    g.score(&mut w, &mut h, "hd", "kvh");
+    w.open("if (s != s || mx != mx)");
+    w.line("mx = s + mx;");
+    w.close();
+    w.open("else if (s > mx)");
+    w.line(format!("sum = sum * {exp}(mx - s) + {};", g.lit(1.0)));
+    w.line("mx = s;");
+    w.close();
+    w.open(format!("else if (s != {neg_inf})"));
+    w.line(format!("sum += {exp}(s - mx);"));
     w.close();
     w.close();
-    let blocks = rows.div_ceil(BLOCK as usize).clamp(1, u32::MAX as usize) as u32;
-    Ok((
-        name,
-        (w.finish(), h),
-        LaunchConfig {
-            block: BLOCK,
-            grid: GridSize::PerSm {
-                blocks_per_sm: BLOCKS_PER_SM,
-                max_blocks: blocks,
-            },
-            shared_mem_bytes: 0,
-        },
-    ))
-}
-
-/// The accumulated row into the (contiguous) output `[b.., heads, len, od]`.
-#[allow(clippy::too_many_arguments)]
-fn store_row(g: &Gen<'_>, w: &mut Writer, h: &mut Helpers, head: &str, heads: usize, len: usize, row: &str, od: usize) {
-    let dt = g.a.out.dtype;
-    let val = match dt {
-        DType::F16 | DType::BF16 => cuda::cast_c(h, DType::F32, dt, "acc[c]"),
-        _ => "acc[c]".to_string(),
-    };
-    let val = cuda::store_conv(h, dt, &val);
-    w.open(format!("for (long long c = 0; c < {od}LL; ++c)"));
+    let val = format!("(mx == {neg_inf}) ? mx : mx + {log}(sum)");
     w.line(format!(
-        "p{}[((b * {heads}LL + {head}) * {len}LL + {row}) * {od}LL + c] = {val};",
-        g.a.out_param
+        "p{}[(b * {}LL + hd) * {}LL + i] = {};",
+        a.out_param,
+        dims.hq,
+        dims.sq,
+        cuda::store_conv(&mut h, a.out.dtype, &format!("({acc_t})({val})"))
     ));
     w.close();
+    w.close();
+    (w.finish(), h)
 }
