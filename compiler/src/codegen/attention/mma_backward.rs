@@ -20,8 +20,8 @@
 //!
 //! Keys past the end, or (causal) after the query, give `p = 0`; a row whose lse is
 //! `-inf` (every key masked) gives 0 with `zero_masked_rows`, else NaN as the
-//! definition. Tiles are copied element by element with a barrier before and after
-//! (no double buffering): correctness first, the arithmetic on tensor cores. The sums
+//! definition. Tiles are copied 16 bytes a thread where the operand's layout allows
+//! (else element by element), with a barrier before and after (no double buffering). The sums
 //! run in another order than the reference's and p / ds are rounded to the storage
 //! type before their products, as FlashAttention's are: results agree to the storage
 //! type's precision.
@@ -137,8 +137,21 @@ impl B<'_> {
         format!("(float){v}")
     }
 
+    /// Whether operand `n`'s rows can be copied 16 bytes at a time: unit column
+    /// stride, and its offset and every other stride multiples of 8 elements (the
+    /// buffers themselves are 16-byte aligned).
+    fn rows_vectorize(&self, n: usize) -> bool {
+        let nbd = self.nbd();
+        let st = &self.st[n];
+        st.get(nbd + 2) == Some(&1)
+            && self.a.inputs[n].0.offset % 8 == 0
+            && st[..nbd + 2].iter().all(|s| s % 8 == 0)
+    }
+
     /// Copies `rows` rows of operand `n` from row `r0` (rows past `limit` as zeros) into
-    /// `dst` with pitch `pitch`, `width` columns.
+    /// `dst` with pitch `pitch`, `width` columns: 16 bytes a thread where the operand's
+    /// layout allows ([`Self::rows_vectorize`]; `width` and `pitch` are multiples of 8),
+    /// else element by element.
     #[allow(clippy::too_many_arguments)]
     fn load_tile(
         &self,
@@ -153,6 +166,25 @@ impl B<'_> {
     ) {
         let nbd = self.nbd();
         let (rs, cs) = (self.st[n][nbd + 1], self.st[n][nbd + 2]);
+        if self.rows_vectorize(n) && width % 8 == 0 && pitch % 8 == 0 {
+            let chunks = width / 8;
+            w.open(format!(
+                "for (int e = threadIdx.x; e < {}; e += {})",
+                rows * chunks,
+                WARPS * 32
+            ));
+            w.line(format!("const int r = e / {chunks}, c = (e % {chunks}) * 8;"));
+            w.line(format!("const long long row = ({r0}) + r;"));
+            w.line("uint4 v = make_uint4(0u, 0u, 0u, 0u);");
+            w.line(format!(
+                "if (row < {limit}LL) v = *reinterpret_cast<const uint4*>(&{}[{}base + row * {rs}LL + c]);",
+                self.p(n),
+                NAMES[n]
+            ));
+            w.line(format!("*reinterpret_cast<uint4*>(&{dst}[r * {pitch} + c]) = v;"));
+            w.close();
+            return;
+        }
         w.open(format!(
             "for (int e = threadIdx.x; e < {}; e += {})",
             rows * width,
