@@ -143,9 +143,7 @@ impl B<'_> {
     fn rows_vectorize(&self, n: usize) -> bool {
         let nbd = self.nbd();
         let st = &self.st[n];
-        st.get(nbd + 2) == Some(&1)
-            && self.a.inputs[n].0.offset % 8 == 0
-            && st[..nbd + 2].iter().all(|s| s % 8 == 0)
+        st.get(nbd + 2) == Some(&1) && self.a.inputs[n].0.offset % 8 == 0 && st[..nbd + 2].iter().all(|s| s % 8 == 0)
     }
 
     /// Copies `rows` rows of operand `n` from row `r0` (rows past `limit` as zeros) into
