@@ -164,7 +164,7 @@ impl B<'_> {
     ) {
         let nbd = self.nbd();
         let (rs, cs) = (self.st[n][nbd + 1], self.st[n][nbd + 2]);
-        if self.rows_vectorize(n) && width % 8 == 0 && pitch % 8 == 0 {
+        if self.rows_vectorize(n) && width.is_multiple_of(8) && pitch.is_multiple_of(8) {
             let chunks = width / 8;
             w.open(format!(
                 "for (int e = threadIdx.x; e < {}; e += {})",
