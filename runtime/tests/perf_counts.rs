@@ -120,6 +120,36 @@ fn atomics_divergence_and_loops_are_counted_per_warp() {
     assert!(c.thread_basic_blocks > c.warp_basic_blocks * 10, "{c:?}");
 }
 
+/// Each basic block weighs the kernel's own instructions in it (the instrumentation,
+/// spills and frame not counted), and `#pragma unroll` unrolls on the host as NVCC
+/// does: the unrolled loop issues its loads, multiplies and adds without a compare and
+/// branch per iteration.
+#[test]
+fn instructions_are_weighed_and_unrolled_loops_drop_their_control() {
+    if !have_cxx() {
+        return;
+    }
+    let src = |pragma: &str| {
+        format!(
+            r#"extern "C" __global__ void k(const float* __restrict__ x, float* __restrict__ y) {{
+  float s = 0.0f;
+  {pragma}
+  for (int i = 0; i < 16; ++i) s += x[threadIdx.x + 32 * i] * 2.0f;
+  y[threadIdx.x] = s;
+}}"#
+        )
+    };
+    let unrolled = count(&src("#pragma unroll"), 1, 32, &[input(4 * 512), output(128)], &[0]);
+    let rolled = count(&src("#pragma unroll 1"), 1, 32, &[input(4 * 512), output(128)], &[0]);
+    assert_eq!(unrolled.load_requests, 16);
+    // 16 loads, multiplies and adds at least; not the dozens a host call would add.
+    assert!((48..=160).contains(&unrolled.warp_instructions), "{unrolled:?}");
+    assert!(
+        rolled.warp_instructions >= unrolled.warp_instructions + 16 * 2,
+        "{rolled:?} {unrolled:?}"
+    );
+}
+
 /// A bf16 attention through the pipeline: its kernel's `mma.sync` are counted (one per
 /// warp, not per lane), its emulated instructions count as one basic block each (not
 /// their host loops), and the launch is modeled from the counts.

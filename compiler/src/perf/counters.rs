@@ -43,16 +43,20 @@ pub struct KernelCounters {
     pub thread_basic_blocks: u64,
     /// Distinct global sectors each sampled block touches, summed (its unique traffic).
     pub block_distinct_sectors: u64,
+    /// Instructions each warp issues (its busiest lane's: the kernel's own instructions
+    /// in each basic block it runs, from the counting build's disassembly), summed; 0
+    /// where the blocks had no weights (the model then counts basic blocks).
+    pub warp_instructions: u64,
 }
 
 /// The runner's counters, in `sim_count.cpp`'s order.
-const RAW_FIELDS: usize = 20;
+const RAW_FIELDS: usize = 21;
 
 impl KernelCounters {
     /// From the runner's answer (`blocks, warps, threads, load requests, sectors,
     /// bytes, store requests, sectors, bytes, atomics, shared loads, shared stores,
     /// wavefronts, ideal wavefronts, mmas, barriers, warp blocks, thread blocks,
-    /// distinct sectors, local accesses`).
+    /// distinct sectors, local accesses, warp instructions`).
     pub fn from_raw(raw: &[u64], grid: u64, block_threads: u32, dynamic_shared: u32) -> Result<Self, String> {
         if raw.len() < RAW_FIELDS {
             return Err(format!("{} counters, expected {RAW_FIELDS}", raw.len()));
@@ -80,6 +84,7 @@ impl KernelCounters {
             warp_basic_blocks: raw[16],
             thread_basic_blocks: raw[17],
             block_distinct_sectors: raw[18],
+            warp_instructions: raw[20],
         })
     }
 
@@ -118,7 +123,7 @@ mod tests {
         assert_eq!(KernelCounters::sample(2), vec![0, 1]);
         assert_eq!(KernelCounters::sample(100), vec![0, 50, 99]);
         assert!(KernelCounters::sample(0).is_empty());
-        let c = KernelCounters::from_raw(&[3; 20], 300, 256, 0).unwrap();
+        let c = KernelCounters::from_raw(&[3; 21], 300, 256, 0).unwrap();
         assert_eq!(c.scale(), 100.0);
         assert!(KernelCounters::from_raw(&[0; 5], 1, 1, 0).is_err());
     }

@@ -13,8 +13,10 @@
 //!   which is where uncoalesced access costs;
 //! - shared memory: wavefronts, bank conflicts included (one a clock per SM);
 //! - tensor cores: `mma.sync` m16n8k16 at the bf16/f16 peak;
-//! - issue: each warp's basic blocks times [`ISSUE_PER_BASIC_BLOCK`] instructions, 4
-//!   warp schedulers an SM issuing one a clock each.
+//! - issue: each warp's instructions (the kernel's own host instructions in each basic
+//!   block it runs, [`SASS_PER_HOST_INSTRUCTION`] each; without the blocks' weights,
+//!   its basic blocks times [`ISSUE_PER_BASIC_BLOCK`]), 4 warp schedulers an SM issuing
+//!   one a clock each.
 //!
 //! The rates are scaled by the share of the GPU the launch occupies: the SMs its grid
 //! reaches, and the warps resident on each against [`WARPS_TO_HIDE_LATENCY`].
@@ -36,8 +38,11 @@ use super::work::{IdealWork, Unit};
 /// A launch boundary inside a CUDA graph: launch, ramp-up and drain, seconds.
 pub const LAUNCH_S: f64 = 2e-6;
 /// Machine instructions (SASS) per basic block of the host build: the issue term's
-/// conversion, uncalibrated.
+/// conversion where the blocks have no weights (no `objdump`), uncalibrated.
 pub const ISSUE_PER_BASIC_BLOCK: f64 = 6.0;
+/// SASS instructions per counted host instruction (instrumentation, spills and the
+/// frame not counted; see `runtime/src/cuda/sim/weights.rs`), uncalibrated.
+pub const SASS_PER_HOST_INSTRUCTION: f64 = 1.0;
 /// Resident warps an SM needs to reach its rates (latency hidden); fewer scale them.
 pub const WARPS_TO_HIDE_LATENCY: f64 = 16.0;
 /// An SM draws at most this many times its even share of the DRAM and L2 bandwidth.
@@ -144,12 +149,19 @@ pub fn estimate_kernel(c: &KernelCounters, res: &Resources, ideal: &IdealWork, g
         ),
         ("shared", c.shared_wavefronts as f64 * s / clock),
         ("tensor", c.mmas as f64 * s * MMA_FLOPS / (gpu.peaks.tensor_16 * p)),
-        (
-            "issue",
-            c.warp_basic_blocks as f64 * ISSUE_PER_BASIC_BLOCK * s / (SCHEDULERS_PER_SM * clock),
-        ),
+        ("issue", issued(c) * s / (SCHEDULERS_PER_SM * clock)),
     ];
     finish(terms, tail, waves, Some(occ))
+}
+
+/// The SASS instructions the sampled warps issue: their weighed instructions, or
+/// without weights their basic blocks.
+fn issued(c: &KernelCounters) -> f64 {
+    if c.warp_instructions > 0 {
+        c.warp_instructions as f64 * SASS_PER_HOST_INSTRUCTION
+    } else {
+        c.warp_basic_blocks as f64 * ISSUE_PER_BASIC_BLOCK
+    }
 }
 
 /// The longest term, stretched by `tail`, plus the launch.

@@ -287,6 +287,12 @@ pub fn object(
     entry: &str,
 ) -> Result<(String, PathBuf), SimError> {
     let src = host_source(name, source, entry)?;
+    // Counting: the host unrolls what NVCC unrolls (the issue term counts instructions).
+    let src = if mode == Sanitize::Count {
+        super::weights::honor_unroll(&src)
+    } else {
+        src
+    };
     let k = key(compiler, mode, true, &src);
     let out = dir.join(format!("{}-{}-{k}.so", c_ident(entry), mode.name()));
     Ok((src, out))
@@ -350,6 +356,13 @@ pub fn build_all(
     });
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
+    }
+    // Counting: each object's block weights beside it (without objdump the model falls
+    // back to counting basic blocks).
+    if mode == Sanitize::Count {
+        for o in &objects {
+            super::weights::ensure(o);
+        }
     }
     Ok((runner, objects))
 }

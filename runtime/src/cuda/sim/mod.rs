@@ -27,6 +27,7 @@
 pub mod build;
 pub mod count;
 mod runner;
+pub mod weights;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -17,7 +17,10 @@
 //   16 of 8, 8 of 16; in each phase the most distinct 4-byte words any one bank
 //   serves, a word read by several lanes served once).
 // - A warp's instructions are measured by the basic blocks its lanes execute: the
-//   warp issues the busiest lane's count (SIMT: the union of its lanes' paths).
+//   warp issues the busiest lane's count (SIMT: the union of its lanes' paths). Each
+//   block also adds its weight, the kernel's own instructions in it (weights.rs writes
+//   them from the object's disassembly, beside it: `<object>.w`), found by the
+//   address its `trace_pc` call returns to.
 // - A fiber yields every kYieldEvery accesses, so lanes stay near one another and the
 //   table of open requests stays small.
 // - Only the sampled blocks run (the grid is homogeneous); the arguments start as zero
@@ -51,11 +54,32 @@ enum Counter {
   C_THREAD_BBS,       // basic blocks over all threads
   C_DISTINCT_SECTORS, // distinct global sectors each block touches, summed
   C_LOCAL,            // accesses to the thread's own memory
+  C_WARP_INSTRS,      // instructions issued per warp (its busiest lane), summed; 0 without weights
   C_N
 };
 unsigned long long g_cnt[C_N];
 // The argument ranges of the running COUNT.
 std::vector<std::pair<uintptr_t, uintptr_t>> g_global_ranges;
+// Each loaded kernel's block weights, by the address a block's trace_pc call returns to.
+std::unordered_map<uintptr_t, unsigned> g_bb_weight;
+
+// Reads `path`.w (a `#` line, then `offset weight` lines, hexadecimal offsets into the object) for the
+// module whose entry is `entry`; a missing file leaves the blocks unweighted.
+void count_load_weights(const std::string &path, void *entry) {
+  Dl_info info;
+  if (!dladdr(entry, &info) || !info.dli_fbase) return;
+  FILE *f = fopen((path + ".w").c_str(), "r");
+  if (!f) return;
+  unsigned long long off = 0;
+  unsigned w = 0;
+  char head[128];
+  if (!fgets(head, sizeof head, f) || head[0] != '#') {
+    fclose(f);
+    return;
+  }
+  while (fscanf(f, "%llx %u", &off, &w) == 2) g_bb_weight[(uintptr_t)info.dli_fbase + (uintptr_t)off] = w;
+  fclose(f);
+}
 
 #if defined(GRAPHC_SIM_COUNT)
 const unsigned kYieldEvery = 64;
@@ -85,6 +109,7 @@ struct KeyHash {
 struct ThreadCount {
   std::unordered_map<uintptr_t, unsigned> occurrence;  // accesses so far, by site
   unsigned long long bbs = 0;
+  unsigned long long instrs = 0;
   unsigned since_yield = 0;
   // Inside a prelude helper's CPU body (an emulated PTX instruction: its host basic
   // blocks are not the GPU's; the helper counts as one).
@@ -213,12 +238,14 @@ void count_block_end(Block &b) {
   for (auto &kv : g_bc.open) close_request(kv.second);
   g_bc.open.clear();
   for (size_t w = 0; w * 32 < g_bc.threads.size(); ++w) {
-    unsigned long long most = 0;
+    unsigned long long most = 0, most_instrs = 0;
     for (size_t i = w * 32; i < g_bc.threads.size() && i < w * 32 + 32; ++i) {
       most = g_bc.threads[i].bbs > most ? g_bc.threads[i].bbs : most;
+      most_instrs = g_bc.threads[i].instrs > most_instrs ? g_bc.threads[i].instrs : most_instrs;
       g_cnt[C_THREAD_BBS] += g_bc.threads[i].bbs;
     }
     g_cnt[C_WARP_BBS] += most;
+    g_cnt[C_WARP_INSTRS] += most_instrs;
   }
   g_bc.threads.clear();
   g_cnt[C_DISTINCT_SECTORS] += g_bc.sectors.size();
@@ -239,7 +266,10 @@ void g_sim_note(int kind, const void *p, unsigned bytes) {
   if (kind == 3 || kind == 4) {
     if (g_bc.threads.size() < tl_block->nthreads) g_bc.threads.resize(tl_block->nthreads);
     ThreadCount &t = g_bc.threads[tl_thread];
-    if (kind == 3 && t.helper_depth++ == 0) t.bbs++;
+    if (kind == 3 && t.helper_depth++ == 0) {
+      t.bbs++;
+      t.instrs++;
+    }
     if (kind == 4 && t.helper_depth > 0) t.helper_depth--;
     return;
   }
@@ -268,7 +298,11 @@ void __sanitizer_cov_trace_pc(void) {
   if (g_counting && tl_block) {
     if (g_bc.threads.size() < tl_block->nthreads) g_bc.threads.resize(tl_block->nthreads);
     ThreadCount &t = g_bc.threads[tl_thread];
-    if (t.helper_depth == 0) t.bbs++;
+    if (t.helper_depth == 0) {
+      t.bbs++;
+      const auto it = g_bb_weight.find(G_SITE);
+      if (it != g_bb_weight.end()) t.instrs += it->second;
+    }
   }
 }
 #define G_RW(N)                                                                                        \

@@ -98,6 +98,7 @@ void do_load() {
     reply_error(path + " has no graphc_sim_entry / graphc_sim_arity");
     return;
   }
+  count_load_weights(path, entry);
   Module m;
   m.path = path;
   m.fn = (void (*)(void *const *))entry;
