@@ -96,6 +96,21 @@ fn attention_shapes() -> Vec<A> {
             k_transposed: false,
             zero_rows: false,
         },
+        // The CUDA-core kernel over several 64-row tiles of queries and keys (the
+        // last partial), grouped heads, a mask, the running max rescaling the output.
+        A {
+            dt: DType::F32,
+            b: 1,
+            hq: 4,
+            hkv: 2,
+            sq: 140,
+            sk: 140,
+            d: 64,
+            mask: Some([1, 1, 1, 140]),
+            causal: true,
+            k_transposed: false,
+            zero_rows: false,
+        },
         // The tensor-core kernel: q from shared memory (d 256), several key tiles and
         // a full mask, element copies (k strided), a head dim that is not a multiple
         // of 16 (the CUDA-core path).

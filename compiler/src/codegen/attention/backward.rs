@@ -6,7 +6,7 @@
 //!   ([`super::Gen::lse_kernel`]), else one thread per query row, in one pass over its
 //!   keys (the running max and the sum of exponentials rescaled when it grows).
 //! - `attention_grad`: on tensor cores for bf16 and f16 with head dims multiples of 16
-//!   ([`super::mma_backward`]), else on CUDA cores, tiled ([`tiled`]): f32, f64, and the
+//!   ([`super::mma_backward`]), else on CUDA cores, tiled ([`super::tiled`]): f32, f64, and the
 //!   other head dims, up to [`super::MAX_HEAD_DIM`].
 
 use graphc_ir::{AttentionDims, AttentionOperand, DType, TensorType};
@@ -16,13 +16,11 @@ use super::super::prelude::Helpers;
 use super::super::{CodegenError, GridSize, LaunchConfig, BLOCKS_PER_SM};
 use super::{strides, Args, MAX_HEAD_DIM};
 
-mod tiled;
-
 const BLOCK: u32 = 128;
 
 /// Operand roles, in the op's operand order.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
+pub(super) enum Role {
     Q,
     K,
     V,
@@ -32,18 +30,35 @@ enum Role {
     Mask,
 }
 
-struct Gen<'a> {
-    a: &'a Args<'a>,
-    dims: AttentionDims,
-    d: DType,
-    acc_t: &'static str,
+/// What the CUDA-core kernels (these and [`super::tiled`]'s) need of an op: its
+/// operands by role, their strides, the dims and the accumulation type.
+pub(super) struct Gen<'a> {
+    pub a: &'a Args<'a>,
+    pub dims: AttentionDims,
+    pub d: DType,
+    pub acc_t: &'static str,
     /// Operand index of each role present.
     roles: Vec<(Role, usize)>,
     st: Vec<Vec<i64>>,
 }
 
+impl<'a> Gen<'a> {
+    /// The generator of `a`'s operands in `roles` (their indices), of `dims`.
+    pub fn new(a: &'a Args<'a>, dims: AttentionDims, roles: Vec<(Role, usize)>) -> Gen<'a> {
+        let d = dims.dtype;
+        Gen {
+            a,
+            d,
+            acc_t: if d == DType::F64 { "double" } else { "float" },
+            roles,
+            st: a.inputs.iter().map(|(acc, ty)| strides(acc, ty)).collect(),
+            dims,
+        }
+    }
+}
+
 impl Gen<'_> {
-    fn lit(&self, x: f64) -> String {
+    pub fn lit(&self, x: f64) -> String {
         if self.d == DType::F64 {
             cuda::f64_lit(x)
         } else {
@@ -51,7 +66,7 @@ impl Gen<'_> {
         }
     }
 
-    fn idx(&self, r: Role) -> Option<usize> {
+    pub fn idx(&self, r: Role) -> Option<usize> {
         self.roles.iter().find(|(x, _)| *x == r).map(|(_, i)| *i)
     }
 
@@ -80,7 +95,7 @@ impl Gen<'_> {
     }
 
     /// A load of operand `n` as the accumulation type.
-    fn load(&self, h: &mut Helpers, n: usize, head: &str, tail: &[&str]) -> String {
+    pub fn load(&self, h: &mut Helpers, n: usize, head: &str, tail: &[&str]) -> String {
         let dt = self.a.inputs[n].1.dtype;
         let v = cuda::load_conv(h, dt, &format!("p{}[{}]", self.a.in_param[n], self.addr(n, head, tail)));
         format!("({}){v}", self.acc_t)
@@ -151,7 +166,6 @@ pub(crate) fn generate(
             dims.d, dims.dv
         )));
     }
-    let d = dims.dtype;
     // bf16 / f16 with head dims multiples of 16: on tensor cores.
     if wrt.is_none() {
         if let Some((source, h, launch)) = super::Gen::lse_kernel(a) {
@@ -165,18 +179,10 @@ pub(crate) fn generate(
             return Ok(("attention_grad", (source, h), launch));
         }
     }
-    let acc_t = if d == DType::F64 { "double" } else { "float" };
-    let g = Gen {
-        a,
-        d,
-        acc_t,
-        roles,
-        st: a.inputs.iter().map(|(acc, ty)| strides(acc, ty)).collect(),
-        dims,
-    };
+    let g = Gen::new(a, dims, roles);
     match wrt {
         Some(wrt) => {
-            let (source, h, launch) = tiled::generate(&g, wrt);
+            let (source, h, launch) = super::tiled::generate(&g, super::tiled::Kernel::Grad(wrt));
             Ok(("attention_grad", (source, h), launch))
         }
         None => Ok(("attention_lse", lse_rows(&g), lse_launch(&g))),
