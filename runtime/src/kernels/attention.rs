@@ -1,5 +1,6 @@
-//! The attention kernel on the CPU: what the generated CUDA kernel computes, tiled
-//! the same way. Per query row, keys are visited in tiles of [`KEY_TILE`]; each tile's
+//! The attention kernel on the CPU: what the generated CUDA kernels compute (their
+//! own key tiles are 64 keys on CUDA cores, 16 to 64 on tensor cores: the sums differ
+//! by rounding). Per query row, keys are visited in tiles of [`KEY_TILE`]; each tile's
 //! scores raise the running max `m` (the accumulated sum `l` and output `acc` are
 //! rescaled by `exp(m_old - m)`), its exponentials are added to `l` and its `p v` to
 //! `acc`; the row is `acc / l` at the end (online softmax, f32 throughout, f64 for f64).
@@ -16,7 +17,7 @@ use graphc_ir::{AttentionDims, DType, Tensor, TensorData, TensorType};
 use super::access::gather;
 use super::Ctx;
 
-/// Keys per tile (the CUDA kernel's tile).
+/// Keys per tile.
 pub const KEY_TILE: usize = 32;
 
 /// One attention's operands as flat slices (`mask` with its strides over
