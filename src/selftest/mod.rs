@@ -417,8 +417,8 @@ fn quant_cases(c: &mut Cases) -> Result<(), GraphError> {
         b.output("y", x.matmul(qweight(b, "w", &w, 4, 48)) * 0.5);
     })?;
     // Decode-sized: the GEMV kernel (a warp per column, 16-byte chunks), int8 with a
-    // bias and ReLU over 3 rows, int4 over one row with a k that is not a multiple of
-    // the warp's 1,024-value stride.
+    // bias and ReLU over 3 rows, int4 (the packed path) over one row with a k that is
+    // not a multiple of the warp's 1,024-value stride.
     let w = quantized(DType::BF16, (40, 1024), (8, 128), 9)?;
     c.add("qgemm GEMV bf16 int8 g128 m 3 relu(x@W+bias)".into(), 0, &|b| {
         let x = b.input("x", DType::BF16, [3, 1024]);
@@ -429,6 +429,13 @@ fn quant_cases(c: &mut Cases) -> Result<(), GraphError> {
     c.add("qgemm GEMV f16 int4 g64 m 1, k 1088".into(), 0, &|b| {
         let x = b.input("x", DType::F16, [1, 1088]);
         b.output("y", x.matmul(qweight(b, "w", &w, 4, 64)));
+    })?;
+    // bf16 int4 on the packed path: two rows staged, two chunks a lane, groups of 128
+    // (four lanes a scale), the GELU epilogue.
+    let w = quantized(DType::BF16, (48, 2048), (4, 128), 12)?;
+    c.add("qgemm GEMV bf16 int4 g128 m 2 gelu(x@W)".into(), 0, &|b| {
+        let x = b.input("x", DType::BF16, [2, 2048]);
+        b.output("y", x.matmul(qweight(b, "w", &w, 4, 128)).gelu());
     })?;
     let w = quantized(DType::F64, (10, 48), (4, 16), 7)?;
     c.add("qgemm f64 int4 g16".into(), 0, &|b| {

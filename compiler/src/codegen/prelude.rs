@@ -55,6 +55,9 @@ pub enum Helper {
     /// `g_cp_async_{4,8,16}[_zfill]`, `g_cp_async_commit`, `g_cp_async_wait<N>`,
     /// `g_cp_async_wait_all` (`cp.async` global to shared, with groups).
     CpAsync,
+    /// `g_fma_bf16x2` and `g_fma_f16x2` (`fma.rn.{bf16x2,f16x2}`: two fused
+    /// multiply-adds on packed halves, each rounded once).
+    Fma2,
 }
 
 impl Helper {
@@ -91,11 +94,12 @@ impl Helper {
         Helper::Mma,
         Helper::Ldmatrix,
         Helper::CpAsync,
+        Helper::Fma2,
     ];
 
     fn deps(self) -> &'static [Helper] {
         match self {
-            Helper::F64ToHalf | Helper::Mma => &[Helper::F16, Helper::Bf16],
+            Helper::F64ToHalf | Helper::Mma | Helper::Fma2 => &[Helper::F16, Helper::Bf16],
             _ => &[],
         }
     }
@@ -130,6 +134,7 @@ impl Helper {
             Helper::Mma => ptx::MMA.to_string(),
             Helper::Ldmatrix => ptx::LDMATRIX.to_string(),
             Helper::CpAsync => ptx::CP_ASYNC.to_string(),
+            Helper::Fma2 => ptx::FMA2.to_string(),
         }
     }
 }

@@ -294,3 +294,44 @@ __device__ __forceinline__ void g_cp_async_wait_all() {
 }
 #endif
 "#;
+
+/// Packed half-precision fused multiply-adds.
+pub(super) const FMA2: &str = r#"// fma.rn.{bf16x2,f16x2} d, a, b, c: per half, a * b + c rounded once to nearest even
+// (PTX ISA "Half Precision Floating Point Instructions: fma", section 9.7.4.4 in PTX
+// ISA 9.0; bf16x2 from sm_80); a NaN result is the canonical NaN 0x7fff. The CPU body
+// computes each half with f32's fused multiply-add, then rounds to the half type: one
+// rounding wherever the f32 result is exact (the products and sums of graphc's uses,
+// a small integer times a half value plus a small integer or zero, are); an emulated
+// instruction counts as one.
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ unsigned g_fma_bf16x2(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ unsigned g_fma_f16x2(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+#else
+__device__ __forceinline__ unsigned g_fma_cpu_x2(unsigned a, unsigned b, unsigned c, int is_f16) {
+  g_sim_note(3, 0, 0);
+  unsigned d = 0;
+  for (int h = 0; h < 2; h++) {
+    const unsigned short x = (unsigned short)(a >> (16 * h)), y = (unsigned short)(b >> (16 * h)), z = (unsigned short)(c >> (16 * h));
+    const float v = is_f16 ? fmaf(g_f16_to_f32(x), g_f16_to_f32(y), g_f16_to_f32(z)) : fmaf(g_bf16_to_f32(x), g_bf16_to_f32(y), g_bf16_to_f32(z));
+    const unsigned r = v != v ? 0x7fffu : (is_f16 ? g_f32_to_f16(v) : g_f32_to_bf16(v));
+    d |= r << (16 * h);
+  }
+  g_sim_note(4, 0, 0);
+  return d;
+}
+__device__ __forceinline__ unsigned g_fma_bf16x2(unsigned a, unsigned b, unsigned c) {
+  return g_fma_cpu_x2(a, b, c, 0);
+}
+__device__ __forceinline__ unsigned g_fma_f16x2(unsigned a, unsigned b, unsigned c) {
+  return g_fma_cpu_x2(a, b, c, 1);
+}
+#endif
+"#;

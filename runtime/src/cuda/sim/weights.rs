@@ -7,16 +7,17 @@
 //! object's disassembly (`objdump -d`): the instructions from one `trace_pc` call to the
 //! next, without what the host build adds and a GPU does not execute:
 //!
-//! - the instrumentation: calls to `__tsan_*` and `__sanitizer_*`, and the move or
-//!   address computation into `%rdi` that only feeds such a call (a GPU folds the
-//!   address into its load);
+//! - the instrumentation: calls to `__tsan_*` and `__sanitizer_*`, and the
+//!   immediates and address computations that only set up a call's arguments (a GPU
+//!   folds the address into its load);
 //! - register spills and reloads around those calls (moves to or from `(%rsp)`) and
 //!   moves from register to register (x86's two-operand arithmetic copies where a
 //!   GPU's three-operand form does not), the frame (`push` / `pop`, changes of `%rsp`,
 //!   `ret`), padding (`nop`, `endbr64`);
 //! - calls to the kernel's own functions (their blocks count themselves) and to
-//!   `g_sim_note` (bookkeeping); a call to another runner entry (`g_sim_*`: a shuffle,
-//!   a vote, a barrier) is one instruction.
+//!   `g_sim_note` (bookkeeping), and after `g_sim_note(3, ..)` the rest of its block
+//!   (an emulated instruction's body, counted as one by the runner); a call to another
+//!   runner entry (`g_sim_*`: a shuffle, a vote, a barrier) is one instruction.
 //!
 //! What remains is the host's arithmetic, loads, stores, compares and branches: one
 //! x86 instruction to one SASS instruction (an uncalibrated assumption, with
@@ -39,7 +40,7 @@ pub fn path_of(object: &Path) -> PathBuf {
 
 /// The weights file's first line: which rules wrote it (a file another version of
 /// [`parse`] wrote is written again).
-const HEADER: &str = "# graphc block weights 2\n";
+const HEADER: &str = "# graphc block weights 3\n";
 
 /// Writes `object`'s weights file when it is missing or stale; `false` when it could
 /// not be made (no `objdump`, or it failed).
@@ -95,14 +96,11 @@ fn callee<'a>(i: &Insn<'a>) -> Option<&'a str> {
     Some(s.split('@').next().unwrap_or(s))
 }
 
-/// Whether `i` is host-only: instrumentation, a spill, frame or padding.
+/// Whether `i` is host-only: a spill, a register copy, the frame or padding (calls
+/// are weighed where [`parse`] meets them).
 fn host_only(i: &Insn<'_>) -> bool {
     let op = i.op;
-    if let Some(f) = callee(i) {
-        return !f.starts_with("g_sim_") || f == "g_sim_note";
-    }
-    op.starts_with("call")
-        || op.starts_with("push")
+    op.starts_with("push")
         || op.starts_with("pop")
         || op.starts_with("ret")
         || op.starts_with("nop")
@@ -115,11 +113,6 @@ fn host_only(i: &Insn<'_>) -> bool {
         || i.args.ends_with(",%rsp")
 }
 
-/// Instrumentation calls (`__tsan_*`, `__sanitizer_*`).
-fn instrumentation(i: &Insn<'_>) -> bool {
-    callee(i).is_some_and(|f| f.starts_with("__tsan_") || f.starts_with("__sanitizer_"))
-}
-
 /// `(offset, weight)` of every block of `objdump -d`'s output (see the module doc).
 pub fn parse(text: &str) -> Vec<(u64, u32)> {
     let mut out: Vec<(u64, u32)> = Vec::new();
@@ -127,8 +120,12 @@ pub fn parse(text: &str) -> Vec<(u64, u32)> {
     // The open block's index in `out`, and whether the next instruction starts one.
     let mut open: Option<usize> = None;
     let mut starts = false;
-    // The last counted instruction wrote `%rdi` (an argument, maybe the next call's).
-    let mut last_rdi = false;
+    // The counted instructions just before, that only set up a call's arguments; the
+    // value last put in `%edi`; and whether the rest of the block is an emulated
+    // instruction's body (after `g_sim_note(3, ..)`, its start).
+    let mut args = 0u32;
+    let mut edi = None;
+    let mut muted = false;
     for line in text.lines() {
         if let Some(s) = line.strip_prefix("Disassembly of section ") {
             in_text = s.trim_end_matches(':') == ".text";
@@ -146,27 +143,59 @@ pub fn parse(text: &str) -> Vec<(u64, u32)> {
         if starts {
             out.push((i.at, 0));
             open = Some(out.len() - 1);
-            starts = false;
-            last_rdi = false;
+            (starts, args, edi, muted) = (false, 0, None, false);
         }
         if callee(&i) == Some("__sanitizer_cov_trace_pc") {
             starts = true;
         }
         let Some(b) = open else { continue };
-        if instrumentation(&i) {
-            if last_rdi && out[b].1 > 0 {
-                out[b].1 -= 1;
+        if muted {
+            continue;
+        }
+        if i.op.starts_with("call") {
+            let f = callee(&i);
+            // A runner entry (a shuffle, a vote) is one instruction; its arguments are
+            // operands, as are any other call's.
+            out[b].1 -= args.min(out[b].1);
+            if f.is_some_and(|f| f.starts_with("g_sim_") && f != "g_sim_note") {
+                out[b].1 += 1;
             }
-            last_rdi = false;
+            muted = f == Some("g_sim_note") && edi == Some(3);
+            (args, edi) = (0, None);
             continue;
         }
         if host_only(&i) {
             continue;
         }
         out[b].1 += 1;
-        last_rdi = i.args.ends_with(",%rdi") && (i.op.starts_with("mov") || i.op.starts_with("lea"));
+        match argument(&i) {
+            Some(v) => {
+                args += 1;
+                if i.args.ends_with(",%edi") {
+                    edi = v;
+                }
+            }
+            None => (args, edi) = (0, None),
+        }
     }
     out
+}
+
+/// Whether `i` only puts an immediate or an address into an integer argument register
+/// (`Some`, with the immediate when there is one).
+fn argument(i: &Insn<'_>) -> Option<Option<u64>> {
+    const REGS: [&str; 12] = [
+        "%rdi", "%edi", "%rsi", "%esi", "%rdx", "%edx", "%rcx", "%ecx", "%r8", "%r8d", "%r9", "%r9d",
+    ];
+    let (src, dst) = i.args.rsplit_once(',')?;
+    if !REGS.contains(&dst) {
+        return None;
+    }
+    if i.op.starts_with("lea") {
+        return Some(None);
+    }
+    let imm = src.strip_prefix('$')?;
+    (i.op.starts_with("mov")).then(|| u64::from_str_radix(imm.trim_start_matches("0x"), 16).ok())
 }
 
 /// The host source of a counting build: `#pragma unroll` (NVCC: unroll completely
@@ -218,12 +247,21 @@ Disassembly of section .text:
     1266:\tcmp    %r15,%rbx
     1269:\tjne    1243 <g_k+0xa>
     126b:\tcall   1060 <__sanitizer_cov_trace_pc@plt>
-    1270:\tcall   1080 <g_sim_warp@plt>
+    1270:\tmov    $0x10,%esi
+    1271:\tcall   1080 <g_sim_warp@plt>
     1275:\tcall   1090 <g_sim_note@plt>
     127a:\tcall   1239 <g_k>
     127f:\tadd    $0xd38,%rsp
     1286:\tpop    %r15
     1288:\tret
+    1289:\tcall   1060 <__sanitizer_cov_trace_pc@plt>
+    128e:\tor     $0x43004300,%eax
+    1293:\tmov    $0x0,%edx
+    1298:\tmov    $0x0,%esi
+    129d:\tmov    $0x3,%edi
+    12a2:\tcall   1090 <g_sim_note@plt>
+    12a7:\tshr    %cl,%eax
+    12a9:\tjmp    1243 <g_k+0xa>
 ";
 
     #[test]
@@ -231,8 +269,10 @@ Disassembly of section .text:
         // Block 1: the load, the multiply, the add, the compare and the branch (the
         // argument move, the tsan call, the spill and the register copy are the
         // host's); block 2: the
-        // runner call (the note, the call of a function and the frame are the host's).
-        assert_eq!(parse(DUMP), vec![(0x1248, 5), (0x1270, 1)]);
+        // runner call (its argument, the note, the call of a function and the frame are
+        // the host's); block 3: the `or` (the note's arguments, and after the note an
+        // emulated instruction's body, are the host's).
+        assert_eq!(parse(DUMP), vec![(0x1248, 5), (0x1270, 1), (0x128e, 1)]);
     }
 
     #[test]
