@@ -463,14 +463,22 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         let y = b.input("y", DType::F32, [130, 96]);
         b.output("z", x.transpose(&[1, 0]) * y + 1.0);
     })?;
-    c.add("elementwise f16/bf16 casts and broadcasts".into(), 0, &|b| {
-        let x = b.input("x", DType::F16, [64, 100]);
-        let r = b.input("r", DType::BF16, [100]);
-        let c = b.input("c", DType::F32, [64, 1]);
-        let y = x.cast(DType::F32) * r.cast(DType::F32) + c;
-        b.output("y16", y.cast(DType::F16));
-        b.output("ybf16", y.exp().cast(DType::BF16));
-    })?;
+    c.add(
+        "elementwise f16/bf16 casts (from bool too) and broadcasts".into(),
+        0,
+        &|b| {
+            let x = b.input("x", DType::F16, [64, 100]);
+            let r = b.input("r", DType::BF16, [100]);
+            let c = b.input("c", DType::F32, [64, 1]);
+            let y = x.cast(DType::F32) * r.cast(DType::F32) + c;
+            b.output("y16", y.cast(DType::F16));
+            b.output("ybf16", y.exp().cast(DType::BF16));
+            // bool to half types (through f32: exact there).
+            let m = y.gt(c);
+            b.output("m16", m.cast(DType::F16) * y.cast(DType::F16));
+            b.output("mbf16", m.cast(DType::BF16));
+        },
+    )?;
     c.add("elementwise i32 and select".into(), 50, &|b| {
         let p = b.input("p", DType::I32, [33, 17]);
         let q = b.input("q", DType::I32, [33, 17]);

@@ -594,6 +594,10 @@ pub(crate) fn cast_c(h: &mut Helpers, from: DType, to: DType, x: &str) -> String
         // From integers or bool.
         (_, DType::F64) => format!("((double){x})"),
         (_, DType::F32) => format!("((float){x})"),
+        // Exact in f32 (8-bit integers and bool): one rounding from there.
+        (DType::Bool | DType::U8 | DType::I8, t @ (DType::F16 | DType::BF16)) => {
+            round_to(h, t, format!("((float){x})"))
+        }
         (f, t @ (DType::F16 | DType::BF16)) => {
             h.need(Helper::F64ToHalf);
             let fun = if t == DType::F16 {
