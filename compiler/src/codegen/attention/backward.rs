@@ -210,7 +210,6 @@ fn lse_launch(g: &Gen<'_>) -> LaunchConfig {
 fn lse_rows(g: &Gen<'_>) -> (String, Helpers) {
     let (a, dims, d, acc_t) = (g.a, &g.dims, g.d, g.acc_t);
     let nb: usize = dims.batch.iter().product();
-    let nbd = dims.batch.len();
     let (rows, heads, len) = (nb * dims.hq * dims.sq, dims.hq, dims.sq);
     let mut h = Helpers::new();
     let mut w = Writer::new();
@@ -236,14 +235,7 @@ fn lse_rows(g: &Gen<'_>) -> (String, Helpers) {
     w.line(format!("const long long b = t / {}LL;", heads * len));
     w.line(format!("const long long hd = (t / {len}LL) % {heads}LL;"));
     w.line(format!("const long long i = t % {len}LL;"));
-    let mut rem = "b".to_string();
-    for k in (0..nbd).rev() {
-        w.line(format!("const long long bb{k} = {rem} % {}LL;", dims.batch[k]));
-        if k > 0 {
-            w.line(format!("const long long b{k} = {rem} / {}LL;", dims.batch[k]));
-            rem = format!("b{k}");
-        }
-    }
+    batch_coords(&mut w, &dims.batch);
     let (exp, log) = if d == DType::F64 {
         ("exp", "log")
     } else {
@@ -277,4 +269,17 @@ fn lse_rows(g: &Gen<'_>) -> (String, Helpers) {
     w.close();
     w.close();
     (w.finish(), h)
+}
+
+/// `bb0..`: the batch coordinates of the flat batch index `b` over `batch` (what
+/// [`Gen`]'s addresses read).
+pub(super) fn batch_coords(w: &mut Writer, batch: &[usize]) {
+    let mut rem = "b".to_string();
+    for k in (0..batch.len()).rev() {
+        w.line(format!("const long long bb{k} = {rem} % {}LL;", batch[k]));
+        if k > 0 {
+            w.line(format!("const long long b{k} = {rem} / {}LL;", batch[k]));
+            rem = format!("b{k}");
+        }
+    }
 }

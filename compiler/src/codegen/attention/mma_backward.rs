@@ -381,15 +381,7 @@ impl B<'_> {
 
     /// Batch coordinates `bb..` of flat batch `b`.
     fn batch_coords(&self, w: &mut Writer) {
-        let dims = &self.dims.batch;
-        let mut rem = "b".to_string();
-        for k in (0..dims.len()).rev() {
-            w.line(format!("const long long bb{k} = {rem} % {}LL;", dims[k]));
-            if k > 0 {
-                w.line(format!("const long long b{k} = {rem} / {}LL;", dims[k]));
-                rem = format!("b{k}");
-            }
-        }
+        super::backward::batch_coords(w, &self.dims.batch);
     }
 
     /// The dq kernel (see the module doc).

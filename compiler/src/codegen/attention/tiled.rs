@@ -273,6 +273,22 @@ impl Tiled<'_, '_> {
         w.close();
     }
 
+    /// Opens the loop over key tiles `j0` of the block's query rows from `i0` (with
+    /// `causal`, up to the tile of its last row), with the barrier before the tile's
+    /// loads.
+    fn key_tiles(&self, w: &mut Writer) {
+        let t = self.l.t;
+        let tiles = self.g.dims.sk.div_ceil(t);
+        let end = if self.g.a.causal {
+            format!("min({tiles}LL, (i0 + {}LL) / {t}LL + 1)", t - 1)
+        } else {
+            format!("{tiles}LL")
+        };
+        w.open(format!("for (long long jt = 0; jt < {end}; ++jt)"));
+        w.line(format!("const long long j0 = jt * {t}LL;"));
+        w.line("__syncthreads();");
+    }
+
     /// The forward's (or `attention_lse`'s) tile body: the block's query rows from `i0`
     /// of head `hd`, their q staged once; per key tile (k, and v for the forward) the
     /// scores, each row's online-softmax update (running max `mr`, sum `lr`, the
@@ -291,15 +307,7 @@ impl Tiled<'_, '_> {
             g.lit(f64::NEG_INFINITY),
             g.lit(0.0)
         ));
-        let tiles = dims.sk.div_ceil(l.t);
-        let end = if g.a.causal {
-            format!("min({tiles}LL, (i0 + {}LL) / {}LL + 1)", l.t - 1, l.t)
-        } else {
-            format!("{tiles}LL")
-        };
-        w.open(format!("for (long long jt = 0; jt < {end}; ++jt)"));
-        w.line(format!("const long long j0 = jt * {}LL;", l.t));
-        w.line("__syncthreads();");
+        self.key_tiles(w);
         self.load_tile(w, h, 1, "ks", "kvh", "j0", dims.sk, dims.d, l.kp);
         if self.kind == Kernel::Forward {
             self.load_tile(w, h, 2, "vs", "kvh", "j0", dims.sk, dims.dv, l.vp);
@@ -406,15 +414,7 @@ impl Tiled<'_, '_> {
         self.load_tile(w, h, o, "os", "hd", "i0", dims.sq, dims.dv, l.vp);
         self.load_stat(w, h, lse, "ls", "hd", "i0");
         self.load_stat(w, h, delta, "dls", "hd", "i0");
-        let tiles = dims.sk.div_ceil(l.t);
-        let end = if g.a.causal {
-            format!("min({tiles}LL, (i0 + {}LL) / {}LL + 1)", l.t - 1, l.t)
-        } else {
-            format!("{tiles}LL")
-        };
-        w.open(format!("for (long long jt = 0; jt < {end}; ++jt)"));
-        w.line(format!("const long long j0 = jt * {}LL;", l.t));
-        w.line("__syncthreads();");
+        self.key_tiles(w);
         self.load_tile(w, h, k, "ks", "kvh", "j0", dims.sk, dims.d, l.kp);
         self.load_tile(w, h, v, "vs", "kvh", "j0", dims.sk, dims.dv, l.vp);
         w.line("__syncthreads();");
@@ -553,15 +553,7 @@ pub(super) fn generate(g: &Gen<'_>, kind: Kernel) -> (String, Helpers, LaunchCon
     w.line(format!("const long long b = t / {}LL;", heads * per));
     w.line(format!("const long long hd = (t / {per}LL) % {heads}LL;"));
     w.line(format!("const long long tile = t % {per}LL;"));
-    let nbd = dims.batch.len();
-    let mut rem = "b".to_string();
-    for k in (0..nbd).rev() {
-        w.line(format!("const long long bb{k} = {rem} % {}LL;", dims.batch[k]));
-        if k > 0 {
-            w.line(format!("const long long b{k} = {rem} / {}LL;", dims.batch[k]));
-            rem = format!("b{k}");
-        }
-    }
+    super::backward::batch_coords(&mut w, &dims.batch);
     if tl.e > 0 {
         w.line(format!("{} acc[{}][{}];", g.acc_t, tl.r, tl.e));
         unrolled2(
