@@ -85,15 +85,6 @@ impl Tiles {
     }
 }
 
-/// Whether operand `n`'s rows can be copied 16 bytes at a time: columns contiguous,
-/// every other stride and the offset multiples of 8 elements.
-fn rows_aligned(gen: &Gen, n: usize) -> bool {
-    let (a, _) = &gen.g.inputs[n];
-    let st = &gen.st[n];
-    let nbd = gen.nbd();
-    st[nbd + 2] == 1 && st[..nbd + 2].iter().all(|s| s % 8 == 0) && a.offset % 8 == 0
-}
-
 /// The kernel's source and launch; `h` gets the helpers it uses. With `lse`, the
 /// kernel of `attention_lse` instead: the same scores and running sums, no v tiles and
 /// no `p v`, each row's log-sum-exp stored (`gen`'s operands are then q, k, k again in
@@ -110,7 +101,8 @@ pub(super) fn generate(gen: &Gen, h: &mut Helpers, nb: usize, lse: bool) -> (Str
     }
     let qtiles = dims.sq.div_ceil(BLOCK_M);
     let tiles = nb * dims.hq * qtiles;
-    let asynchronous = (0..if lse { 2 } else { 3 }).all(|n| rows_aligned(gen, n));
+    let asynchronous =
+        (0..if lse { 2 } else { 3 }).all(|n| super::rows_16_bytes(gen.g.inputs[n].0.offset, &gen.st[n], gen.nbd()));
     h.need(Helper::Mma);
     h.need(Helper::Ldmatrix);
     if asynchronous {

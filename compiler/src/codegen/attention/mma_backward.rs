@@ -137,18 +137,9 @@ impl B<'_> {
         format!("(float){v}")
     }
 
-    /// Whether operand `n`'s rows can be copied 16 bytes at a time: unit column
-    /// stride, and its offset and every other stride multiples of 8 elements (the
-    /// buffers themselves are 16-byte aligned).
-    fn rows_vectorize(&self, n: usize) -> bool {
-        let nbd = self.nbd();
-        let st = &self.st[n];
-        st.get(nbd + 2) == Some(&1) && self.a.inputs[n].0.offset % 8 == 0 && st[..nbd + 2].iter().all(|s| s % 8 == 0)
-    }
-
     /// Copies `rows` rows of operand `n` from row `r0` (rows past `limit` as zeros) into
     /// `dst` with pitch `pitch`, `width` columns: 16 bytes a thread where the operand's
-    /// layout allows ([`Self::rows_vectorize`]; `width` and `pitch` are multiples of 8),
+    /// layout allows ([`super::rows_16_bytes`]; `width` and `pitch` multiples of 8),
     /// else element by element.
     #[allow(clippy::too_many_arguments)]
     fn load_tile(
@@ -164,7 +155,10 @@ impl B<'_> {
     ) {
         let nbd = self.nbd();
         let (rs, cs) = (self.st[n][nbd + 1], self.st[n][nbd + 2]);
-        if self.rows_vectorize(n) && width.is_multiple_of(8) && pitch.is_multiple_of(8) {
+        if super::rows_16_bytes(self.a.inputs[n].0.offset, &self.st[n], nbd)
+            && width.is_multiple_of(8)
+            && pitch.is_multiple_of(8)
+        {
             let chunks = width / 8;
             w.open(format!(
                 "for (int e = threadIdx.x; e < {}; e += {})",

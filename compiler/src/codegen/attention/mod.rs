@@ -44,6 +44,14 @@ pub(crate) struct Args<'a> {
     pub zero_masked_rows: bool,
 }
 
+/// Whether an operand's rows (offset `offset`, strides `st` over `nbd` batch dims, its
+/// head, rows and columns) can be copied 16 bytes at a time from a 16-byte aligned
+/// buffer of 2-byte values: columns contiguous, the offset and every other stride
+/// multiples of 8 elements.
+fn rows_16_bytes(offset: i64, st: &[i64], nbd: usize) -> bool {
+    st.get(nbd + 2) == Some(&1) && offset % 8 == 0 && st[..nbd + 2].iter().all(|s| s % 8 == 0)
+}
+
 /// Strides of an access over its type, 0 on dims of extent 1 (a broadcast operand's
 /// size-1 dims are never stepped, whatever stride fusion gave them).
 fn strides(a: &Access, ty: &TensorType) -> Vec<i64> {
