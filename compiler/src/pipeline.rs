@@ -573,6 +573,9 @@ fn run_plan(
     // Training: the parameters' update kernels merged into multi-tensor launches where
     // that keeps the schedule's peak (the schedule's order is of the program before).
     let (program, _) = crate::train::multi::merge_updates(program);
+    // And the small copies made from the inputs and weights (mixed precision's bf16
+    // biases) merged the same way, at the first one's position.
+    let (program, _) = crate::train::multi::merge_small_casts(program);
     let mut plan = plan_memory(&program, &opts.memory)?;
     plan.schedule = order.name;
     if cfg!(debug_assertions) || opts.verify_each_pass {

@@ -382,11 +382,29 @@ fn strided_reductions_with_adjacent_rows_are_coalesced() {
     assert!(s.contains("if (y > a0 || y != y) a0 = y;"), "{s}");
     assert_eq!(k.launch.block, 128);
     assert_eq!(k.launch.grid.blocks(132), 256);
-    // Sum and max over axis 0 of [512, 64]: 64 adjacent rows, 16 warps along each.
+    // Sum and max over axis 0 of [512, 64]: 64 rows, too few for 32 a block (2 blocks):
+    // 8 adjacent rows a block (one 32-byte sector of f32), the 4 lanes of a warp on a
+    // row and 8 warps along each, reduced across those lanes, then the warps.
     let k = gen(&c::row_axis0());
     assert!(
         k.source
-            .contains("32 adjacent rows per block, 16 threads along each row"),
+            .contains("8 adjacent rows per block, 32 threads along each row"),
+        "{}",
+        k.source
+    );
+    assert!(k.source.contains("const int t = warp * 4 + lane / 8;"), "{}", k.source);
+    assert!(
+        k.source.contains("row = (int)blockIdx.x * 8 + lane % 8"),
+        "{}",
+        k.source
+    );
+    assert!(
+        k.source.contains("for (int off = 8; off < 32; off <<= 1)"),
+        "{}",
+        k.source
+    );
+    assert!(
+        k.source.contains("if (lane < 8) red_float[warp * 8 + lane] = a0;"),
         "{}",
         k.source
     );
@@ -750,4 +768,64 @@ fn snapshot_matmul_epilogue() {
         k.source,
         serde_json::to_string(&k.gemm).unwrap()
     ));
+}
+
+#[test]
+fn short_rows_share_a_warp() {
+    // 16 f32 a row: 4 chunks of 4, so 4 lanes a row and 8 rows a warp, reduced over
+    // those 4 lanes; a block takes 64 rows.
+    let k = gen(&c::row_softmax(64, 16, DType::F32));
+    let s = &k.source;
+    assert!(s.contains("4 lanes per row"), "{s}");
+    assert!(s.contains("const int t = lane % 4;"), "{s}");
+    assert!(s.contains("row = (int)blockIdx.x * 64 + warp * 8 + lane / 4"), "{s}");
+    assert!(s.contains("for (int off = 2; off > 0; off >>= 1)"), "{s}");
+    assert_eq!(k.launch.grid.blocks(132), 1);
+    // Rows that would not fill whole warps keep a warp each (the lanes of a warp leave
+    // the loop over rows together).
+    let k = gen(&c::row_softmax(60, 16, DType::F32));
+    assert!(k.source.contains("a warp per row"), "{}", k.source);
+}
+
+#[test]
+fn a_one_hot_sum_reads_one_element() {
+    // sum_j select(j == label, -x_j, 0) over rows of 1000: the label's element only,
+    // when it is in the row (an ignored label, -100, sums to 0).
+    let (rows, n) = (8, 1000);
+    let mut p = c::P::new();
+    let x = p.input("x", DType::F32, &[rows, n]);
+    let label = p.input("label", DType::I64, &[rows]);
+    let out = p.temp(DType::F32, &[rows]);
+    let mut b = c::B::new();
+    let xj = b.load(0, DType::F32);
+    let l = b.load(1, DType::I64);
+    let j = b.index(1, DType::I64);
+    let hit = b.bin(BinaryOp::Eq, j, l);
+    let neg = b.un(UnaryOp::Neg, xj);
+    let zero = b.c(DType::F32, 0.0);
+    let picked = b.select(hit, neg, zero);
+    let total = b.stage(0, DType::F32);
+    let prog = p.kernel(
+        "pick",
+        KernelKind::Row(RowKernel {
+            outer: vec![rows],
+            inner: vec![n],
+            inputs: vec![c::contig(x, &[rows, n]), c::acc(label, 0, &[1, 0])],
+            body: b.b,
+            stages: vec![graphc_compiler::kernel::Stage {
+                op: ReduceOp::Sum,
+                value: picked,
+            }],
+            row_stores: vec![c::store(total, out, &[rows])],
+            stores: vec![],
+        }),
+    );
+    let s = gen(&prog).source;
+    assert!(s.contains("one element (j == r1)"), "{s}");
+    assert!(s.contains("if (r1 >= 0 && r1 < 1000)"), "{s}");
+    assert!(!s.contains("for (int j = t;"), "a pass over the row: {s}");
+    assert!(!s.contains("__shfl_xor_sync"), "a reduction across threads: {s}");
+    // The row's threads all read before any stores (which may be in place).
+    assert!(s.contains("a block per row"), "{s}");
+    assert!(s.contains("__syncthreads();"), "{s}");
 }

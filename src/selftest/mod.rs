@@ -5,8 +5,9 @@
 //! tanh GELU, a generated erf-GELU epilogue through scratch, alpha, a residual `C`),
 //! transposed operands, batched and broadcast batches; elementwise kernels on the
 //! vectorized and the general path, casts, integers, selects; row kernels with a warp
-//! and with a block per row, norms, reductions over an inner and a middle axis; op
-//! kernels (concat, pad, gather, scatter-add, argmax); the weight-only quantized GEMMs (int8 and int4,
+//! and with a block per row, rows sharing a warp, column sums over few columns, norms,
+//! reductions over an inner and a middle axis; op kernels (concat, also by 16-byte
+//! copies, pad, gather, scatter-add, argmax); the weight-only quantized GEMMs (int8 and int4,
 //! tensor cores and CUDA cores) and the dequantize of gathered rows; a small attention and the example
 //! transformer block. On a GPU this is the first thing the GPU check runs, so a failure
 //! names the feature, not just a model; without a GPU the same cases run through the
@@ -425,7 +426,33 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
             b.output("max", x.reduce_max(&[1], false));
         },
     )?;
+    c.add(
+        "row reductions: short rows sharing a warp, sums over few columns".into(),
+        0,
+        &|b| {
+            // 16 f32 a row: 4 lanes per row, 8 rows a warp.
+            let x = b.input("x", DType::F32, [64, 16]);
+            b.output("rows", x.sum(&[-1], false));
+            // 64 and 96 columns summed over their rows: too few for 32 a block, so 8
+            // (f32) and 16 (bf16) a block, several lanes of a warp on each.
+            let y = b.input("y", DType::F32, [512, 64]);
+            b.output("cols", y.sum(&[0], false));
+            let z = b.input("z", DType::BF16, [300, 96]);
+            b.output("cols16", z.sum(&[0], true));
+        },
+    )?;
     // Op kernels.
+    c.add("op concat, 16-byte copies through transposed views".into(), 0, &|b| {
+        // Heads' gradients [b, h, s, d] as [b, s, h, d], joined along the heads.
+        let x = b.input("x", DType::BF16, [2, 3, 4, 8]);
+        let y = b.input("y", DType::BF16, [2, 3, 4, 8]);
+        let z = b.input("z", DType::BF16, [2, 3, 4, 8]);
+        let p = [0, 2, 1, 3];
+        b.output("c", b.concat(&[x.transpose(&p), y.transpose(&p), z.transpose(&p)], 2));
+        let u = b.input("u", DType::F32, [6, 3, 4]);
+        let w = b.input("w", DType::F32, [6, 5, 4]);
+        b.output("d", b.concat(&[u, w], 1));
+    })?;
     c.add("op concat + pad".into(), 0, &|b| {
         let x = b.input("x", DType::F32, [16, 10]);
         let y = b.input("y", DType::F32, [16, 6]);
@@ -530,26 +557,31 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
     use graphc_compiler::passes::precision::Precision;
     // AdamW in f32, SGD in f32, AdamW in bf16, AdamW in fp16 with loss scaling.
     // And AdamW in bf16, and in fp16 with loss scaling, accumulating 2 microbatches
-    // (the call that updates: the counter at 1, the sums random).
+    // (the call that updates: the counter at 1, the sums random). Then a
+    // cross-entropy over the 6 outputs as classes in bf16 (labels with an ignored
+    // one): the label's log-probability read at its index, its gradient a one-hot.
     let runs = [
-        (optimizers[0].clone(), Precision::Fp32, None, 1),
-        (optimizers[1].clone(), Precision::Fp32, None, 1),
-        (optimizers[0].clone(), Precision::Bf16, None, 1),
+        (optimizers[0].clone(), Precision::Fp32, None, 1, LossKind::Mse),
+        (optimizers[1].clone(), Precision::Fp32, None, 1, LossKind::Mse),
+        (optimizers[0].clone(), Precision::Bf16, None, 1, LossKind::Mse),
         (
             optimizers[0].clone(),
             Precision::Fp16,
             Some(crate::train::LossScaling::default()),
             1,
+            LossKind::Mse,
         ),
-        (optimizers[0].clone(), Precision::Bf16, None, 2),
+        (optimizers[0].clone(), Precision::Bf16, None, 2, LossKind::Mse),
         (
             optimizers[0].clone(),
             Precision::Fp16,
             Some(crate::train::LossScaling::default()),
             2,
+            LossKind::Mse,
         ),
+        (optimizers[0].clone(), Precision::Bf16, None, 1, LossKind::CrossEntropy),
     ];
-    for (i, ((label, optimizer), precision, loss_scale, accumulate)) in runs.into_iter().enumerate() {
+    for (i, ((label, optimizer), precision, loss_scale, accumulate, kind)) in runs.into_iter().enumerate() {
         let mut label = match precision {
             Precision::Fp32 => label.to_string(),
             Precision::Fp16 => format!("{label} fp16 loss-scaled"),
@@ -558,12 +590,24 @@ fn train_cases(c: &mut Cases) -> Result<(), GraphError> {
         if accumulate > 1 {
             label = format!("{label} accumulating {accumulate}");
         }
+        if kind == LossKind::CrossEntropy {
+            label = format!("{label} cross-entropy");
+        }
         let graph = crate::models::mlp(&cfg)?;
         let seed = 5000 + 16 * i as u64;
         let x = random(TensorType::new(DType::F32, [cfg.batch, 13]), seed);
-        let y = random(TensorType::new(DType::F32, [cfg.batch, 6]), seed + 1);
+        let y = match kind {
+            LossKind::CrossEntropy => {
+                let labels: Vec<f64> = (0..cfg.batch)
+                    .map(|k| if k == 3 { -100.0 } else { ((k * 5 + 1) % 6) as f64 })
+                    .collect();
+                Tensor::new([cfg.batch], TensorData::from_f64(DType::I64, &labels))
+                    .map_err(|e| GraphError::Graph(format!("training step {label}: labels: {e}")))?
+            }
+            _ => random(TensorType::new(DType::F32, [cfg.batch, 6]), seed + 1),
+        };
         let opts = TrainOptions {
-            loss: Loss::new(LossKind::Mse, "y"),
+            loss: Loss::new(kind, "y"),
             optimizer,
             freeze: None,
             target: y.ty(),
@@ -680,7 +724,7 @@ mod tests {
     #[test]
     fn training_cases_run_their_updates_as_one_multi_tensor_kernel() {
         let cases: Vec<Case> = cases().unwrap().into_iter().filter(|c| c.train.is_some()).collect();
-        assert_eq!(cases.len(), 6);
+        assert_eq!(cases.len(), 7);
         for case in cases {
             let opts = crate::CompileOptions {
                 precision: case.precision,

@@ -353,11 +353,38 @@ fn general_path(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<
     strides.extend(s.stores.iter().map(|st| &st.access.strides[..]));
     let c = layout::collapse(s.space, &strides);
     w.line(format!("// general: collapsed space {:?}", c.dims));
-    w.open(format!(
-        "for ({t} i = tid; i < {}; i += nthreads)",
-        ix.lit(numel as i64)
-    ));
-    layout::decompose(w, ix, "i", &c.dims, "i");
+    // Long rows (a vocabulary's): a block's threads along a row, blocks over the rows,
+    // so an element's coordinates need no division (the last one is the loop's).
+    let r = c.dims.len();
+    let inner = c.dims.last().copied().unwrap_or(1);
+    let by_rows = r >= 2 && inner >= ROW_SPLIT_MIN;
+    let block = ix.lit(ELEMENTWISE_BLOCK as i64);
+    let work = if by_rows {
+        let rows = numel / inner;
+        w.open(format!(
+            "for ({t} row = tid / {block}; row < {}; row += nthreads / {block})",
+            ix.lit(rows as i64)
+        ));
+        layout::decompose(w, ix, "row", &c.dims[..r - 1], "i");
+        w.open(format!(
+            "for ({t} i{} = tid % {block}; i{} < {}; i{} += {block})",
+            r - 1,
+            r - 1,
+            ix.lit(inner as i64),
+            r - 1
+        ));
+        w.line(format!("const {t} i = row * {} + i{};", ix.lit(inner as i64), r - 1));
+        rows * ELEMENTWISE_BLOCK as usize
+    } else {
+        w.open(format!(
+            "for ({t} i = tid; i < {}; i += nthreads)",
+            ix.lit(numel as i64)
+        ));
+        layout::decompose(w, ix, "i", &c.dims, "i");
+        numel
+    };
+    // The index along the space's last axis, where it is the collapsed last one.
+    let last_axis = (s.space.last() == Some(&inner)).then(|| s.space.len() - 1);
     let used_pos = |n: usize| used.iter().position(|&m| m == n).unwrap_or(0);
     let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
         match e {
@@ -384,6 +411,9 @@ fn general_path(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<
                     d,
                 ))
             }
+            Expr::Index(a) if by_rows && last_axis == Some(*a as usize) => {
+                Ok(cuda::cast_c(h, DType::I64, d, &format!("((long long)i{})", r - 1)))
+            }
             Expr::Index(a) => Ok(index_value(h, ix, "i", s.space, *a as usize, d)),
             _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
         }
@@ -393,8 +423,15 @@ fn general_path(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<
         format!("p{}[{addr}] = {val};", s.store_param[k])
     })?;
     w.close();
-    Ok(numel)
+    if by_rows {
+        w.close();
+    }
+    Ok(work)
 }
+
+/// The general path runs rows of at least this many elements a block's threads along
+/// each row.
+const ROW_SPLIT_MIN: usize = 4096;
 
 pub(crate) fn generate(
     cx: &Ctx,

@@ -9,7 +9,7 @@ use graphc_ir::{ArgReduceOp, DType, Op, PadMode, TensorData, TensorType};
 
 use super::cuda::{self, Writer};
 use super::layout::{self, Ix};
-use super::prelude::Helpers;
+use super::prelude::{Helper, Helpers};
 use super::{
     finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig, ParamAccess, Params, BLOCKS_PER_SM,
     ELEMENTWISE_BLOCK,
@@ -83,7 +83,8 @@ pub(crate) fn generate(
             if inputs.is_empty() {
                 return Err(cx.malformed("concat of no operands"));
             }
-            g.elementwise(|w, h, ix| g.concat(w, h, ix, *axis))?
+            let vw = g.concat_width(*axis);
+            g.elementwise_by(vw, |w, h, ix| g.concat(w, h, ix, *axis, vw))?
         }
         Op::Pad { pads, mode, value } => {
             arity(1)?;
@@ -186,6 +187,16 @@ impl Gen<'_> {
         &self,
         f: impl FnOnce(&mut Writer, &mut Helpers, Ix) -> Result<&'static str, CodegenError>,
     ) -> Result<Emitted, CodegenError> {
+        self.elementwise_by(1, f)
+    }
+
+    /// A loop over the output's elements, `vw` consecutive ones a step (`i` the first,
+    /// `o<k>` its coordinates; `vw` divides the last dim).
+    fn elementwise_by(
+        &self,
+        vw: usize,
+        f: impl FnOnce(&mut Writer, &mut Helpers, Ix) -> Result<&'static str, CodegenError>,
+    ) -> Result<Emitted, CodegenError> {
         let ix = self.ix();
         let t = ix.ty();
         let numel = self.out.numel();
@@ -198,15 +209,25 @@ impl Gen<'_> {
         ));
         w.line(format!("const {t} tid = ({t})blockIdx.x * blockDim.x + threadIdx.x;"));
         w.line(format!("const {t} nthreads = ({t})gridDim.x * blockDim.x;"));
-        w.open(format!(
-            "for ({t} i = tid; i < {}; i += nthreads)",
-            ix.lit(numel as i64)
-        ));
+        let steps = numel / vw.max(1);
+        if vw > 1 {
+            h.need(Helper::Vec);
+            w.open(format!(
+                "for ({t} v = tid; v < {}; v += nthreads)",
+                ix.lit(steps as i64)
+            ));
+            w.line(format!("const {t} i = v * {};", ix.lit(vw as i64)));
+        } else {
+            w.open(format!(
+                "for ({t} i = tid; i < {}; i += nthreads)",
+                ix.lit(numel as i64)
+            ));
+        }
         layout::decompose(&mut w, ix, "i", self.out_dims(), "o");
         let kind = f(&mut w, &mut h, ix)?;
         w.close();
         w.close();
-        let blocks = numel.div_ceil(ELEMENTWISE_BLOCK as usize).min(u32::MAX as usize) as u32;
+        let blocks = steps.div_ceil(ELEMENTWISE_BLOCK as usize).min(u32::MAX as usize) as u32;
         Ok((
             kind,
             (w.finish(), h),
@@ -314,7 +335,41 @@ impl Gen<'_> {
         Ok(())
     }
 
-    fn concat(&self, w: &mut Writer, _h: &mut Helpers, ix: Ix, axis: usize) -> Result<&'static str, CodegenError> {
+    /// Elements a concat moves per 16-byte access: every operand read contiguously
+    /// along the last dim, every row start and (along the last dim) every operand's
+    /// extent a whole number of them; else 1.
+    fn concat_width(&self, axis: usize) -> usize {
+        let size = self.out.dtype.size_bytes().max(1);
+        let vw = 16 / size;
+        let dims = self.out_dims();
+        let Some(&last) = dims.last() else { return 1 };
+        let ok = vw > 1
+            && last.is_multiple_of(vw)
+            && self.inputs.iter().all(|(a, ty)| {
+                let d = ty.shape.dims();
+                a.strides.last() == Some(&1)
+                    && a.offset.rem_euclid(vw as i64) == 0
+                    && a.strides[..a.strides.len() - 1]
+                        .iter()
+                        .all(|s| s.rem_euclid(vw as i64) == 0)
+                    && (axis + 1 != dims.len() || d.get(axis).is_some_and(|e| e.is_multiple_of(vw)))
+                    && d.last().is_some_and(|l| l.is_multiple_of(vw))
+            });
+        if ok {
+            vw
+        } else {
+            1
+        }
+    }
+
+    fn concat(
+        &self,
+        w: &mut Writer,
+        _h: &mut Helpers,
+        ix: Ix,
+        axis: usize,
+        vw: usize,
+    ) -> Result<&'static str, CodegenError> {
         let r = self.out_dims().len();
         if axis >= r {
             return Err(self.cx.malformed(format!("concat axis {axis} of rank {r}")));
@@ -338,13 +393,23 @@ impl Gen<'_> {
                     terms.push(format!("o{k} * {}", ix.lit(s)));
                 }
             }
-            let read = format!(
-                "p{}[{}] = p{}[{}];",
-                self.out_param,
-                "i",
-                self.in_param[p],
-                terms.join(" + ")
-            );
+            let read = if vw > 1 {
+                let vt = super::elementwise::vec_type(16);
+                format!(
+                    "*({vt}*)(p{} + i) = *(const {vt}*)(p{} + {});",
+                    self.out_param,
+                    self.in_param[p],
+                    terms.join(" + ")
+                )
+            } else {
+                format!(
+                    "p{}[{}] = p{}[{}];",
+                    self.out_param,
+                    "i",
+                    self.in_param[p],
+                    terms.join(" + ")
+                )
+            };
             let end = start + e;
             if p + 1 == n {
                 if n == 1 {

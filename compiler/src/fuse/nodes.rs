@@ -132,6 +132,37 @@ fn quant_weights(graph: &Graph) -> Vec<bool> {
         .collect()
 }
 
+/// The axis of the iota a broadcast of an iota is (`broadcast(iota(s, a), S)` is
+/// `iota(S, a + lead)` when the iota's axis is not broadcast), so kernels compute the
+/// index instead of reading a materialized row of it (cross-entropy's class index).
+fn broadcast_iota_axis(graph: &Graph, id: NodeId) -> Option<usize> {
+    let node = graph.node(id);
+    let Op::Broadcast { shape } = &node.op else { return None };
+    let src = graph.node(*node.inputs.first()?);
+    let Op::Iota { axis, .. } = src.op else { return None };
+    let from = src.ty.shape.dims();
+    let lead = shape.rank().checked_sub(from.len())?;
+    (shape.dims().get(axis + lead) == from.get(axis)).then_some(axis + lead)
+}
+
+/// Iotas read only through broadcasts that become iotas of their own
+/// ([`broadcast_iota_axis`]), and not outputs: nothing reads them, so they are not
+/// computed.
+fn iotas_only_broadcast(graph: &Graph) -> Vec<bool> {
+    let users = graph.users();
+    let outputs: Vec<NodeId> = graph.outputs().iter().map(|o| o.node).collect();
+    graph
+        .ids()
+        .map(|id| {
+            matches!(graph.node(id).op, Op::Iota { .. })
+                && !outputs.contains(&id)
+                && users
+                    .get(id.index())
+                    .is_some_and(|us| !us.is_empty() && us.iter().all(|&u| broadcast_iota_axis(graph, u).is_some()))
+        })
+        .collect()
+}
+
 fn is_gemm_dtype(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
 }
@@ -210,6 +241,7 @@ impl Nodes {
             }
         }
         let quant = quant_weights(graph);
+        let unread_iota = iotas_only_broadcast(graph);
         // The name of the view node (by canonical number) a dense copy materializes.
         let view_name = |via: Option<u32>| {
             via.and_then(|c| order.get(c as usize))
@@ -231,6 +263,7 @@ impl Nodes {
                 canon: canon[id.index()],
                 name: node.name.clone(),
             };
+            let iota_axis = broadcast_iota_axis(graph, id);
             let value = match &node.op {
                 Op::Input { .. } | Op::Parameter { .. } => b.push(mk(FKind::Source, vec![])),
                 Op::Constant { value } if value.numel() == 1 => {
@@ -248,6 +281,24 @@ impl Nodes {
                     },
                     operands,
                 )),
+                Op::Broadcast { .. } if iota_axis.is_some() => b.push(mk(
+                    FKind::Iota {
+                        axis: iota_axis.unwrap_or_default(),
+                    },
+                    vec![],
+                )),
+                Op::Iota { .. } if unread_iota.get(id.index()) == Some(&true) => {
+                    // Never read (its broadcasts compute their own index): a view of
+                    // nothing, so no kernel computes it.
+                    b.nodes.push(mk(FKind::View, vec![]));
+                    b.value_of[id.index()] = Some(Operand {
+                        root: b.nodes.len() - 1,
+                        layout: Layout::contiguous(&dims),
+                        dims: dims.clone(),
+                        via: None,
+                    });
+                    continue;
+                }
                 Op::Reshape { .. } | Op::Transpose { .. } | Op::Slice { .. } | Op::Broadcast { .. } => {
                     let src = &operands[0];
                     let layout = match &node.op {

@@ -33,7 +33,9 @@ pub fn node_cost(eg: &TEGraph, class: Id, node: &TNode) -> f64 {
     match node.op() {
         Op::Input { .. } | Op::Parameter { .. } => 0.1,
         Op::Constant { .. } => 0.1 + bytes,
-        Op::Iota { .. } => 0.5,
+        // Below any constant: an iota folded to a constant (a small one) stays an
+        // iota, which kernels compute from their index instead of reading memory.
+        Op::Iota { .. } => 0.05,
         Op::Reshape { .. } | Op::Broadcast { .. } => 0.5,
         Op::Binary(BinaryOp::Pow) => 2.0 * (1.0 + bytes),
         Op::Binary(BinaryOp::Div | BinaryOp::Mod | BinaryOp::Fmod) => 1.2 * (1.0 + bytes),

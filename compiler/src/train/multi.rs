@@ -155,21 +155,29 @@ pub fn merge_updates(program: Program) -> (Program, MultiTensorReport) {
         groups.push(g.members);
     }
     // Each group of two or more runs at its last member's position.
+    let groups: Vec<Vec<usize>> = groups.into_iter().filter(|m| m.len() > 1).collect();
+    report.kernels = groups.len();
+    report.parts = groups.iter().map(Vec::len).sum();
+    (run_merged(program, groups, |m| *m.last().unwrap_or(&0)), report)
+}
+
+/// `program` with each group of its elementwise kernels (two or more each) run as one
+/// multi-tensor kernel at the position `at(group)` gives (one of its members').
+fn run_merged(program: Program, groups: Vec<Vec<usize>>, at: impl Fn(&[usize]) -> usize) -> Program {
+    if groups.is_empty() {
+        return program;
+    }
+    let k = program.kernels.len();
     let mut merged_at: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut moved = vec![false; k];
-    for members in groups.into_iter().filter(|m| m.len() > 1) {
-        report.kernels += 1;
-        report.parts += members.len();
+    for members in groups {
         for &m in &members {
             moved[m] = true;
         }
-        merged_at.insert(*members.last().unwrap_or(&0), members);
-    }
-    if report.kernels == 0 {
-        return (program, report);
+        merged_at.insert(at(&members), members);
     }
     let mut slots: Vec<Option<Kernel>> = program.kernels.iter().cloned().map(Some).collect();
-    let mut kernels = Vec::with_capacity(k - report.parts + report.kernels);
+    let mut kernels = Vec::with_capacity(k);
     for t in 0..k {
         let pos = kernels.len();
         if let Some(members) = merged_at.get(&t) {
@@ -200,7 +208,78 @@ pub fn merge_updates(program: Program) -> (Program, MultiTensorReport) {
             }
         }
     }
-    (Program { kernels, ..program }, report)
+    Program { kernels, ..program }
+}
+
+/// The largest output (bytes) of a kernel [`merge_small_casts`] moves.
+pub const SMALL_CAST_BYTES: u64 = 64 << 10;
+
+/// Merge the small elementwise kernels that read only the program's inputs, weights
+/// and constants (a mixed-precision step's bf16 copies of its biases and norm weights:
+/// 48 launches of a few thousand elements in GPT-2 small, each a launch's cost for
+/// nothing) into multi-tensor kernels, each run at its first member's position: a
+/// later member moves earlier, which its inputs allow (they exist from the start), and
+/// holds its output from there, so it joins a group only while that keeps the live
+/// bytes of every step in between at or under the schedule's peak. Returns how many
+/// kernels were merged.
+pub fn merge_small_casts(program: Program) -> (Program, usize) {
+    let k = program.kernels.len();
+    let outputs: HashSet<BufferId> = program.outputs.iter().map(|(_, b)| *b).collect();
+    let temp = |b: &BufferId| matches!(program.buffers.get(b.index()).map(|x| &x.kind), Some(BufferKind::Temp));
+    let out_bytes = |kernel: &Kernel| -> Option<u64> {
+        if !matches!(kernel.kind, KernelKind::Elementwise(_)) || kernel.reads().iter().any(temp) {
+            return None;
+        }
+        let writes = kernel.writes();
+        if writes.is_empty() || writes.iter().any(|b| !temp(b) || outputs.contains(b)) {
+            return None;
+        }
+        let bytes: u64 = writes
+            .iter()
+            .filter_map(|b| program.buffers.get(b.index()))
+            .map(|b| b.ty.size_bytes() as u64)
+            .sum();
+        (bytes <= SMALL_CAST_BYTES).then_some(bytes)
+    };
+    let live = live_bytes(&program);
+    let peak = live.iter().copied().max().unwrap_or(0);
+    let mut extra = vec![0u64; k];
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut open: Option<(Vec<usize>, HashSet<BufferId>)> = None;
+    for t in 0..k {
+        let Some(bytes) = out_bytes(&program.kernels[t]) else {
+            continue;
+        };
+        let mut buffers: HashSet<BufferId> = program.kernels[t].reads().into_iter().collect();
+        buffers.extend(program.kernels[t].writes());
+        let joins = open.as_ref().is_some_and(|(members, bufs)| {
+            let first = members[0];
+            members.len() < MAX_PARTS
+                && bufs.union(&buffers).count() <= MAX_PARAMS
+                && (first..t).all(|x| live[x] + extra[x] + bytes <= peak)
+        });
+        match open.as_mut() {
+            Some((members, bufs)) if joins => {
+                for e in &mut extra[members[0]..t] {
+                    *e += bytes;
+                }
+                members.push(t);
+                bufs.extend(buffers);
+            }
+            _ => {
+                if let Some((members, _)) = open.take() {
+                    groups.push(members);
+                }
+                open = Some((vec![t], buffers));
+            }
+        }
+    }
+    if let Some((members, _)) = open.take() {
+        groups.push(members);
+    }
+    let groups: Vec<Vec<usize>> = groups.into_iter().filter(|m| m.len() > 1).collect();
+    let merged = groups.iter().map(Vec::len).sum();
+    (run_merged(program, groups, |m| m[0]), merged)
 }
 
 /// A kernel's name with its position prefix (`k12_...`, as fusion and the scheduler
@@ -282,5 +361,76 @@ mod tests {
         assert_eq!((r.updates, r.kernels), (2, 0));
         assert_eq!(kept.kernels.len(), 2);
         crate::train::donate::check(&kept).unwrap();
+    }
+
+    /// Casts `c_i = x * 2` of a weight into temps, each read by a kernel after it: the
+    /// casts of the weight run as one launch at the first one's position; a kernel
+    /// whose output is large, or that reads a temp, stays.
+    #[test]
+    fn small_copies_of_weights_share_a_launch_at_the_first() {
+        let mut p = Program::default();
+        let ty = TensorType::new(DType::F32, [4]);
+        let x = p.add_buffer(ty.clone(), BufferKind::Weight { name: "x".into() }, None);
+        p.inputs = vec![];
+        let ew = |p: &mut Program, reads: BufferId, ty: &TensorType| {
+            let out = p.add_buffer(ty.clone(), BufferKind::Temp, None);
+            let mut body = Body::default();
+            let l = body.push(Expr::Load(InputId(0)), DType::F32);
+            let v = body.push(Expr::Binary(BinaryOp::Add, l, l), DType::F32);
+            let dims = ty.shape.dims().to_vec();
+            let k = Kernel {
+                name: "k_ew".into(),
+                kind: KernelKind::Elementwise(ElementwiseKernel {
+                    space: dims.clone(),
+                    inputs: vec![Access::contiguous(reads, &dims)],
+                    body,
+                    stores: vec![Store {
+                        value: v,
+                        access: Access::contiguous(out, &dims),
+                    }],
+                }),
+                nodes: vec![],
+            };
+            (k, out)
+        };
+        let (c0, o0) = ew(&mut p, x, &ty);
+        let (u0, r0) = ew(&mut p, o0, &ty);
+        let (c1, o1) = ew(&mut p, x, &ty);
+        let (u1, r1) = ew(&mut p, o1, &ty);
+        let (c2, o2) = ew(&mut p, x, &ty);
+        let (u2, r2) = ew(&mut p, o2, &ty);
+        // The peak: a large copy and its reader at the end (too large to move).
+        let large = TensorType::new(DType::F32, [SMALL_CAST_BYTES as usize / 2]);
+        let y = p.add_buffer(large.clone(), BufferKind::Weight { name: "y".into() }, None);
+        let (cy, oy) = ew(&mut p, y, &large);
+        let (uy, ry) = ew(&mut p, oy, &large);
+        p.kernels = vec![c0, u0, c1, u1, c2, u2, cy, uy];
+        p.outputs = vec![
+            ("r0".into(), r0),
+            ("r1".into(), r1),
+            ("r2".into(), r2),
+            ("ry".into(), ry),
+        ];
+        let (merged, n) = merge_small_casts(p.clone());
+        // Holding c1's and c2's outputs longer keeps every step under the peak.
+        assert_eq!(n, 3);
+        assert_eq!(merged.kernels.len(), 6);
+        assert_eq!(merged.kernels[0].name, "k0_multi_tensor");
+        assert!(matches!(&merged.kernels[0].kind, KernelKind::MultiTensor(m) if m.parts.len() == 3));
+        crate::kernel::verify(&merged).unwrap();
+        // Without room under the peak nothing moves; outputs over the limit neither.
+        p.kernels.truncate(6);
+        p.outputs.truncate(3);
+        assert_eq!(merge_small_casts(p).1, 0);
+        let big = large;
+        let mut q = Program::default();
+        let w = q.add_buffer(big.clone(), BufferKind::Weight { name: "w".into() }, None);
+        let (a, ao) = ew(&mut q, w, &big);
+        let (ua, ra) = ew(&mut q, ao, &big);
+        let (b, bo) = ew(&mut q, w, &big);
+        let (ub, rb) = ew(&mut q, bo, &big);
+        q.kernels = vec![a, ua, b, ub];
+        q.outputs = vec![("a".into(), ra), ("b".into(), rb)];
+        assert_eq!(merge_small_casts(q).1, 0);
     }
 }

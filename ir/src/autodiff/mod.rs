@@ -12,7 +12,8 @@
 //!
 //! Gradients flow only through float values: integer and bool values (indices, masks,
 //! comparisons, arg-reductions) carry none, and piecewise-constant ops (floor, ceil,
-//! round, sign) give zero, as in PyTorch. The seed is `1` of the loss's type (the
+//! round, sign) give zero, as in PyTorch. The maximum a softmax or log-softmax
+//! subtracts gets none either: its exact gradient is zero ([`shift`]). The seed is `1` of the loss's type (the
 //! gradient of `sum(loss)` when the loss is not a scalar).
 //!
 //! Backward nodes are named under `backward/` (the builder's scope), so reports can
@@ -22,11 +23,13 @@
 // per-node vectors sized by it), and operands exist.
 #![allow(clippy::indexing_slicing)]
 
+mod one_hot;
+mod shift;
 mod vjp;
 
 use std::collections::HashSet;
 
-use crate::{Graph, GraphBuilder, GraphError, NodeId, Op, PadMode, Value};
+use crate::{Graph, GraphBuilder, GraphError, NodeId, Op, PadMode, Shape, Value};
 
 /// What [`gradients`] added.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,7 +68,13 @@ pub fn gradients(b: &GraphBuilder, loss: NodeId, wrt: &[NodeId]) -> Result<Gradi
         }));
     }
 
-    let needs = b.with_graph(|g| needs_gradient(g, &order, loss, wrt));
+    let mut needs = b.with_graph(|g| needs_gradient(g, &order, loss, wrt));
+    // A softmax's maximum gets no gradient: its share is exactly zero (`shift`).
+    for m in b.with_graph(shift::shift_only_maxes) {
+        if !wrt.contains(&m) {
+            needs[m.index()] = false;
+        }
+    }
     // Contributions to each node's gradient, summed when the node is reached.
     let mut incoming: Vec<Vec<NodeId>> = vec![Vec::new(); forward_len];
     let mut grad_of: Vec<Option<NodeId>> = vec![None; forward_len];
@@ -184,7 +193,7 @@ fn sum_all<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Result<Value<'b>, Graph
     Ok(acc)
 }
 
-/// Of `parts`, two or more zero pads along the leading axis only whose ranges are
+/// Of `parts`, two or more zero pads along one axis (the first of their axes) whose ranges are
 /// disjoint and together one run: their operands concatenated along it (in order) and padded to
 /// the whole, and the pads used (of two with the same range, the first).
 fn join_pads<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Option<(Value<'b>, Vec<NodeId>)> {
@@ -218,10 +227,9 @@ fn join_pads<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Option<(Value<'b>, Ve
             })
             .collect()
     });
-    // Along the leading axis only (rows: a chunked MLP's parts). A split of the last
-    // axis (a fused QKV projection's) keeps its sum of pads, which fuses into the one
-    // elementwise kernel that reads the three gradients.
-    let axis = 0;
+    // Along the first axis any pad is along (rows: a chunked MLP's parts; the last
+    // axis: a fused QKV projection's split, whose three gradients one concat writes).
+    let axis = pads.iter().map(|p| p.2).min()?;
     let whole = pads.iter().find(|p| p.2 == axis)?.5;
     let mut run: Vec<_> = pads.iter().filter(|p| p.2 == axis && p.5 == whole).copied().collect();
     if run.len() < 2 {
@@ -239,7 +247,8 @@ fn join_pads<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Option<(Value<'b>, Ve
     }
     let (lo, end) = (run[0].3, run.last().map(|p| p.3 + p.4)?);
     let operands: Option<Vec<Value<'b>>> = run.iter().map(|p| b.value(p.1)).collect();
-    let mut joined = b.concat(&operands?, axis as i64);
+    let operands = operands?;
+    let mut joined = concat_before_reshape(b, &operands, axis).unwrap_or_else(|| b.concat(&operands, axis as i64));
     if lo > 0 || end < whole as i64 {
         let rank = b.with_graph(|g| g.node(run[0].0).ty.shape.rank());
         let mut widths = vec![(0, 0); rank];
@@ -247,6 +256,41 @@ fn join_pads<'b>(b: &'b GraphBuilder, parts: &[NodeId]) -> Option<(Value<'b>, Ve
         joined = joined.pad(&widths, PadMode::Constant, 0.0);
     }
     Some((joined, run.iter().map(|p| p.0).collect()))
+}
+
+/// `concat(reshape(x_i), axis)` as `reshape(concat(x_i, a))` when every `x_i` has one
+/// shape whose dims from `a` on merge into `axis` (the dims before agree): the same
+/// values (whole blocks of the merged dims concatenated), read by the concat through
+/// the `x_i`'s own layouts. A fused QKV projection's gradient: the three `[B, S, H, D]`
+/// heads' gradients (transposes of attention's `[B, H, S, D]`) concatenated along `H`,
+/// without a dense copy of each to merge `H` and `D`.
+fn concat_before_reshape<'b>(b: &'b GraphBuilder, parts: &[Value<'b>], axis: usize) -> Option<Value<'b>> {
+    let srcs: Vec<Value<'b>> = b.with_graph(|g| {
+        parts
+            .iter()
+            .map(|p| match g.node(p.id()).op {
+                Op::Reshape { .. } => g.node(p.id()).inputs.first().and_then(|&i| b.value(i)),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+    })?;
+    let from = srcs.first()?.shape();
+    if srcs.iter().any(|s| s.shape() != from || s.dtype() != srcs[0].dtype()) {
+        return None;
+    }
+    let to = parts.first()?.shape();
+    let (fd, td) = (from.dims(), to.dims());
+    // The dims before `axis` kept, `axis` the product of `from[axis..]`, none after.
+    if axis + 1 != td.len() || fd.len() <= axis || fd[..axis] != td[..axis] {
+        return None;
+    }
+    if fd[axis..].iter().product::<usize>() != td[axis] {
+        return None;
+    }
+    let joined = b.concat(&srcs, axis as i64);
+    let mut whole = td.to_vec();
+    whole[axis] *= parts.len();
+    Some(joined.reshape(Shape::from(whole)))
 }
 
 #[cfg(test)]

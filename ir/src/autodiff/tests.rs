@@ -449,3 +449,112 @@ fn convolution_and_pooling() {
         });
     }
 }
+
+/// The maximum a softmax or log-softmax subtracts gets no gradient (exactly zero): the
+/// backward has no `x == max` mask. Where the shifted value is also read otherwise, the
+/// maximum keeps its gradient (checked against finite differences).
+#[test]
+fn softmax_maximum_gets_no_gradient() {
+    let masks = |f: &dyn for<'b> Fn(&'b GraphBuilder, Value<'b>) -> Value<'b>| {
+        let b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [3, 5]);
+        let loss = f(&b, x).sum(&[0, 1], false);
+        b.output("loss", loss);
+        gradients(&b, loss.id(), &[x.id()]).unwrap();
+        b.with_graph(|g| {
+            g.nodes()
+                .iter()
+                .filter(|n| n.name.as_deref().is_some_and(|s| s.starts_with("backward")))
+                .filter(|n| matches!(n.op, Op::Binary(crate::BinaryOp::Eq)))
+                .count()
+        })
+    };
+    fn r<'b>(b: &'b GraphBuilder, x: Value<'b>) -> Value<'b> {
+        b.constant(Tensor::random(&TensorType::new(DType::F32, x.shape()), 3))
+    }
+    assert_eq!(masks(&|b, x| log_softmax(x, -1) * r(b, x)), 0);
+    assert_eq!(masks(&|b, x| softmax(x, -1) * r(b, x)), 0);
+    assert_eq!(masks(&|b, x| softmax(x, 1) * r(b, x) + log_softmax(x, -1)), 0);
+    // Not shift-invariant: the shifted value read as it is, or the normalizer reused.
+    assert_eq!(
+        masks(&|b, x| log_softmax(x, -1) + (x - x.reduce_max(&[-1], true)) * r(b, x)),
+        1
+    );
+    assert_eq!(
+        masks(&|b, x| {
+            let s = x - x.reduce_max(&[-1], true);
+            let z = s.exp().sum(&[-1], true);
+            (s - z.log()) * r(b, x) + z
+        }),
+        1
+    );
+    check("shifted and read", vec![inp("a", &[3, 5])], |_, x| {
+        let s = x[0] - x[0].reduce_max(&[-1], true);
+        (s - s.exp().sum(&[-1], true).log()) + s * 0.5
+    });
+    check("normalizer reused", vec![inp("a", &[3, 5])], |_, x| {
+        let s = x[0] - x[0].reduce_max(&[-1], true);
+        let z = s.exp().sum(&[-1], true);
+        (s - z.log()) * z
+    });
+}
+
+/// Cross-entropy as the loss builder spells it (a one-hot of the labels over the
+/// classes selecting the log-probabilities): the backward sums no row over the classes
+/// (the one-hot's sum is the label's element, the maximum gets no gradient), and the
+/// gradient is right, an ignored label (-100) included.
+#[test]
+fn a_one_hot_pick_has_a_backward_without_class_sums() {
+    fn picked<'b>(b: &'b GraphBuilder, x: Value<'b>) -> Value<'b> {
+        let d = x.shape();
+        let labels = Tensor::from_f64(DType::I64, [3, 1], &[1.0, -100.0, 4.0]).unwrap();
+        let hit = b
+            .iota(DType::I64, [5], 0)
+            .broadcast_to(&d)
+            .eq(b.constant(labels).broadcast_to(&d));
+        let zero = b.scalar(x.dtype(), 0.0).broadcast_to(&d);
+        b.select(hit, log_softmax(x, -1), zero).sum(&[-1], false)
+    }
+    check("cross-entropy picked by a one-hot", vec![inp("a", &[3, 5])], |b, x| {
+        picked(b, x[0])
+    });
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [3, 5]);
+    let loss = picked(&b, x).sum(&[0], false);
+    b.output("loss", loss);
+    gradients(&b, loss.id(), &[x.id()]).unwrap();
+    let sums = b.with_graph(|g| {
+        g.nodes()
+            .iter()
+            .filter(|n| n.name.as_deref().is_some_and(|s| s.starts_with("backward")))
+            .filter(|n| matches!(n.op, Op::Reduce { .. }))
+            .count()
+    });
+    assert_eq!(sums, 0);
+}
+
+/// A fused projection split along its last axis into heads (`[b, s, 3 h d]` into q, k,
+/// v as `[b, h, s, d]`): the three gradients joined by one concat along the heads of
+/// their `[b, s, h, d]` forms, without a pad or a sum of them.
+#[test]
+fn a_split_along_the_last_axis_gets_one_concat() {
+    fn heads<'b>(x: Value<'b>) -> Value<'b> {
+        let part = |k: i64| {
+            x.slice(2, 4 * k, 4 * k + 4, 1)
+                .reshape([2, 3, 2, 2])
+                .transpose(&[0, 2, 1, 3])
+        };
+        (part(0) * part(1)).sin() + part(2) * 3.0
+    }
+    check("q, k, v split", vec![inp("x", &[2, 3, 12])], |_, x| heads(x[0]));
+    let b = GraphBuilder::new();
+    let x = b.input("x", DType::F64, [2, 3, 12]);
+    let loss = heads(x).sum(&[0, 1, 2, 3], false);
+    b.output("loss", loss);
+    let grads = gradients(&b, loss.id(), &[x.id()]).unwrap();
+    b.output("dx", b.value(grads.grads[0]).unwrap());
+    let g = b.finish().unwrap();
+    let dx = g.node(g.outputs()[1].node);
+    assert!(matches!(dx.op, Op::Reshape { .. }), "{dx:?}");
+    assert!(matches!(g.node(dx.inputs[0]).op, Op::Concat { axis: 2 }), "{g:?}");
+}

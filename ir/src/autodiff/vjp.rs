@@ -233,7 +233,15 @@ fn sum_to_shape<'b>(g: Value<'b>, shape: &Shape) -> Value<'b> {
         .filter(|&i| i < lead || (sd[i - lead] == 1 && gd[i] != 1))
         .map(|i| i as i64)
         .collect();
-    let s = if axes.is_empty() { g } else { g.sum(&axes, false) };
+    let s = match axes.as_slice() {
+        [] => g,
+        // A one-hot selection summed over its classes: one element (`one_hot`).
+        &[a] => match super::one_hot::one_hot_sum(g, a as usize) {
+            Some(picked) => picked,
+            None => g.sum(&axes, false),
+        },
+        _ => g.sum(&axes, false),
+    };
     s.reshape(shape.clone())
 }
 

@@ -46,11 +46,13 @@ impl<'p, 'a> Emit<'p, 'a> {
         w.line(format!(
             "// row kernel: {rows} rows of {n_inner}, {}, {vpt} elements per thread{}{}",
             match p.mode {
-                Mode::Warp => "a warp per row".to_string(),
+                Mode::Warp { lanes: 32 } => "a warp per row".to_string(),
+                Mode::Warp { lanes } => format!("{lanes} lanes per row"),
                 Mode::Block(_) => "a block per row".to_string(),
-                Mode::Columns(ws) => format!(
-                    "32 adjacent rows per block, {ws} thread{} along each row",
-                    if ws == 1 { "" } else { "s" }
+                Mode::Columns { cols, .. } => format!(
+                    "{cols} adjacent rows per block, {} thread{} along each row",
+                    p.tpr,
+                    if p.tpr == 1 { "" } else { "s" }
                 ),
             },
             if p.cache { ", inputs cached in registers" } else { "" },
@@ -70,9 +72,9 @@ impl<'p, 'a> Emit<'p, 'a> {
         red_types.sort();
         red_types.dedup();
         let red_len = match p.mode {
-            Mode::Warp | Mode::Columns(1) => 0,
+            Mode::Warp { .. } | Mode::Columns { ws: 1, .. } => 0,
             Mode::Block(_) => 32,
-            Mode::Columns(ws) => ws * 32,
+            Mode::Columns { cols, ws } => ws * cols,
         };
         if red_len > 0 {
             for rt in &red_types {
@@ -83,12 +85,21 @@ impl<'p, 'a> Emit<'p, 'a> {
         w.line("const int warp = threadIdx.x >> 5;");
         let rpb = p.rpb;
         match p.mode {
-            Mode::Warp => {
-                w.line("const int t = lane;");
-                w.open(format!(
-                    "for ({t} row = ({t})blockIdx.x * {rpb} + warp; row < {}; row += ({t})gridDim.x * {rpb})",
-                    ix.lit(rows as i64)
-                ));
+            Mode::Warp { lanes } => {
+                if lanes == 32 {
+                    w.line("const int t = lane;");
+                    w.open(format!(
+                        "for ({t} row = ({t})blockIdx.x * {rpb} + warp; row < {}; row += ({t})gridDim.x * {rpb})",
+                        ix.lit(rows as i64)
+                    ));
+                } else {
+                    w.line(format!("const int t = lane % {lanes};"));
+                    w.open(format!(
+                        "for ({t} row = ({t})blockIdx.x * {rpb} + warp * {} + lane / {lanes}; row < {}; row += ({t})gridDim.x * {rpb})",
+                        32 / lanes,
+                        ix.lit(rows as i64)
+                    ));
+                }
             }
             Mode::Block(_) => {
                 w.line("const int t = threadIdx.x;");
@@ -97,11 +108,21 @@ impl<'p, 'a> Emit<'p, 'a> {
                     ix.lit(rows as i64)
                 ));
             }
-            Mode::Columns(_) => {
-                // Lanes take adjacent rows (contiguous in memory), warps split each row.
-                w.line("const int t = warp;");
+            Mode::Columns { cols, .. } => {
+                // Lanes take adjacent rows (contiguous in memory), the lanes of a warp on
+                // one row and the warps split each row.
+                if cols == 32 {
+                    w.line("const int t = warp;");
+                } else {
+                    w.line(format!("const int t = warp * {} + lane / {cols};", 32 / cols));
+                }
                 w.open(format!(
-                    "for ({t} row = ({t})blockIdx.x * {rpb} + lane; row < {}; row += ({t})gridDim.x * {rpb})",
+                    "for ({t} row = ({t})blockIdx.x * {rpb} + {}; row < {}; row += ({t})gridDim.x * {rpb})",
+                    if cols == 32 {
+                        "lane".to_string()
+                    } else {
+                        format!("lane % {cols}")
+                    },
                     ix.lit(rows as i64)
                 ));
             }
@@ -291,8 +312,9 @@ impl<'p, 'a> Emit<'p, 'a> {
         Ok(())
     }
 
-    /// The expressions of a pass that vary along the row, for element `j`.
-    fn pass_body(&mut self, ids: &[ExprId]) -> Result<(), CodegenError> {
+    /// The expressions of a pass that vary along the row, for element `j` (`direct`:
+    /// every input read from memory at `j`, neither cached nor in a vector chunk).
+    fn pass_body(&mut self, ids: &[ExprId], direct: bool) -> Result<(), CodegenError> {
         let (p, cx) = (self.p, self.cx);
         layout::decompose(&mut self.w, p.ix, "j", &p.ic.dims, "j");
         let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| p.elem[id.index()]).collect();
@@ -301,9 +323,9 @@ impl<'p, 'a> Emit<'p, 'a> {
             match e {
                 Expr::Load(n) => {
                     let n = n.index();
-                    if p.cached(n) {
+                    if p.cached(n) && !direct {
                         Ok(format!("c{n}[{slot}]"))
-                    } else if p.vw > 1 {
+                    } else if p.vw > 1 && !direct {
                         Ok(cuda::load_conv(h, d, &format!("vx{n}[u]")))
                     } else {
                         Ok(cuda::load_conv(
@@ -342,17 +364,40 @@ impl<'p, 'a> Emit<'p, 'a> {
         let d = p.k.body.dtype(stage.value);
         let at = acc_type(d);
         let acc = format!("a{si}");
-        self.w.line(format!("// stage {si}: {} over the row", stage.op.name()));
-        self.w.line(format!("{at} {acc} = {};", acc_init(stage.op, d)));
-        self.open_pass(p.cache);
-        self.pass_vector_loads(ids)?;
-        self.open_elems();
-        self.pass_body(ids)?;
         let x = if at == cuda::reg_type(d) {
             p.name(stage.value)
         } else {
             format!("({at}){}", p.name(stage.value))
         };
+        if let Some(r) = p.picked.get(si).copied().flatten() {
+            // One element: `j == r` where the row has it, else the sum is 0.
+            let r = p.name(r);
+            self.w.line(format!(
+                "// stage {si}: {} over the row, one element (j == {r})",
+                stage.op.name()
+            ));
+            self.w.line(format!("{at} {acc} = {};", acc_init(stage.op, d)));
+            self.w.open(format!("if ({r} >= 0 && {r} < {})", p.n_inner));
+            self.w.line(format!("const {} j = ({}){r};", p.ix.ty(), p.ix.ty()));
+            self.pass_body(ids, true)?;
+            self.w.line(format!("{acc} = {x};"));
+            self.w.close();
+            // Every thread of the row has read it before any stores over it (a store
+            // may be in place of an input), as a reduction's exchange would order.
+            self.w.line(match p.mode {
+                Mode::Warp { .. } => "__syncwarp();",
+                Mode::Block(_) | Mode::Columns { .. } => "__syncthreads();",
+            });
+            let fin = final_value(&mut self.h, stage.op, d, &acc, p.n_inner);
+            self.w.line(format!("const {} st{si} = {fin};", cuda::reg_type(d)));
+            return self.row_exprs(Some(si));
+        }
+        self.w.line(format!("// stage {si}: {} over the row", stage.op.name()));
+        self.w.line(format!("{at} {acc} = {};", acc_init(stage.op, d)));
+        self.open_pass(p.cache);
+        self.pass_vector_loads(ids)?;
+        self.open_elems();
+        self.pass_body(ids, false)?;
         self.w.line(combine(stage.op, d, &acc, &x));
         self.close_elems();
         self.close_pass(p.cache);
@@ -398,7 +443,7 @@ impl<'p, 'a> Emit<'p, 'a> {
             }
         }
         self.open_elems();
-        self.pass_body(ids)?;
+        self.pass_body(ids, false)?;
         for (i, s) in p.k.stores.iter().enumerate() {
             let d = self.cx.dtype(s.access.buffer)?;
             let v = cuda::store_conv(&mut self.h, d, &p.name(s.value));

@@ -26,6 +26,7 @@
 
 mod emit;
 mod mode;
+mod pick;
 mod plan;
 mod reduce;
 

@@ -9,13 +9,26 @@ use crate::codegen::layout;
 /// How threads map to rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
-    /// A warp per row, 8 rows per 256-thread block.
-    Warp,
+    /// `lanes` lanes per row (a power of two up to 32: rows of few chunks share a
+    /// warp), 256-thread blocks.
+    Warp { lanes: usize },
     /// A block of this many threads (a multiple of 32) per row.
     Block(usize),
-    /// 32 adjacent rows per block, one per lane, and this many warps splitting each row
-    /// (the reduced axis is strided, the rows' elements adjacent: coalesced).
-    Columns(usize),
+    /// `cols` adjacent rows per block (the reduced axis is strided, the rows' elements
+    /// adjacent: coalesced), lane `l` on row `l % cols` (the `32 / cols` lanes of a warp
+    /// with one row split it), and `ws` warps splitting each row.
+    Columns { cols: usize, ws: usize },
+}
+
+impl Mode {
+    /// Threads per row, threads per block, rows per block.
+    pub fn shape(self) -> (usize, usize, usize) {
+        match self {
+            Mode::Warp { lanes } => (lanes, 256, 8 * (32 / lanes)),
+            Mode::Block(b) => (b, b, 1),
+            Mode::Columns { cols, ws } => (ws * (32 / cols), ws * 32, cols),
+        }
+    }
 }
 
 /// The thread mapping for `rows` rows of `n_inner` elements moved `vw` at a time
@@ -42,9 +55,30 @@ pub(super) fn choose_mode(
         _ => false,
     };
     if columns {
-        Mode::Columns(n_inner.div_ceil(COLUMN_PER_THREAD).next_power_of_two().clamp(1, 16))
+        // 32 rows a block; or, when that leaves fewer than 128 blocks (768 LayerNorm
+        // weight gradients over 2048 tokens: 24), as few as one 32-byte sector of the
+        // widest access holds, so more blocks share the rows.
+        let widest = elem.iter().map(|e| e.0.size_bytes()).max().unwrap_or(4).max(1);
+        let cols = if rows / 32 >= 128 {
+            32
+        } else {
+            (32 / widest).clamp(8, 32)
+        };
+        let per_warp = 32 / cols;
+        Mode::Columns {
+            cols,
+            ws: n_inner
+                .div_ceil(COLUMN_PER_THREAD * per_warp)
+                .next_power_of_two()
+                .clamp(1, 16),
+        }
     } else if n_inner <= WARP_ROW_LIMIT {
-        Mode::Warp
+        // Rows of fewer chunks than lanes share a warp (attention's per-row sums over a
+        // 64-wide head: 8 chunks of 8), when the rows fill whole warps (the lanes of a
+        // warp then leave the loop over rows together, as its shuffles need).
+        let lanes = (n_inner / vw).next_power_of_two().clamp(1, 32);
+        let lanes = if rows.is_multiple_of(32 / lanes) { lanes } else { 32 };
+        Mode::Warp { lanes }
     } else {
         // About BLOCK_PER_THREAD elements per thread, then as few threads as give each
         // the same number of chunks (in whole warps), so few threads idle.

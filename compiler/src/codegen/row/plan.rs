@@ -6,6 +6,7 @@
 use graphc_ir::DType;
 
 use super::mode::{choose_mode, vector_width, Mode};
+use super::pick::picked_index;
 use super::{RowFields, MAX_CACHED_PER_THREAD, MAX_CACHE_REGS};
 use crate::codegen::elementwise::check_store_dtype;
 use crate::codegen::layout::{self, Collapsed, Ix};
@@ -56,6 +57,9 @@ pub(super) struct Plan<'a> {
     /// registers.
     pub multi_pass: Vec<usize>,
     pub cache: bool,
+    /// Per stage: the row-level index of the one element it sums, when it picks one
+    /// ([`super::pick`]): no pass over the row.
+    pub picked: Vec<Option<ExprId>>,
 }
 
 impl<'a> Plan<'a> {
@@ -120,20 +124,22 @@ impl<'a> Plan<'a> {
         }
         let vw = vector_width(&elem_accs, n_inner, &oc.strides, &ic);
         let mode = choose_mode(rows, n_inner, vw, &elem_accs, &oc, &ic);
-        let (tpr, block, rpb) = match mode {
-            Mode::Warp => (32usize, 256usize, 8usize),
-            Mode::Block(b) => (b, b, 1),
-            Mode::Columns(ws) => (ws, ws * 32, 32),
-        };
+        let (tpr, block, rpb) = mode.shape();
 
         // Threads: each takes chunks of `vw` consecutive elements, chunk `t + v * tpr`.
         let n_chunks = n_inner / vw;
         let cpt = n_chunks.div_ceil(tpr).max(1);
         let vpt = cpt * vw;
+        let picked: Vec<Option<ExprId>> = k.stages.iter().map(|s| picked_index(k, &elem, s)).collect();
         let multi_pass: Vec<usize> = elem_inputs
             .iter()
             .copied()
-            .filter(|&n| passes.iter().filter(|p| k.loads_of(p).contains(&n)).count() > 1)
+            .filter(|&n| {
+                let pass_reads = |(i, p): &(usize, &Vec<ExprId>)| {
+                    picked.get(*i).is_none_or(Option::is_none) && k.loads_of(p).contains(&n)
+                };
+                passes.iter().enumerate().filter(pass_reads).count() > 1
+            })
             .collect();
         // A quarter of the registers a thread may have under `__launch_bounds__(block)` at
         // most (1024 threads: 16 per thread, so rows past 16K elements are read per pass).
@@ -170,6 +176,7 @@ impl<'a> Plan<'a> {
             vpt,
             multi_pass,
             cache,
+            picked,
         })
     }
 

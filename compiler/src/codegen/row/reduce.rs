@@ -88,10 +88,14 @@ pub(super) fn across_threads(w: &mut Writer, mode: Mode, op: ReduceOp, d: DType,
     let at = acc_type(d);
     let red = red_array(at);
     match mode {
-        Mode::Warp | Mode::Block(_) => {
-            // Across the warp, then across warps.
+        Mode::Warp { .. } | Mode::Block(_) => {
+            // Across the row's lanes of the warp, then across warps.
+            let lanes = match mode {
+                Mode::Warp { lanes } => lanes,
+                _ => 32,
+            };
             w.line("#pragma unroll");
-            w.open("for (int off = 16; off > 0; off >>= 1)");
+            w.open(format!("for (int off = {}; off > 0; off >>= 1)", lanes / 2));
             w.line(format!("const {at} y = __shfl_xor_sync(0xffffffffu, {acc}, off);"));
             w.line(combine(op, d, acc, "y"));
             w.close();
@@ -106,18 +110,36 @@ pub(super) fn across_threads(w: &mut Writer, mode: Mode, op: ReduceOp, d: DType,
                 w.line("__syncthreads();");
             }
         }
-        Mode::Columns(1) => {}
-        Mode::Columns(ws) => {
-            // Across the warps sharing the row (same lane), in warp order.
-            w.line(format!("{red}[warp * 32 + lane] = {acc};"));
-            w.line("__syncthreads();");
-            w.line(format!("{acc} = {red}[lane];"));
-            w.line("#pragma unroll");
-            w.open(format!("for (int k = 1; k < {ws}; ++k)"));
-            w.line(format!("const {at} y = {red}[k * 32 + lane];"));
-            w.line(combine(op, d, acc, "y"));
-            w.close();
-            w.line("__syncthreads();");
+        Mode::Columns { cols, ws } => {
+            // Across the lanes of the warp on the row (`lane % cols` alike), then the
+            // warps sharing it, in warp order.
+            if cols < 32 {
+                w.line("#pragma unroll");
+                w.open(format!("for (int off = {cols}; off < 32; off <<= 1)"));
+                w.line(format!("const {at} y = __shfl_xor_sync(0xffffffffu, {acc}, off);"));
+                w.line(combine(op, d, acc, "y"));
+                w.close();
+            }
+            if ws > 1 {
+                let col = if cols == 32 {
+                    "lane".to_string()
+                } else {
+                    format!("lane % {cols}")
+                };
+                if cols == 32 {
+                    w.line(format!("{red}[warp * 32 + lane] = {acc};"));
+                } else {
+                    w.line(format!("if (lane < {cols}) {red}[warp * {cols} + lane] = {acc};"));
+                }
+                w.line("__syncthreads();");
+                w.line(format!("{acc} = {red}[{col}];"));
+                w.line("#pragma unroll");
+                w.open(format!("for (int k = 1; k < {ws}; ++k)"));
+                w.line(format!("const {at} y = {red}[k * {cols} + {col}];"));
+                w.line(combine(op, d, acc, "y"));
+                w.close();
+                w.line("__syncthreads();");
+            }
         }
     }
 }
