@@ -1,5 +1,6 @@
 //! Row kernels' thread mappings and stages written from hand-built programs: rows of
-//! few chunks sharing a warp, a one-hot sum read as its one element.
+//! few chunks sharing a warp, a one-hot sum read as its one element, a value every pass
+//! reads kept in registers.
 
 mod codegen_common;
 
@@ -70,4 +71,48 @@ fn a_one_hot_sum_reads_one_element() {
     // The row's threads all read before any stores (which may be in place).
     assert!(s.contains("a block per row"), "{s}");
     assert!(s.contains("__syncthreads();"), "{s}");
+}
+
+#[test]
+fn a_value_every_pass_reads_is_kept_instead_of_its_inputs() {
+    // s = x + h over rows of 256: summed by stage 0, squared about the mean by stage 1,
+    // stored. `s` is computed once where the cache is loaded and kept in registers;
+    // `x` and `h` are not kept.
+    let (rows, n) = (16, 256);
+    let mut p = c::P::new();
+    let x = p.input("x", DType::F32, &[rows, n]);
+    let h = p.input("h", DType::F32, &[rows, n]);
+    let out = p.temp(DType::F32, &[rows, n]);
+    let mut b = c::B::new();
+    let lx = b.load(0, DType::F32);
+    let lh = b.load(1, DType::F32);
+    let s = b.bin(BinaryOp::Add, lx, lh);
+    let m = b.stage(0, DType::F32);
+    let d = b.bin(BinaryOp::Sub, s, m);
+    let sq = b.bin(BinaryOp::Mul, d, d);
+    let prog = p.kernel(
+        "kept",
+        KernelKind::Row(RowKernel {
+            outer: vec![rows],
+            inner: vec![n],
+            inputs: vec![c::contig(x, &[rows, n]), c::contig(h, &[rows, n])],
+            body: b.b,
+            stages: vec![
+                graphc_compiler::kernel::Stage {
+                    op: ReduceOp::Mean,
+                    value: s,
+                },
+                graphc_compiler::kernel::Stage {
+                    op: ReduceOp::Sum,
+                    value: sq,
+                },
+            ],
+            row_stores: vec![],
+            stores: vec![c::store(s, out, &[rows, n])],
+        }),
+    );
+    let src = gen(&prog).source;
+    assert!(src.contains(&format!("float x{}[", s.0)), "{src}");
+    assert!(!src.contains("float c0["), "{src}");
+    assert_eq!(src.matches("(e0 + e1)").count(), 1, "{src}");
 }

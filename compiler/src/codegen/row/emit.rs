@@ -15,6 +15,17 @@ use crate::codegen::prelude::{Helper, Helpers};
 use crate::codegen::{CodegenError, Ctx};
 use crate::kernel::{Expr, ExprId};
 
+/// How [`Emit::elem_body`] reads a row's values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// A pass over the row: inputs and kept values from registers where cached.
+    Pass,
+    /// One element (a picked stage): every input from memory at `j`.
+    Direct,
+    /// Computing the kept values where the cache is loaded.
+    Fill,
+}
+
 /// The kernel being written: its plan, the C so far and the helpers it needs.
 pub(super) struct Emit<'p, 'a> {
     cx: &'p Ctx<'p>,
@@ -272,20 +283,36 @@ impl<'p, 'a> Emit<'p, 'a> {
             let d = self.cx.dtype(p.k.inputs[n].buffer)?;
             self.w.line(format!("{} c{n}[{}];", cuda::reg_type(d), p.vpt));
         }
+        for &e in &p.kept.exprs {
+            let d = p.k.body.dtype(e);
+            self.w.line(format!("{} x{e}[{}];", cuda::reg_type(d), p.vpt));
+        }
+        // The kept values and everything they are computed from, in order.
+        let kept_ids: Vec<ExprId> =
+            p.k.body
+                .ids()
+                .filter(|&i| p.kept.is_inner(i) || p.kept.exprs.contains(&i))
+                .collect();
         self.open_pass(true);
         if p.vw > 1 {
-            for &n in &p.multi_pass {
+            let mut loads: Vec<usize> = p.multi_pass.clone();
+            for n in p.k.loads_of(&kept_ids) {
+                if p.elem_inputs.contains(&n) && !loads.contains(&n) {
+                    loads.push(n);
+                }
+            }
+            for &n in &loads {
                 self.vector_load(n)?;
             }
-            self.w.line("#pragma unroll");
-            self.w.open(format!("for (int u = 0; u < {}; ++u)", p.vw));
+            self.open_elems();
             let slot = self.cache_slot();
             for &n in &p.multi_pass {
                 let d = self.cx.dtype(p.k.inputs[n].buffer)?;
                 let v = cuda::load_conv(&mut self.h, d, &format!("vx{n}[u]"));
                 self.w.line(format!("c{n}[{slot}] = {v};"));
             }
-            self.w.close();
+            self.fill_kept(&kept_ids, &slot)?;
+            self.close_elems();
         } else {
             layout::decompose(&mut self.w, p.ix, "j", &p.ic.dims, "j");
             for &n in &p.multi_pass {
@@ -294,8 +321,22 @@ impl<'p, 'a> Emit<'p, 'a> {
                 let v = cuda::load_conv(&mut self.h, d, &raw);
                 self.w.line(format!("c{n}[v] = {v};"));
             }
+            self.fill_kept(&kept_ids, "v")?;
         }
         self.close_pass(true);
+        Ok(())
+    }
+
+    /// The kept values of the current element, computed (`ids`: them and their
+    /// operands) into their slots.
+    fn fill_kept(&mut self, ids: &[ExprId], slot: &str) -> Result<(), CodegenError> {
+        if self.p.kept.exprs.is_empty() {
+            return Ok(());
+        }
+        self.elem_body(ids, Reads::Fill)?;
+        for &e in &self.p.kept.exprs {
+            self.w.line(format!("x{e}[{slot}] = {};", self.p.name(e)));
+        }
         Ok(())
     }
 
@@ -303,7 +344,8 @@ impl<'p, 'a> Emit<'p, 'a> {
     fn pass_vector_loads(&mut self, ids: &[ExprId]) -> Result<(), CodegenError> {
         let p = self.p;
         if p.vw > 1 {
-            for n in p.k.loads_of(ids) {
+            let outside: Vec<ExprId> = ids.iter().copied().filter(|&i| !p.kept.is_inner(i)).collect();
+            for n in p.k.loads_of(&outside) {
                 if p.elem_inputs.contains(&n) && !p.cached(n) {
                     self.vector_load(n)?;
                 }
@@ -315,10 +357,29 @@ impl<'p, 'a> Emit<'p, 'a> {
     /// The expressions of a pass that vary along the row, for element `j` (`direct`:
     /// every input read from memory at `j`, neither cached nor in a vector chunk).
     fn pass_body(&mut self, ids: &[ExprId], direct: bool) -> Result<(), CodegenError> {
+        layout::decompose(&mut self.w, self.p.ix, "j", &self.p.ic.dims, "j");
+        self.elem_body(ids, if direct { Reads::Direct } else { Reads::Pass })
+    }
+
+    /// The expressions of `ids` that vary along the row, for element `j` (its
+    /// coordinates decomposed), reading as `reads` says.
+    fn elem_body(&mut self, ids: &[ExprId], reads: Reads) -> Result<(), CodegenError> {
         let (p, cx) = (self.p, self.cx);
-        layout::decompose(&mut self.w, p.ix, "j", &p.ic.dims, "j");
-        let elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| p.elem[id.index()]).collect();
+        let direct = reads == Reads::Direct;
         let slot = self.cache_slot();
+        let mut elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| p.elem[id.index()]).collect();
+        if reads == Reads::Pass {
+            // Kept values from their registers; what they are made of is not needed.
+            elem_ids.retain(|&i| !p.kept.is_inner(i));
+            for &e in &p.kept.exprs {
+                if elem_ids.contains(&e) {
+                    let d = p.k.body.dtype(e);
+                    self.w
+                        .line(format!("const {} {} = x{e}[{slot}];", cuda::reg_type(d), p.name(e)));
+                }
+            }
+            elem_ids.retain(|i| !p.kept.exprs.contains(i));
+        }
         let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
             match e {
                 Expr::Load(n) => {

@@ -29,6 +29,7 @@ mod mode;
 mod pick;
 mod plan;
 mod reduce;
+mod xcache;
 
 use super::{finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig};
 use crate::kernel::{Access, Body, Stage, Store};

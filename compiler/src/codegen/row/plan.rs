@@ -7,6 +7,7 @@ use graphc_ir::DType;
 
 use super::mode::{choose_mode, vector_width, Mode};
 use super::pick::picked_index;
+use super::xcache::{kept_exprs, Kept};
 use super::{RowFields, MAX_CACHED_PER_THREAD, MAX_CACHE_REGS};
 use crate::codegen::elementwise::check_store_dtype;
 use crate::codegen::layout::{self, Collapsed, Ix};
@@ -60,6 +61,8 @@ pub(super) struct Plan<'a> {
     /// Per stage: the row-level index of the one element it sums, when it picks one
     /// ([`super::pick`]): no pass over the row.
     pub picked: Vec<Option<ExprId>>,
+    /// Values kept in registers across the passes ([`super::xcache`]), with the cache.
+    pub kept: Kept,
 }
 
 impl<'a> Plan<'a> {
@@ -131,22 +134,43 @@ impl<'a> Plan<'a> {
         let cpt = n_chunks.div_ceil(tpr).max(1);
         let vpt = cpt * vw;
         let picked: Vec<Option<ExprId>> = k.stages.iter().map(|s| picked_index(k, &elem, s)).collect();
-        let multi_pass: Vec<usize> = elem_inputs
-            .iter()
-            .copied()
-            .filter(|&n| {
-                let pass_reads = |(i, p): &(usize, &Vec<ExprId>)| {
-                    picked.get(*i).is_none_or(Option::is_none) && k.loads_of(p).contains(&n)
-                };
-                passes.iter().enumerate().filter(pass_reads).count() > 1
-            })
+        // Passes over the row (a picked stage reads one element).
+        let counted: Vec<bool> = (0..passes.len())
+            .map(|i| picked.get(i).is_none_or(Option::is_none))
             .collect();
+        let stored: Vec<ExprId> = k.stores.iter().chain(k.row_stores).map(|s| s.value).collect();
+        // The inputs two or more passes load (not counting loads inside kept values).
+        let multi = |inner: &[bool]| -> Vec<usize> {
+            elem_inputs
+                .iter()
+                .copied()
+                .filter(|&n| {
+                    let reads = |(p, &c): &(&Vec<ExprId>, &bool)| {
+                        let outside: Vec<ExprId> = p
+                            .iter()
+                            .copied()
+                            .filter(|x| !inner.get(x.index()).copied().unwrap_or(false))
+                            .collect();
+                        c && k.loads_of(&outside).contains(&n)
+                    };
+                    passes.iter().zip(&counted).filter(reads).count() > 1
+                })
+                .collect()
+        };
         // A quarter of the registers a thread may have under `__launch_bounds__(block)` at
         // most (1024 threads: 16 per thread, so rows past 16K elements are read per pass).
         let budget = MAX_CACHE_REGS.min((65536 / block).min(255) / 4);
-        let cache = !multi_pass.is_empty() && vpt <= MAX_CACHED_PER_THREAD && multi_pass.len() * vpt <= budget;
+        let fits = |m: usize| m > 0 && vpt <= MAX_CACHED_PER_THREAD && m * vpt <= budget;
+        let kept = kept_exprs(k, &elem, &stage_dep, &passes, &counted, &stored);
+        let with_kept = multi(&kept.inner);
+        let (multi_pass, kept) = if !kept.exprs.is_empty() && fits(with_kept.len() + kept.exprs.len()) {
+            (with_kept, kept)
+        } else {
+            (multi(&[]), Kept::none(k.body.exprs.len()))
+        };
+        let cache = fits(multi_pass.len() + kept.exprs.len());
+        let kept = if cache { kept } else { Kept::none(k.body.exprs.len()) };
 
-        let stored = k.stores.iter().chain(k.row_stores).map(|s| s.value).collect();
         Ok(Plan {
             k,
             ro,
@@ -177,6 +201,7 @@ impl<'a> Plan<'a> {
             multi_pass,
             cache,
             picked,
+            kept,
         })
     }
 
