@@ -253,3 +253,38 @@ fn a_stored_bf16_value_is_the_value_its_kernel_reads() {
         assert!((m - want).abs() <= 1e-6 * want.abs().max(1.0), "row {r}: {m} vs {want}");
     }
 }
+
+#[test]
+fn cross_entropy_stores_its_shifted_logits_in_the_sums_pass_in_place() {
+    // The self-test cases run them (plain, ASan, TSan); here: the kernels they are.
+    for (n, chunk) in [(20000, "ci"), (20001, "j")] {
+        let case = graphc::selftest::cases()
+            .unwrap()
+            .into_iter()
+            .find(|c| c.name.starts_with(&format!("row cross-entropy bf16 [8,{n}]")))
+            .expect("the case");
+        let compiled = graphc::compile(&case.graph).unwrap();
+        let p = &compiled.program;
+        let k = p
+            .kernels
+            .iter()
+            .position(|k| matches!(k.kind, graphc_compiler::kernel::KernelKind::Row(_)))
+            .expect("a row kernel");
+        let src = graphc_compiler::codegen::generate(p, k).unwrap().source;
+        // Two passes over the row (the max; the sum with the stores), the label's logit
+        // read before the second, then a barrier before any store.
+        assert_eq!(src.matches(&format!("for (int {chunk} = t;")).count(), 2, "{src}");
+        assert!(src.contains("reduce_sum over the row, and the stores"), "{src}");
+        let pf = src.find(" pf2_").expect("a prefetch");
+        let sync = src[pf..].find("__syncthreads();").map(|i| i + pf).unwrap();
+        assert!(sync < src.find("and the stores").unwrap(), "{src}");
+        // The shifted logits take the logits' storage.
+        let writes = p.kernels[k].writes();
+        let reuse = compiled
+            .plan
+            .buffers
+            .iter()
+            .find(|b| writes.contains(&b.buffer) && b.reuses.is_some());
+        assert!(reuse.is_some(), "no store in place: {:?}", compiled.plan.buffers);
+    }
+}

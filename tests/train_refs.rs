@@ -528,6 +528,35 @@ fn training_plans_have_no_score_matrices_and_add_up_by_class() {
             scores.is_empty(),
             "{name}: [.., s, s] buffers in the training plan: {scores:?}"
         );
+        // Attention's backward: the gradients of k and v of one layer are one kernel
+        // (where the tensor-core kernel's head dims take it), the gradient of q another.
+        let grads: Vec<(graphc_ir::AttentionOperand, usize)> = step
+            .program
+            .kernels
+            .iter()
+            .filter_map(|k| match &k.kind {
+                graphc_compiler::kernel::KernelKind::Op(o) => match o.op {
+                    graphc_ir::Op::AttentionGrad { wrt, .. } => Some((wrt, o.siblings.len())),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        if name.starts_with("gpt2_sdpa") {
+            use graphc_ir::AttentionOperand::{K, Q};
+            let want = if precision == Precision::Fp32 { 3 } else { 2 };
+            assert!(
+                !grads.is_empty() && grads.len().is_multiple_of(want),
+                "{name}: {grads:?}"
+            );
+            assert!(
+                grads.iter().all(|&(wrt, s)| match (want, wrt) {
+                    (3, _) | (_, Q) => s == 0,
+                    _ => wrt == K && s == 1,
+                }),
+                "{name}: {grads:?}"
+            );
+        }
         let t = step.train.as_ref().unwrap();
         assert_eq!(
             step.program.donated.len(),

@@ -443,3 +443,53 @@ fn op_output() {
         .to_string()
         .contains("concat gives f16[4,10,5] but its output b3 (temp) is f16[4,9,5]"));
 }
+
+/// The concat kernel with a sibling concat of its operands `inputs` into a new temp
+/// of type `ty`.
+fn with_sibling(p: &mut Program, inputs: Vec<usize>, ty: graphc_ir::TensorType) -> BufferId {
+    p.buffers.push(graphc_compiler::kernel::Buffer {
+        ty,
+        kind: graphc_compiler::kernel::BufferKind::Temp,
+        name: None,
+    });
+    let output = BufferId((p.buffers.len() - 1) as u32);
+    op_k(p).siblings.push(graphc_compiler::kernel::Sibling {
+        op: graphc_ir::Op::Concat { axis: 1 },
+        inputs,
+        output,
+    });
+    output
+}
+
+#[test]
+fn op_siblings() {
+    // Concat of in0 and in2 beside the kernel's own: fine, and it writes both.
+    let mut p = c::op_concat();
+    let out = with_sibling(
+        &mut p,
+        vec![0, 2],
+        graphc_ir::TensorType::new(DType::F16, vec![4, 9, 5]),
+    );
+    verify(&p).unwrap();
+    assert_eq!(p.kernels[0].writes(), vec![BufferId(3), out]);
+    assert!(graphc_compiler::kernel::print_program(&p).contains("also op {\"concat\":{\"axis\":1}} of in0 in2 -> b4"));
+    // An operand past the kernel's.
+    let e = concat(|p| {
+        with_sibling(p, vec![0, 3], graphc_ir::TensorType::new(DType::F16, vec![4, 9, 5]));
+    });
+    assert!(matches!(e, E::OpType { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("sibling 0 (concat) reads operands [0, 3] of 3"),
+        "{e}"
+    );
+    // Its type wrong, or the kernel's own output again.
+    let e = concat(|p| {
+        with_sibling(p, vec![0, 2], graphc_ir::TensorType::new(DType::F16, vec![4, 8, 5]));
+    });
+    assert!(matches!(e, E::OpOutput { .. }), "{e:?}");
+    let e = concat(|p| {
+        with_sibling(p, vec![0, 1, 2], graphc_ir::TensorType::new(DType::F16, vec![4, 10, 5]));
+        op_k(p).siblings[0].output = BufferId(3);
+    });
+    assert!(matches!(e, E::StoredTwice { .. }), "{e:?}");
+}

@@ -346,6 +346,7 @@ fn runtime_failures_of_ops() {
                 (Access::contiguous(bi, &[2]), TensorType::new(DType::I64, [2usize])),
             ],
             output: out,
+            siblings: Vec::new(),
         }),
         nodes: vec![],
     });

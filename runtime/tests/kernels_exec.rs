@@ -535,6 +535,7 @@ fn op_kernels_concat_pad_gather_argmax() {
                 (acc(by, 0, &[1, r as i64]), TensorType::new(DType::F32, [r, c2])),
             ],
             output: bc,
+            siblings: Vec::new(),
         }),
     ));
     p.kernels.push(kernel(
@@ -547,6 +548,7 @@ fn op_kernels_concat_pad_gather_argmax() {
             },
             inputs: vec![(contig(bc, &[r, c1 + c2]), TensorType::new(DType::F32, [r, c1 + c2]))],
             output: bq,
+            siblings: Vec::new(),
         }),
     ));
     p.kernels.push(kernel(
@@ -559,6 +561,7 @@ fn op_kernels_concat_pad_gather_argmax() {
             },
             inputs: vec![(contig(bq, &qd), TensorType::new(DType::F32, qd))],
             output: bam,
+            siblings: Vec::new(),
         }),
     ));
     p.kernels.push(kernel(
@@ -570,6 +573,7 @@ fn op_kernels_concat_pad_gather_argmax() {
                 (contig(bi, &[2, 3]), TensorType::new(DType::I64, [2, 3])),
             ],
             output: bga,
+            siblings: Vec::new(),
         }),
     ));
     p.outputs = vec![("am".into(), bam), ("ga".into(), bga)];

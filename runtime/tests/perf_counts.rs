@@ -199,3 +199,33 @@ fn a_compiled_attention_counts_its_tensor_core_work() {
     let t = graphc_compiler::perf::step_time(&compiled.program, &launches, GpuSpec::by_name("h200").unwrap(), "");
     assert!(t.modeled_s > 0.0 && t.kernels.iter().any(|k| k.kind == "attention"));
 }
+
+#[test]
+fn an_ldmatrix_reads_one_wavefront_per_matrix_transposed_or_not() {
+    if !have_cxx() {
+        return;
+    }
+    // One warp: 32 rows of 16 bytes staged (72 two-byte stores of one wavefront each),
+    // then ldmatrix.x4 plain and transposed of rows 144 bytes apart (conflict-free:
+    // 4 wavefronts each, one per 8x8 matrix, as the hardware reads 8 rows of 16 bytes
+    // for either), then x4 of rows 128 bytes apart (the 8 rows of a matrix in the same
+    // 4 banks: 8 wavefronts each, 32).
+    let kernel = r#"extern "C" __global__ void k(const unsigned short* __restrict__ x, unsigned* __restrict__ y) {
+  __shared__ __align__(16) unsigned short s[32 * 72];
+  const unsigned t = threadIdx.x;
+  for (int i = t; i < 32 * 72; i += 32) s[i] = x[i];
+  __syncthreads();
+  unsigned a[4], b[4], c[4];
+  g_ldmatrix_x4(a, s + t * 72);
+  g_ldmatrix_x4_trans(b, s + t * 72);
+  g_ldmatrix_x4(c, s + t * 64);
+  y[t] = a[0] ^ a[3] ^ b[1] ^ b[2] ^ c[0];
+}"#;
+    let prelude = graphc_compiler::codegen::prelude_source(&[graphc_compiler::codegen::Helper::Ldmatrix]);
+    let src = format!("{prelude}\n{kernel}");
+    let c = count(&src, 1, 32, &[input(2 * 32 * 72), output(128)], &[0]);
+    assert_eq!(c.shared_store_requests, 72);
+    assert_eq!(c.shared_load_requests, 3);
+    assert_eq!(c.shared_ideal_wavefronts, 72 + 4 + 4 + 4);
+    assert_eq!(c.shared_wavefronts, 72 + 4 + 4 + 32);
+}

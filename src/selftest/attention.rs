@@ -460,5 +460,62 @@ fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
             }
         })?;
     }
+    // The forward with the rows' log-sum-exp stored beside its output (the backward's
+    // `attention_lse` of the same q, k and mask), then the backward.
+    c.add(
+        "attention bf16 q[1,2,40,64] kv 1 heads causal: the forward with its log-sum-exp, the backward".into(),
+        0,
+        &|b| {
+            let (dt, shape) = (DType::BF16, [1, 2, 40, 64]);
+            let q = b.input("q", dt, shape);
+            let k = b.input("k", dt, [1, 1, 40, 64]);
+            let v = b.input("v", dt, [1, 1, 40, 64]);
+            let m = b.input("m", dt, [1, 1, 1, 40]);
+            let scale = 0.125;
+            let o = b.attention(q, k, v, Some(m), scale, true);
+            let lse = b.op(Op::AttentionLse { scale, causal: true }, &[q.id(), k.id(), m.id()]);
+            let dout = b.input("dout", dt, shape);
+            let delta = b.input("delta", DType::F32, [1, 2, 40]);
+            b.output("o", o);
+            b.output("lse", lse);
+            for wrt in [AttentionOperand::Q, AttentionOperand::K, AttentionOperand::V] {
+                let op = Op::AttentionGrad {
+                    wrt,
+                    scale,
+                    causal: true,
+                    zero_masked_rows: false,
+                };
+                let g = b.op(op, &[q.id(), k.id(), v.id(), dout.id(), lse.id(), delta.id(), m.id()]);
+                b.output(&format!("d{}", wrt.name()), g);
+            }
+        },
+    )?;
+    // The gradients of k and v of one output gradient are one kernel (above); of two,
+    // the tensor-core kernel of each alone.
+    c.add(
+        "attention backward bf16 q[1,2,40,64] kv 1 heads causal, dk and dv of two output gradients".into(),
+        0,
+        &|b| {
+            let (dt, shape) = (DType::BF16, [1, 2, 40, 64]);
+            let q = b.input("q", dt, shape);
+            let k = b.input("k", dt, [1, 1, 40, 64]);
+            let v = b.input("v", dt, [1, 1, 40, 64]);
+            let m = b.input("m", dt, [1, 1, 1, 40]);
+            let scale = 0.125;
+            let lse = b.op(Op::AttentionLse { scale, causal: true }, &[q.id(), k.id(), m.id()]);
+            let delta = b.input("delta", DType::F32, [1, 2, 40]);
+            for wrt in [AttentionOperand::K, AttentionOperand::V] {
+                let dout = b.input(&format!("dout_{}", wrt.name()), dt, shape);
+                let op = Op::AttentionGrad {
+                    wrt,
+                    scale,
+                    causal: true,
+                    zero_masked_rows: false,
+                };
+                let g = b.op(op, &[q.id(), k.id(), v.id(), dout.id(), lse.id(), delta.id(), m.id()]);
+                b.output(&format!("d{}", wrt.name()), g);
+            }
+        },
+    )?;
     Ok(())
 }

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 pub use graphc_ir::compare::tolerance;
 use graphc_ir::compare::{relative_l2, zip_outputs, CompareError};
-use graphc_ir::nn::{layer_norm, rms_norm, softmax};
+use graphc_ir::nn::softmax;
 use graphc_ir::{DType, Graph, GraphBuilder, GraphError, PadMode, Tensor, TensorData, TensorType, Value};
 
 use crate::Compiled;
@@ -26,6 +26,7 @@ mod attention;
 mod backward;
 mod conv;
 mod quant;
+mod rows;
 
 /// One self-test: a graph and its inputs.
 pub struct Case {
@@ -392,55 +393,7 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         let x = p.cast(DType::F32);
         b.output("sel", b.select(p.gt(q), x, -x));
     })?;
-    // Row kernels: a warp per row, a block per row, long rows.
-    for cols in [100usize, 1000, 4096, 20000] {
-        c.add(format!("row softmax f32 [64,{cols}]"), 0, &|b| {
-            let x = b.input("x", DType::F32, [64, cols]);
-            b.output("y", softmax(x, -1));
-        })?;
-    }
-    c.add("row softmax bf16 with causal mask [4,128,128]".into(), 0, &|b| {
-        let x = b.input("x", DType::BF16, [4, 128, 128]);
-        let i = b.iota(DType::I32, [128, 128], 0);
-        let j = b.iota(DType::I32, [128, 128], 1);
-        let masked = b.select(j.gt(i), b.scalar(DType::BF16, f64::NEG_INFINITY), x);
-        b.output("y", softmax(masked, -1));
-    })?;
-    c.add("row layernorm bf16 [64,1024]".into(), 0, &|b| {
-        let x = b.input("x", DType::BF16, [64, 1024]);
-        let g = b.param("g", Tensor::randn(&TensorType::new(DType::BF16, [1024]), 1.0, 5));
-        let be = b.param("b", Tensor::randn(&TensorType::new(DType::BF16, [1024]), 1.0, 6));
-        b.output("y", layer_norm(x, Some(g), Some(be), 1e-5));
-    })?;
-    c.add("row rmsnorm f16 [32,4096]".into(), 0, &|b| {
-        let x = b.input("x", DType::F16, [32, 4096]);
-        let g = b.param("g", Tensor::randn(&TensorType::new(DType::F16, [4096]), 1.0, 7));
-        b.output("y", rms_norm(x, Some(g), 1e-6));
-    })?;
-    c.add(
-        "row reductions: sum over the last axis, max over a middle axis".into(),
-        0,
-        &|b| {
-            let x = b.input("x", DType::F32, [8, 100, 16]);
-            b.output("sum", x.sum(&[-1], true));
-            b.output("max", x.reduce_max(&[1], false));
-        },
-    )?;
-    c.add(
-        "row reductions: short rows sharing a warp, sums over few columns".into(),
-        0,
-        &|b| {
-            // 16 f32 a row: 4 lanes per row, 8 rows a warp.
-            let x = b.input("x", DType::F32, [64, 16]);
-            b.output("rows", x.sum(&[-1], false));
-            // 64 and 96 columns summed over their rows: too few for 32 a block, so 8
-            // (f32) and 16 (bf16) a block, several lanes of a warp on each.
-            let y = b.input("y", DType::F32, [512, 64]);
-            b.output("cols", y.sum(&[0], false));
-            let z = b.input("z", DType::BF16, [300, 96]);
-            b.output("cols16", z.sum(&[0], true));
-        },
-    )?;
+    rows::cases(c)?;
     // Op kernels.
     c.add("op concat, 16-byte copies through transposed views".into(), 0, &|b| {
         // Heads' gradients [b, h, s, d] as [b, s, h, d], joined along the heads.
@@ -467,7 +420,7 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         b.output("arg", e.argmax(-1, false));
     })?;
     // Along axis 0 (the embedding gradient) the row-block kernel: 2,100 positions are
-    // 3 chunks of its index scan, 300 rows of 96 are 8 blocks of 42 rows; the bf16
+    // 2 rounds of its index scan (the second partial), 300 rows of 96 are 5 blocks of 64 rows (the last of 44); the bf16
     // updates are read through a transposed view. Along axis 1, the element kernel.
     c.add(
         "op scatter_add (embedding gradient, repeated rows) f32 + bf16".into(),

@@ -30,7 +30,7 @@
 //! kernels (the same layer repeated) have identical sources and NVRTC compiles them once.
 //! Sources never mention buffer ids (parameters are positional), for the same reason.
 
-mod attention;
+pub(crate) mod attention;
 mod conv;
 mod cuda;
 mod elementwise;
@@ -202,7 +202,7 @@ pub fn generate(program: &Program, kernel_index: usize) -> Result<CudaKernel, Co
         KernelKind::Elementwise(e) => elementwise::generate(&cx, &e.space, &e.inputs, &e.body, &e.stores)?,
         KernelKind::Row(r) => row::generate(&cx, r)?,
         KernelKind::MatMul(mm) => matmul::generate(&cx, mm)?,
-        KernelKind::Op(o) => op_kernels::generate(&cx, &o.op, &o.inputs, o.output)?,
+        KernelKind::Op(o) => op_kernels::generate(&cx, o)?,
         KernelKind::MultiTensor(m) => elementwise::generate_multi(&cx, &m.parts)?,
         KernelKind::Conv(c) => conv::generate(&cx, c)?,
     };

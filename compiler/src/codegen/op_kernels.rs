@@ -14,7 +14,7 @@ use super::{
     finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig, ParamAccess, Params, BLOCKS_PER_SM,
     ELEMENTWISE_BLOCK,
 };
-use crate::kernel::{Access, BufferId};
+use crate::kernel::{Access, BufferId, OpKernel, Sibling};
 
 mod concat;
 mod conv;
@@ -36,18 +36,16 @@ struct TiledShapes {
     ix: Ix,
 }
 
-pub(crate) fn generate(
-    cx: &Ctx,
-    op: &Op,
-    inputs: &[(Access, TensorType)],
-    output: BufferId,
-) -> Result<CudaKernel, CodegenError> {
-    let out_ty = cx
-        .program
-        .buffers
-        .get(output.index())
-        .map(|b| b.ty.clone())
-        .ok_or_else(|| cx.malformed(format!("output buffer b{} does not exist", output.0)))?;
+pub(crate) fn generate(cx: &Ctx, o: &OpKernel) -> Result<CudaKernel, CodegenError> {
+    let (op, inputs, output) = (&o.op, &o.inputs[..], o.output);
+    let buffer_ty = |b: BufferId| {
+        cx.program
+            .buffers
+            .get(b.index())
+            .map(|b| b.ty.clone())
+            .ok_or_else(|| cx.malformed(format!("output buffer b{} does not exist", b.0)))
+    };
+    let out_ty = buffer_ty(output)?;
     for (i, (a, ty)) in inputs.iter().enumerate() {
         if a.strides.len() != ty.shape.rank() {
             return Err(cx.malformed(format!(
@@ -66,13 +64,24 @@ pub(crate) fn generate(
         in_param.push(params.add(cx, a.buffer, ParamAccess::Read)?);
     }
     let out_param = params.add(cx, output, ParamAccess::Write)?;
+    let mut siblings = Vec::new();
+    for s in &o.siblings {
+        siblings.push((s, params.add(cx, s.output, ParamAccess::Write)?, buffer_ty(s.output)?));
+    }
     let g = Gen {
         cx,
         inputs,
         in_param,
         out_param,
         out: &out_ty,
+        siblings: &siblings,
     };
+    if !siblings.is_empty() && !super::attention::fuses_siblings(op, o) {
+        return Err(cx.malformed(format!(
+            "{} computes no sibling ops beside its own in one kernel",
+            op.name()
+        )));
+    }
     let arity = |n: usize| -> Result<(), CodegenError> {
         if inputs.len() != n {
             return Err(cx.malformed(format!("{} takes {n} operands, got {}", op.name(), inputs.len())));
@@ -164,6 +173,8 @@ struct Gen<'a> {
     in_param: Vec<usize>,
     out_param: usize,
     out: &'a TensorType,
+    /// The kernel's sibling ops, with their output's parameter and type.
+    siblings: &'a [(&'a Sibling, usize, TensorType)],
 }
 
 type Emitted = (&'static str, (String, Helpers), LaunchConfig);
@@ -251,6 +262,7 @@ impl Gen<'_> {
             in_param: &self.in_param,
             out_param: self.out_param,
             out: self.out,
+            also: self.siblings.first().map(|s| (s.1, s.2.dtype)),
             params_decl: self.params_decl(),
             scale,
             causal,
@@ -272,6 +284,9 @@ impl Gen<'_> {
             cuda::storage_type(self.out.dtype),
             self.out_param
         ));
+        for (_, p, ty) in self.siblings {
+            v.push(format!("{}* __restrict__ p{p}", cuda::storage_type(ty.dtype)));
+        }
         v.join(", ")
     }
 

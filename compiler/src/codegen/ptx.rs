@@ -168,24 +168,30 @@ __device__ __forceinline__ void g_ldmatrix_x4_trans(unsigned r[4], const void* r
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(row)));
 }
 #else
-// Every lane publishes its row address (__shfl_sync over all 32 lanes, one per matrix),
-// then reads its own elements through the addresses of the lanes that supply them.
+// As the hardware does, each of the lanes that give an address (8 per matrix) reads its
+// whole 16-byte row (one shared-memory wavefront per conflict-free matrix, transposed or
+// not); then each lane takes its elements from the rows' lanes by __shfl_sync.
 __device__ __forceinline__ void g_ldmatrix_cpu(unsigned* r, int num, int trans, const void* row) {
   g_sim_note(3, 0, 0);
   const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int lane = (int)(tid & 31u);
-  const unsigned long long mine = (unsigned long long)(uintptr_t)row;
+  unsigned w[4] = {0u, 0u, 0u, 0u};
+  if (lane < 8 * num) memcpy(w, row, 16);
   for (int j = 0; j < num; j++) {
     if (!trans) {
-      const unsigned long long p = __shfl_sync(0xffffffffu, mine, 8 * j + (lane >> 2));
-      memcpy(&r[j], (const unsigned char*)(uintptr_t)p + 4 * (lane & 3), 4);
+      // Row l/4, columns 2(l%4) and 2(l%4)+1: word l%4 of lane 8j + l/4's row.
+      unsigned v[4];
+      for (int q = 0; q < 4; q++) v[q] = __shfl_sync(0xffffffffu, w[q], 8 * j + (lane >> 2));
+      r[j] = v[lane & 3];
     } else {
-      const unsigned long long p0 = __shfl_sync(0xffffffffu, mine, 8 * j + 2 * (lane & 3));
-      const unsigned long long p1 = __shfl_sync(0xffffffffu, mine, 8 * j + 2 * (lane & 3) + 1);
-      unsigned short lo, hi;
-      memcpy(&lo, (const unsigned char*)(uintptr_t)p0 + 2 * (lane >> 2), 2);
-      memcpy(&hi, (const unsigned char*)(uintptr_t)p1 + 2 * (lane >> 2), 2);
-      r[j] = (unsigned)lo | ((unsigned)hi << 16);
+      // Rows 2(l%4) and 2(l%4)+1, column l/4: half (l/4)%2 of word l/8 of each.
+      unsigned lo[4], hi[4];
+      for (int q = 0; q < 4; q++) {
+        lo[q] = __shfl_sync(0xffffffffu, w[q], 8 * j + 2 * (lane & 3));
+        hi[q] = __shfl_sync(0xffffffffu, w[q], 8 * j + 2 * (lane & 3) + 1);
+      }
+      const int c = lane >> 2, shift = 16 * (c & 1);
+      r[j] = ((lo[c >> 1] >> shift) & 0xffffu) | (((hi[c >> 1] >> shift) & 0xffffu) << 16);
     }
   }
   g_sim_note(4, 0, 0);

@@ -68,7 +68,13 @@ pub(crate) fn merge(program: Program) -> Program {
         kernel.nodes.sort_unstable();
         removed.insert(r);
     }
-    // Drop the row kernels; the others keep their order, named by their new places.
+    drop_merged(p, &removed)
+}
+
+/// `p` without the kernels `removed` (merged into others): the rest keep their order,
+/// named by their new places, then the program is put back in a valid order (a reader
+/// of a merged kernel's output moves after the kernel it was merged into).
+pub(super) fn drop_merged(mut p: Program, removed: &HashSet<usize>) -> Program {
     let kernels = std::mem::take(&mut p.kernels);
     p.kernels = kernels
         .into_iter()

@@ -194,6 +194,7 @@ impl Emitter<'_> {
                         op: op.clone(),
                         inputs,
                         output,
+                        siblings: Vec::new(),
                     }),
                     nodes: canon,
                 };

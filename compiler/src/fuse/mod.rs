@@ -18,6 +18,7 @@ mod emit;
 mod group;
 pub mod layout;
 mod nodes;
+mod siblings;
 
 use graphc_ir::{Graph, GraphError};
 
@@ -87,7 +88,7 @@ pub fn fuse_keeping(graph: &Graph, in_place: &[String]) -> Result<(Program, Fuse
         }
     }
     groups.fuse(&nodes.nodes, &is_output);
-    let program = bias_grad::merge(emit::emit(graph, &nodes, &mut groups));
+    let program = siblings::merge(bias_grad::merge(emit::emit(graph, &nodes, &mut groups)));
     let (unfused_kernels, unfused_bytes) = nodes.unfused_cost();
     // A matmul whose epilogue the GEMM library cannot apply writes its product and reads
     // it back in a generated epilogue kernel (one more launch).

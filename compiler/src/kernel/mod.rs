@@ -341,12 +341,35 @@ impl RowKernel {
 
 /// One IR op that is not fused (concat, pad, gather, arg-reduce, integer matmul),
 /// with operands read through accesses of their own shapes. The output is written
-/// contiguously.
+/// contiguously. `siblings` are other ops over (some of) the same operands the same
+/// launch computes, each writing its own output contiguously: the gradient of v beside
+/// that of k in attention's backward (FlashAttention-2's dK/dV kernel, made by
+/// `crate::fuse::siblings`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OpKernel {
     pub op: Op,
     pub inputs: Vec<(Access, TensorType)>,
     pub output: BufferId,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub siblings: Vec<Sibling>,
+}
+
+/// An op an [`OpKernel`] computes beside its own: `op` of the kernel's operands
+/// `inputs` (indices into the kernel's `inputs`, in the op's order), written to
+/// `output`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sibling {
+    pub op: Op,
+    pub inputs: Vec<usize>,
+    pub output: BufferId,
+}
+
+impl OpKernel {
+    /// Sibling `s`'s operands, as the kernel reads them (None for an index past the
+    /// kernel's operands).
+    pub fn sibling_inputs(&self, s: &Sibling) -> Option<Vec<(Access, TensorType)>> {
+        s.inputs.iter().map(|&i| self.inputs.get(i).cloned()).collect()
+    }
 }
 
 /// A convolution ([`Op::Conv`] of `x` by `w`, read through their accesses of ranks
@@ -449,7 +472,9 @@ impl Kernel {
             KernelKind::Row(RowKernel { row_stores, stores, .. }) => {
                 row_stores.iter().chain(stores).map(|s| s.access.buffer).collect()
             }
-            KernelKind::Op(OpKernel { output, .. }) => vec![*output],
+            KernelKind::Op(OpKernel { output, siblings, .. }) => std::iter::once(*output)
+                .chain(siblings.iter().map(|s| s.output))
+                .collect(),
             KernelKind::Conv(c) => c.stores.iter().map(|s| s.access.buffer).collect(),
             KernelKind::MultiTensor(m) => m
                 .parts

@@ -106,7 +106,12 @@ pub fn print_program(p: &Program) -> String {
                     let _ = writeln!(s, "    bias grad sum over k of {which} -> {}", access(&g.store));
                 }
             }
-            KernelKind::Op(OpKernel { op, inputs, output }) => {
+            KernelKind::Op(OpKernel {
+                op,
+                inputs,
+                output,
+                siblings,
+            }) => {
                 let _ = writeln!(s, " nodes [{}]", nodes.join(" "));
                 let attrs = serde_json::to_string(op).unwrap_or_default();
                 let _ = writeln!(s, "    op {attrs}");
@@ -114,6 +119,11 @@ pub fn print_program(p: &Program) -> String {
                     let _ = writeln!(s, "    in{i} = {} as {ty}", access(a));
                 }
                 let _ = writeln!(s, "    out = b{}", output.0);
+                for sib in siblings {
+                    let attrs = serde_json::to_string(&sib.op).unwrap_or_default();
+                    let ins: Vec<String> = sib.inputs.iter().map(|i| format!("in{i}")).collect();
+                    let _ = writeln!(s, "    also op {attrs} of {} -> b{}", ins.join(" "), sib.output.0);
+                }
             }
             KernelKind::Conv(c) => {
                 let _ = writeln!(s, " {:?} groups {} nodes [{}]", c.space(), c.groups, nodes.join(" "));

@@ -70,7 +70,7 @@ impl IdealWork {
             }
             KernelKind::Op(o) => {
                 let types: Vec<&TensorType> = o.inputs.iter().map(|(_, t)| t).collect();
-                let f = attention_flops(&o.op, &types);
+                let f = attention_flops(&o.op, &types, o.siblings.len());
                 (f, Unit::of(types.first().map_or(DType::F32, |t| t.dtype)))
             }
             _ => (0, Unit::CudaF32),
@@ -90,10 +90,13 @@ impl IdealWork {
 
 /// The products of an attention op over operands `types` (q, k, v, ..): `2 b h sq sk d`
 /// each (the scores, the value product, and for a gradient its own), halved when causal.
-fn attention_flops(op: &Op, types: &[&TensorType]) -> u64 {
+/// With `siblings` (the gradient of v beside that of k) the products both need: the
+/// scores, `dp`, dk's and dv's.
+fn attention_flops(op: &Op, types: &[&TensorType], siblings: usize) -> u64 {
     let (products, causal) = match op {
         Op::Attention { causal, .. } => (2, *causal),
         Op::AttentionLse { causal, .. } => (1, *causal),
+        Op::AttentionGrad { causal, .. } if siblings == 1 => (4, *causal),
         Op::AttentionGrad { wrt, causal, .. } => (if *wrt == AttentionOperand::V { 2 } else { 3 }, *causal),
         _ => return 0,
     };

@@ -655,7 +655,15 @@ pub fn op_program(op: Op, ins: &[(DType, Vec<usize>)], out: (DType, Vec<usize>))
     }
     let o = p.temp(out.0, &out.1);
     let name = op.name().to_string();
-    p.kernel(&name, KernelKind::Op(OpKernel { op, inputs, output: o }))
+    p.kernel(
+        &name,
+        KernelKind::Op(OpKernel {
+            op,
+            inputs,
+            output: o,
+            siblings: Vec::new(),
+        }),
+    )
 }
 
 pub fn op_concat() -> Program {

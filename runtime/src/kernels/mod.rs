@@ -351,7 +351,16 @@ pub(crate) fn exec_kernel<'r>(
         KernelKind::Row(r) => row::run(&ctx, r),
         KernelKind::MatMul(mm) => matmul::run(&ctx, mm),
         KernelKind::Conv(c) => conv::run(&ctx, c),
-        KernelKind::Op(o) => op::run(&ctx, &o.op, &o.inputs, o.output),
+        // Siblings (verified) run as ops of their own over the operands they read.
+        KernelKind::Op(o) => op::run(&ctx, &o.op, &o.inputs, o.output).and_then(|first| {
+            o.siblings.iter().try_fold(first, |mut all, s| {
+                let inputs = o
+                    .sibling_inputs(s)
+                    .ok_or("a sibling reads an operand past the kernel's")?;
+                all.extend(op::run(&ctx, &s.op, &inputs, s.output)?);
+                Ok(all)
+            })
+        }),
         // The parts are independent (verified): each runs as its own elementwise kernel.
         KernelKind::MultiTensor(m) => m.parts.iter().try_fold(Vec::new(), |mut all, p| {
             all.extend(elementwise::run(&ctx, &p.space, &p.inputs, &p.body, &p.stores)?);

@@ -118,10 +118,15 @@ pub(super) fn generate(gen: &Gen, h: &mut Helpers, nb: usize, lse: bool) -> (Str
     let mut w = Writer::new();
     k.head(&mut w, nb, tiles, qtiles);
     k.tile_loop(&mut w, h);
+    k.row_sums(&mut w);
     if lse {
-        k.store_lse(&mut w, h);
+        k.store_lse(&mut w, h, (gen.g.out_param, gen.g.out.dtype));
     } else {
         k.store(&mut w, h);
+        // The rows' log-sum-exp beside the output (an `attention_lse` sibling).
+        if let Some(also) = gen.g.also {
+            k.store_lse(&mut w, h, also);
+        }
     }
     w.close();
     w.close();
@@ -518,21 +523,17 @@ impl Kernel<'_> {
     }
 
     /// Each row's log-sum-exp in the natural log, `(m + log2 l) ln 2` (the scores were
-    /// taken to the log2 domain), by the first of the row's four lanes; a row with
-    /// every key masked has `m = -inf`, `l = 0`: `-inf`, as the reference.
-    fn store_lse(&self, w: &mut Writer, h: &mut Helpers) {
+    /// taken to the log2 domain), by the first of the row's four lanes, into the output
+    /// `to` (its parameter and type); a row with every key masked has `m = -inf`,
+    /// `l = 0`: `-inf`, as the reference.
+    fn store_lse(&self, w: &mut Writer, h: &mut Helpers, to: (usize, DType)) {
         let gen = self.gen;
         let d = &gen.dims;
-        self.row_sums(w);
-        let out = format!("p{}", gen.g.out_param);
+        let out = format!("p{}", to.0);
         let ln2 = cuda::f32_lit(std::f32::consts::LN_2);
         for (r, m, l) in [("r0", "m0", "l0"), ("r1", "m1", "l1")] {
             w.open(format!("if (tq == 0 && {r} < {})", self.l(d.sq)));
-            let v = cuda::store_conv(
-                h,
-                gen.g.out.dtype,
-                &format!("({m} == ninf ? ninf : ({m} + log2f({l})) * {ln2})"),
-            );
+            let v = cuda::store_conv(h, to.1, &format!("({m} == ninf ? ninf : ({m} + log2f({l})) * {ln2})"));
             w.line(format!(
                 "{out}[(b * {} + h) * {} + {r}] = {v};",
                 self.l(d.hq),
@@ -542,11 +543,10 @@ impl Kernel<'_> {
         }
     }
 
-    /// The rows' sums over their four lanes, then `o / l` rounded once, two columns per
-    /// 32-bit store.
+    /// `o / l` rounded once (the rows' sums taken over their four lanes), two columns
+    /// per 32-bit store.
     fn store(&self, w: &mut Writer, h: &mut Helpers) {
         let d = &self.gen.dims;
-        self.row_sums(w);
         let out = format!("p{}", self.gen.g.out_param);
         for (r, l, e) in [("r0", "l0", 0), ("r1", "l1", 2)] {
             w.open(format!("if ({r} < {})", self.l(d.sq)));

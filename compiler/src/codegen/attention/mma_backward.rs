@@ -17,6 +17,10 @@
 //!   rows' lse and delta); per tile a warp computes the transposed scores `sᵀ = k qᵀ`,
 //!   `pᵀ`, and `dv += pᵀ dout`, or `dpᵀ = v doutᵀ`, `dsᵀ = pᵀ (dpᵀ - delta) scale` and
 //!   `dk += dsᵀ q`.
+//! - **dk and dv** in one kernel (an `attention_grad` of k with the one of v as its
+//!   sibling, head dims up to [`FUSED_HEAD_DIM`]): both, from one `sᵀ` and `pᵀ` per
+//!   tile, as FlashAttention-2's backward; key tiles of 32 rows, so that the two
+//!   accumulators stay in registers beside the tile's products.
 //!
 //! Keys past the end, or (causal) after the query, give `p = 0`; a row whose lse is
 //! `-inf` (every key masked) gives 0 with `zero_masked_rows`, else NaN as the
@@ -40,6 +44,9 @@ const PAD: usize = 8;
 /// Over this head dim the warp's own rows (q and dout for dq, k and v for dk / dv) stay
 /// in shared memory: their fragments beside a [16, d] f32 accumulator would spill.
 const WIDE_HEAD_DIM: usize = 128;
+/// The widest head dim whose dk and dv one kernel computes: two `[16, d]` f32
+/// accumulators a warp beside the tile's products (at 128 ptxas spills).
+pub(super) const FUSED_HEAD_DIM: usize = 64;
 
 /// Whether the tensor-core backward takes these dims: bf16 or f16 q, k, v and dout of
 /// one type, the output of it, head dims multiples of 16 up to [`MAX_HEAD_DIM`].
@@ -67,6 +74,8 @@ struct B<'a> {
     vp: usize,
     /// A head dim over [`WIDE_HEAD_DIM`]: the warp's own rows stay in shared memory.
     wide: bool,
+    /// dk (`wrt` k) with dv beside it, stored through this parameter.
+    also: Option<usize>,
 }
 
 const NAMES: [&str; 7] = ["q", "k", "v", "o", "lse", "dl", "m"];
@@ -321,8 +330,18 @@ impl B<'_> {
     /// Stores the warp's rows `r0`, `r1` of `acc[width / 8][4]` into the contiguous
     /// output `[b.., heads, len, width]` at head `head`.
     #[allow(clippy::too_many_arguments)]
-    fn store(&self, w: &mut Writer, h: &mut Helpers, acc: &str, head: &str, heads: usize, len: usize, width: usize) {
-        let out = format!("p{}", self.a.out_param);
+    fn store(
+        &self,
+        w: &mut Writer,
+        h: &mut Helpers,
+        acc: &str,
+        to: (usize, &str),
+        heads: usize,
+        len: usize,
+        width: usize,
+    ) {
+        let (param, head) = to;
+        let out = format!("p{param}");
         for (r, e) in [("r0", 0), ("r1", 2)] {
             w.open(format!("if ({r} < {len}LL)"));
             w.line(format!(
@@ -342,7 +361,7 @@ impl B<'_> {
         let d = &self.dims;
         w.line(format!(
             "// attention_grad of {} (tensor cores, {} mma): {} x {} heads ({} kv), sq {}, sk {}, d {}, dv {}, scale {}, {}{}{}; {BLOCK_R} {what} rows per block, {} rows per streamed tile",
-            self.wrt.name(),
+            if self.also.is_some() { "k and v" } else { self.wrt.name() },
             d.dtype,
             d.batch.iter().product::<usize>(),
             d.hq,
@@ -391,9 +410,15 @@ impl B<'_> {
         let stages = if self.wide { 2 } else { 1 };
         let elems = st_at + stages * BLOCK_R * stage_pitch;
         self.head(w, tiles, "query");
-        w.line(format!("const long long b = tile / {}LL;", d.hq * rtiles));
-        w.line(format!("const long long h = (tile / {rtiles}LL) % {}LL;", d.hq));
-        w.line(format!("const long long i0 = (tile % {rtiles}LL) * {BLOCK_R};"));
+        // Heaviest tiles first (causal: the last query rows see the most keys), so the
+        // grid-stride loop's last round takes the light ones.
+        w.line(format!("const long long bh = tile % {}LL;", nb * d.hq));
+        w.line(format!("const long long b = bh / {}LL, h = bh % {}LL;", d.hq, d.hq));
+        w.line(format!(
+            "const long long i0 = ({} - tile / {}LL) * {BLOCK_R};",
+            rtiles - 1,
+            nb * d.hq
+        ));
         w.line(format!("const long long g = h / {}LL;", d.group()));
         w.line("const long long r0 = i0 + warp * 16 + gq, r1 = r0 + 8;");
         self.batch_coords(w);
@@ -471,7 +496,7 @@ impl B<'_> {
         w.close();
         self.accumulate(w, "dq", "s", "ks", kp, d.d);
         w.close();
-        self.store(w, h, "dq", "h", d.hq, d.sq, d.d);
+        self.store(w, h, "dq", (self.a.out_param, "h"), d.hq, d.sq, d.d);
         w.close();
         w.close();
         (tiles, elems)
@@ -498,9 +523,10 @@ impl B<'_> {
         let elems = rows_at + 2 * bn * 2;
         let od = if dk { d.d } else { d.dv };
         self.head(w, tiles, "key");
-        w.line(format!("const long long b = tile / {}LL;", d.hkv * rtiles));
-        w.line(format!("const long long g = (tile / {rtiles}LL) % {}LL;", d.hkv));
-        w.line(format!("const long long j0 = (tile % {rtiles}LL) * {BLOCK_R};"));
+        // Heaviest tiles first (causal: the first keys are seen by the most queries).
+        w.line(format!("const long long bg = tile % {}LL;", nb * d.hkv));
+        w.line(format!("const long long b = bg / {}LL, g = bg % {}LL;", d.hkv, d.hkv));
+        w.line(format!("const long long j0 = (tile / {}LL) * {BLOCK_R};", nb * d.hkv));
         w.line("const long long r0 = j0 + warp * 16 + gq, r1 = r0 + 8;");
         self.batch_coords(w);
         self.base(w, 1, "g");
@@ -536,11 +562,13 @@ impl B<'_> {
                 self.a_fragments(w, "va", "stage", stage_pitch, d.dv);
             }
         }
-        w.line(format!("float acc[{}][4];", od / 8));
-        w.line("#pragma unroll");
-        w.open(format!("for (int n = 0; n < {}; ++n)", od / 8));
-        w.line("acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;");
-        w.close();
+        for (acc, width) in std::iter::once(("acc", od)).chain(self.also.map(|_| ("accv", d.dv))) {
+            w.line(format!("float {acc}[{}][4];", width / 8));
+            w.line("#pragma unroll");
+            w.open(format!("for (int n = 0; n < {}; ++n)", width / 8));
+            w.line(format!("{acc}[n][0] = {acc}[n][1] = {acc}[n][2] = {acc}[n][3] = 0.0f;"));
+            w.close();
+        }
         w.open(format!("for (long long hh = 0; hh < {}LL; ++hh)", d.group()));
         w.line(format!("const long long h = g * {}LL + hh;", d.group()));
         for n in [0, 3, 4, 5] {
@@ -585,9 +613,25 @@ impl B<'_> {
         w.line("const long long j = e < 2 ? r0 : r1;");
         w.line("const float lse_ = lse_s[c];");
         w.line("const float dl_ = dl_s[c];");
-        self.probability(w, h, "s[n][e]", "i", "j", dk.then_some("dp[n][e]"));
+        let ds = (dk && self.also.is_none()).then_some("dp[n][e]");
+        self.probability(w, h, "s[n][e]", "i", "j", ds);
         w.close();
         w.close();
+        if self.also.is_some() {
+            // dv from p, then p becomes ds in place (the same f32 products as the dk
+            // kernel's `p (dp - delta) scale`).
+            self.accumulate(w, "accv", "s", "os", vp, d.dv);
+            w.line("#pragma unroll");
+            w.open(format!("for (int n = 0; n < {}; ++n)", bn / 8));
+            w.line("#pragma unroll");
+            w.open("for (int e = 0; e < 4; ++e)");
+            w.line(format!(
+                "s[n][e] = s[n][e] * (dp[n][e] - dl_s[n * 8 + 2 * tq + (e & 1)]) * {};",
+                cuda::f32_lit(self.a.scale as f32)
+            ));
+            w.close();
+            w.close();
+        }
         if dk {
             self.accumulate(w, "acc", "s", "qs", kp, d.d);
         } else {
@@ -595,7 +639,10 @@ impl B<'_> {
         }
         w.close();
         w.close();
-        self.store(w, h, "acc", "g", d.hkv, d.sk, od);
+        self.store(w, h, "acc", (self.a.out_param, "g"), d.hkv, d.sk, od);
+        if let Some(pv) = self.also {
+            self.store(w, h, "accv", (pv, "g"), d.hkv, d.sk, d.dv);
+        }
         w.close();
         w.close();
         (tiles, elems)
@@ -615,8 +662,11 @@ pub(super) fn generate(
     // opted into at launch: every target from sm_80 has 99 KiB).
     let widest = dims.d.max(dims.dv);
     let wide = widest > WIDE_HEAD_DIM;
+    // dk and dv: 32 over head dim 64 or less (two accumulators in registers).
+    let also = a.also.map(|(p, _)| p).filter(|_| wrt == AttentionOperand::K);
     let bn = match (widest <= 64, wrt) {
         _ if wide => 16,
+        (true, _) if also.is_some() => 32,
         (true, _) => 64,
         (false, AttentionOperand::K) => 16,
         (false, _) => 32,
@@ -629,6 +679,7 @@ pub(super) fn generate(
         kp: dims.d + PAD,
         vp: dims.dv + PAD,
         wide,
+        also,
         dims,
     };
     let mut h = Helpers::new();
@@ -646,9 +697,11 @@ pub(super) fn generate(
         LaunchConfig {
             block: (WARPS * 32) as u32,
             grid: GridSize::PerSm {
+                // dk and dv: two accumulators take over 128 registers a thread, so
+                // more than two blocks never fit.
                 blocks_per_sm: match bytes {
-                    0..=24576 => 4,
-                    24577..=49152 => 2,
+                    0..=24576 if also.is_none() => 4,
+                    0..=49152 => 2,
                     _ => 1,
                 },
                 max_blocks: tiles.clamp(1, u32::MAX as usize) as u32,

@@ -18,7 +18,7 @@ mod mma;
 mod mma_backward;
 mod tiled;
 
-use graphc_ir::{AttentionDims, DType, TensorType};
+use graphc_ir::{AttentionDims, AttentionOperand, DType, Op, TensorType};
 
 use super::cuda;
 use super::layout::Ix;
@@ -37,11 +37,79 @@ pub(crate) struct Args<'a> {
     pub in_param: &'a [usize],
     pub out_param: usize,
     pub out: &'a TensorType,
+    /// The parameter and type of a sibling's output ([`fuses_siblings`]): the gradient
+    /// of v beside that of k, the rows' log-sum-exp beside the forward's output.
+    pub also: Option<(usize, DType)>,
     pub params_decl: String,
     pub scale: f64,
     pub causal: bool,
     /// A row whose sum is 0 or NaN (every key masked) stores 0.
     pub zero_masked_rows: bool,
+}
+
+/// Whether `attention_grad` of k over operands of types `tys` (q, k, v, dout, lse,
+/// delta and maybe a mask) computes the gradient of v in the same kernel: on tensor
+/// cores (bf16 or f16, head dims multiples of 16) up to head dim
+/// [`mma_backward::FUSED_HEAD_DIM`].
+pub(crate) fn fuses_dkdv(tys: &[&TensorType]) -> bool {
+    let Some(att) = tys.get(..3) else {
+        return false;
+    };
+    let Ok(dims) = AttentionDims::of(att) else {
+        return false;
+    };
+    matches!(dims.dtype, DType::BF16 | DType::F16)
+        && tys.get(3).is_some_and(|t| t.dtype == dims.dtype)
+        && (6..=7).contains(&tys.len())
+        && [dims.d, dims.dv]
+            .iter()
+            .all(|&x| x > 0 && x % 16 == 0 && x <= mma_backward::FUSED_HEAD_DIM)
+        && dims.sq > 0
+        && dims.sk > 0
+}
+
+/// Whether the forward over operands of types `tys` (q, k, v and maybe a mask) stores
+/// the rows' log-sum-exp beside its output: on tensor cores ([`mma::applies`]).
+pub(crate) fn fuses_lse(tys: &[&TensorType]) -> bool {
+    (3..=4).contains(&tys.len()) && AttentionDims::of(tys).is_ok_and(|d| mma::applies(&d) && d.sk > 0)
+}
+
+/// Whether op kernel `o` (of `op`) is generated as one kernel with its siblings: an
+/// `attention_grad` of k whose one sibling is the `attention_grad` of v with the same
+/// flags over the same operands, where [`fuses_dkdv`]; or an attention whose one
+/// sibling is the `attention_lse` of its q, k (and mask) with its scale and causality,
+/// where [`fuses_lse`].
+pub(crate) fn fuses_siblings(op: &Op, o: &crate::kernel::OpKernel) -> bool {
+    let tys: Vec<&TensorType> = o.inputs.iter().map(|(_, t)| t).collect();
+    if let (Op::Attention { scale, causal, .. }, [s]) = (op, &o.siblings[..]) {
+        let qk_mask: Vec<usize> = [0, 1].into_iter().chain((tys.len() == 4).then_some(3)).collect();
+        return s.op
+            == Op::AttentionLse {
+                scale: *scale,
+                causal: *causal,
+            }
+            && s.inputs == qk_mask
+            && fuses_lse(&tys);
+    }
+    let (
+        Op::AttentionGrad {
+            wrt: AttentionOperand::K,
+            scale,
+            causal,
+            zero_masked_rows,
+        },
+        [s],
+    ) = (op, &o.siblings[..])
+    else {
+        return false;
+    };
+    s.op == Op::AttentionGrad {
+        wrt: AttentionOperand::V,
+        scale: *scale,
+        causal: *causal,
+        zero_masked_rows: *zero_masked_rows,
+    } && s.inputs.iter().copied().eq(0..o.inputs.len())
+        && fuses_dkdv(&tys)
 }
 
 /// Whether an operand's rows (offset `offset`, strides `st` over `nbd` batch dims, its
@@ -192,6 +260,9 @@ pub(crate) fn generate(g: &Args<'_>) -> Result<(&'static str, (String, Helpers),
         let mut h = Helpers::new();
         let (source, launch) = mma::generate(&gen, &mut h, nb, false);
         return Ok(("attention", (source, h), launch));
+    }
+    if g.also.is_some() {
+        return Err(g.cx.malformed("the CUDA-core attention stores no log-sum-exp"));
     }
     let gen = backward::Gen::new(g, dims, forward_roles(g.inputs.len()));
     let (source, h, launch) = tiled::generate(&gen, tiled::Kernel::Forward);

@@ -10,10 +10,16 @@ use super::{Emitted, Gen};
 
 /// Threads of a block of the row kernel ([`Gen::scatter_add_rows`]).
 const ROWS_BLOCK: usize = 256;
-/// Index positions a block of the row kernel scans at a time (its list of matches).
-const ROWS_CHUNK: usize = 1024;
+/// Index positions each thread of the row kernel tests a round.
+const ROWS_PER_THREAD: usize = 8;
+/// Index positions a block of the row kernel scans a round (its list of matches).
+const ROWS_CHUNK: usize = ROWS_BLOCK * ROWS_PER_THREAD;
+/// The round's match counts per (position slot, warp), prefixed by the first warp's
+/// lanes two each.
+const ROWS_COUNTS: usize = ROWS_PER_THREAD * ROWS_BLOCK / 32;
+const _: () = assert!(ROWS_COUNTS == 64 && ROWS_CHUNK <= 1 << 16);
 /// f32 accumulators of a block of the row kernel (its rows times the row length).
-const ROWS_ACC: usize = 4096;
+const ROWS_ACC: usize = 8192;
 /// The longest row the row kernel takes (one row a block, its accumulators 32 KiB).
 const ROWS_MAX_ROW: usize = 8192;
 
@@ -21,10 +27,11 @@ impl Gen<'_> {
     /// [`Op::ScatterAdd`] along the leading axis of a float output (the embedding
     /// gradient: updates `[positions.., row]` added into `[size, row]`), as row blocks:
     /// a block owns `R` output rows (`R` rows of f32 accumulators in shared memory),
-    /// scans the indices in chunks of [`ROWS_CHUNK`], compacts the positions that name
-    /// its rows in position order (a ballot and prefix per warp), then adds each
-    /// match's update row into its accumulators, each element by the one thread that
-    /// owns its column. So every element is the interpreter's sum in its order
+    /// scans the indices in rounds of [`ROWS_CHUNK`] (each thread tests
+    /// [`ROWS_PER_THREAD`] positions, coalesced, and takes a ballot of each), compacts
+    /// the positions that name its rows in position order (one prefix over the round's
+    /// per-warp counts, two barriers a round), then adds each match's update row into
+    /// its accumulators, each element by the one thread that owns its column. So every element is the interpreter's sum in its order
     /// (deterministic, no atomics), the indices are read once per block instead of once
     /// per element, and each update row once. `None` where it does not apply (another
     /// axis or dtype, rows over [`ROWS_MAX_ROW`]): the element kernel serves.
@@ -61,9 +68,11 @@ impl Gen<'_> {
             self.params_decl()
         ));
         w.line(format!("__shared__ float acc[{}];", rows * row));
-        w.line(format!("__shared__ int pos[{ROWS_CHUNK}];"));
-        w.line(format!("__shared__ int prow[{ROWS_CHUNK}];"));
-        w.line(format!("__shared__ int warp_n[{}];", ROWS_BLOCK / 32));
+        // A match's position in the round (under 2^16) and its row in the block (under 64).
+        w.line(format!("__shared__ unsigned short pos[{ROWS_CHUNK}];"));
+        w.line(format!("__shared__ unsigned char prow[{ROWS_CHUNK}];"));
+        w.line(format!("__shared__ int cnt[{ROWS_COUNTS}];"));
+        w.line("__shared__ int total;");
         w.line(format!("const {t} r0 = ({t})blockIdx.x * {};", ix.lit(rows as i64)));
         w.line(format!(
             "const int rows = (int)({} - r0 < {} ? {} - r0 : {});",
@@ -100,10 +109,13 @@ impl Gen<'_> {
             "for ({t} c0 = 0; c0 < {}; c0 += {ROWS_CHUNK})",
             ix.lit(n_idx as i64)
         ));
-        w.line("int n = 0;");
-        w.open(format!("for (int j = 0; j < {ROWS_CHUNK}; j += {ROWS_BLOCK})"));
-        w.line(format!("const {t} k = c0 + j + ({t})threadIdx.x;"));
-        w.line("int r = -1;");
+        // Position c0 + i * ROWS_BLOCK + threadIdx.x: its row in the block, or -1.
+        w.line(format!("int r[{ROWS_PER_THREAD}];"));
+        w.line(format!("unsigned hits[{ROWS_PER_THREAD}];"));
+        w.line("#pragma unroll");
+        w.open(format!("for (int i = 0; i < {ROWS_PER_THREAD}; ++i)"));
+        w.line(format!("const {t} k = c0 + i * {ROWS_BLOCK} + ({t})threadIdx.x;"));
+        w.line("r[i] = -1;");
         w.open(format!("if (k < {})", ix.lit(n_idx as i64)));
         coords(&mut w, "k");
         w.line(format!(
@@ -111,21 +123,44 @@ impl Gen<'_> {
             over_positions(&ia.strides, ia.offset)
         ));
         w.line(format!("if (g < 0) g += {size}LL;"));
-        w.line("if (g >= (long long)r0 && g < (long long)r0 + rows) r = (int)(g - (long long)r0);");
+        w.line("if (g >= (long long)r0 && g < (long long)r0 + rows) r[i] = (int)(g - (long long)r0);");
         w.close();
-        w.line("const unsigned hits = __ballot_sync(0xffffffffu, r >= 0);");
-        w.line("if (lane == 0u) warp_n[warp] = __popc(hits);");
+        w.line("hits[i] = __ballot_sync(0xffffffffu, r[i] >= 0);");
+        w.line(format!(
+            "if (lane == 0u) cnt[i * {} + warp] = __popc(hits[i]);",
+            ROWS_BLOCK / 32
+        ));
+        w.close();
         w.line("__syncthreads();");
-        w.line("int base = n;");
-        w.line("for (unsigned v = 0; v < warp; ++v) base += warp_n[v];");
-        w.open("if (r >= 0)");
-        w.line("const int slot = base + __popc(hits & ((1u << lane) - 1u));");
-        w.line("pos[slot] = j + (int)threadIdx.x;");
-        w.line("prow[slot] = r;");
+        // Exclusive prefix of the counts in (slot, warp) order, which is position order.
+        w.open("if (warp == 0u)");
+        w.line("const int a = cnt[2 * lane], b = cnt[2 * lane + 1];");
+        w.line("int s = a + b;");
+        w.line("#pragma unroll");
+        w.open("for (int off = 1; off < 32; off <<= 1)");
+        w.line("const int y = __shfl_up_sync(0xffffffffu, s, off);");
+        w.line("if ((int)lane >= off) s += y;");
         w.close();
-        w.line(format!("for (int v = 0; v < {}; ++v) n += warp_n[v];", ROWS_BLOCK / 32));
+        w.line("cnt[2 * lane] = s - a - b;");
+        w.line("cnt[2 * lane + 1] = s - b;");
+        w.line("if (lane == 31u) total = s;");
+        w.close();
         w.line("__syncthreads();");
+        w.line("#pragma unroll");
+        w.open(format!("for (int i = 0; i < {ROWS_PER_THREAD}; ++i)"));
+        w.open("if (r[i] >= 0)");
+        w.line(format!(
+            "const int slot = cnt[i * {} + warp] + __popc(hits[i] & ((1u << lane) - 1u));",
+            ROWS_BLOCK / 32
+        ));
+        w.line(format!(
+            "pos[slot] = (unsigned short)(i * {ROWS_BLOCK} + (int)threadIdx.x);"
+        ));
+        w.line("prow[slot] = (unsigned char)r[i];");
         w.close();
+        w.close();
+        w.line("const int n = total;");
+        w.line("__syncthreads();");
         w.open("for (int m = 0; m < n; ++m)");
         w.line(format!("const {t} k = c0 + pos[m];"));
         coords(&mut w, "k");

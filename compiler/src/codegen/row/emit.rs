@@ -24,6 +24,9 @@ enum Reads {
     Direct,
     /// Computing the kept values where the cache is loaded.
     Fill,
+    /// A picked stage's one element, its inputs read before the pass the stores ride
+    /// along ([`super::ride`]): `pf<stage>_<input>`.
+    Prefetched(usize),
 }
 
 /// The kernel being written: its plan, the C so far and the helpers it needs.
@@ -356,16 +359,16 @@ impl<'p, 'a> Emit<'p, 'a> {
 
     /// The expressions of a pass that vary along the row, for element `j` (`direct`:
     /// every input read from memory at `j`, neither cached nor in a vector chunk).
-    fn pass_body(&mut self, ids: &[ExprId], direct: bool) -> Result<(), CodegenError> {
+    fn pass_body(&mut self, ids: &[ExprId], reads: Reads) -> Result<(), CodegenError> {
         layout::decompose(&mut self.w, self.p.ix, "j", &self.p.ic.dims, "j");
-        self.elem_body(ids, if direct { Reads::Direct } else { Reads::Pass })
+        self.elem_body(ids, reads)
     }
 
     /// The expressions of `ids` that vary along the row, for element `j` (its
     /// coordinates decomposed), reading as `reads` says.
     fn elem_body(&mut self, ids: &[ExprId], reads: Reads) -> Result<(), CodegenError> {
         let (p, cx) = (self.p, self.cx);
-        let direct = reads == Reads::Direct;
+        let direct = matches!(reads, Reads::Direct | Reads::Prefetched(_));
         let slot = self.cache_slot();
         let mut elem_ids: Vec<ExprId> = ids.iter().copied().filter(|&id| p.elem[id.index()]).collect();
         if reads == Reads::Pass {
@@ -384,7 +387,9 @@ impl<'p, 'a> Emit<'p, 'a> {
             match e {
                 Expr::Load(n) => {
                     let n = n.index();
-                    if p.cached(n) && !direct {
+                    if let Reads::Prefetched(q) = reads {
+                        Ok(format!("pf{q}_{n}"))
+                    } else if p.cached(n) && !direct {
                         Ok(format!("c{n}[{slot}]"))
                     } else if p.vw > 1 && !direct {
                         Ok(cuda::load_conv(h, d, &format!("vx{n}[u]")))
@@ -440,7 +445,11 @@ impl<'p, 'a> Emit<'p, 'a> {
             self.w.line(format!("{at} {acc} = {};", acc_init(stage.op, d)));
             self.w.open(format!("if ({r} >= 0 && {r} < {})", p.n_inner));
             self.w.line(format!("const {} j = ({}){r};", p.ix.ty(), p.ix.ty()));
-            self.pass_body(ids, true)?;
+            let reads = match &p.ride {
+                Some(ride) if ride.prefetch.contains(&si) => Reads::Prefetched(si),
+                _ => Reads::Direct,
+            };
+            self.pass_body(ids, reads)?;
             self.w.line(format!("{acc} = {x};"));
             self.w.close();
             // Every thread of the row has read it before any stores over it (a store
@@ -453,14 +462,44 @@ impl<'p, 'a> Emit<'p, 'a> {
             self.w.line(format!("const {} st{si} = {fin};", cuda::reg_type(d)));
             return self.row_exprs(Some(si));
         }
-        self.w.line(format!("// stage {si}: {} over the row", stage.op.name()));
+        let rides = p.ride.as_ref().filter(|r| r.pass == si);
+        let mut ids = ids.to_vec();
+        if let Some(ride) = rides {
+            for &q in &ride.prefetch {
+                self.prefetch(q)?;
+            }
+            if !ride.prefetch.is_empty() {
+                // Every thread has read before any writes over it (a store may be in place).
+                self.w.line(match p.mode {
+                    Mode::Warp { .. } => "__syncwarp();",
+                    Mode::Block(_) | Mode::Columns { .. } => "__syncthreads();",
+                });
+            }
+            ids.extend(p.passes.last().map(Vec::as_slice).unwrap_or_default());
+            ids.sort();
+            ids.dedup();
+        }
+        self.w.line(format!(
+            "// stage {si}: {} over the row{}",
+            stage.op.name(),
+            if rides.is_some() { ", and the stores" } else { "" }
+        ));
         self.w.line(format!("{at} {acc} = {};", acc_init(stage.op, d)));
         self.open_pass(p.cache);
-        self.pass_vector_loads(ids)?;
+        self.pass_vector_loads(&ids)?;
+        if rides.is_some() {
+            self.store_chunks()?;
+        }
         self.open_elems();
-        self.pass_body(ids, false)?;
+        self.pass_body(&ids, Reads::Pass)?;
         self.w.line(combine(stage.op, d, &acc, &x));
+        if rides.is_some() {
+            self.store_elems()?;
+        }
         self.close_elems();
+        if rides.is_some() {
+            self.write_chunks()?;
+        }
         self.close_pass(p.cache);
         across_threads(&mut self.w, p.mode, stage.op, d, &acc);
         let fin = final_value(&mut self.h, stage.op, d, &acc, p.n_inner);
@@ -484,27 +523,73 @@ impl<'p, 'a> Emit<'p, 'a> {
         Ok(())
     }
 
+    /// Picked stage `q`'s element inputs at its index, read before the pass the stores
+    /// ride along into `pf<q>_<input>` (0 where the row has no such element).
+    fn prefetch(&mut self, q: usize) -> Result<(), CodegenError> {
+        let p = self.p;
+        let (Some(Some(r)), Some(ids)) = (p.picked.get(q), p.passes.get(q)) else {
+            return Ok(());
+        };
+        let loads: Vec<usize> =
+            p.k.loads_of(ids)
+                .into_iter()
+                .filter(|n| p.elem_inputs.contains(n))
+                .collect();
+        let r = p.name(*r);
+        for &n in &loads {
+            let d = self.cx.dtype(p.k.inputs[n].buffer)?;
+            self.w.line(format!("{} pf{q}_{n} = 0;", cuda::reg_type(d)));
+        }
+        self.w.open(format!("if ({r} >= 0 && {r} < {})", p.n_inner));
+        self.w.line(format!("const {} j = ({}){r};", p.ix.ty(), p.ix.ty()));
+        layout::decompose(&mut self.w, p.ix, "j", &p.ic.dims, "j");
+        for &n in &loads {
+            let d = self.cx.dtype(p.k.inputs[n].buffer)?;
+            let v = cuda::load_conv(&mut self.h, d, &format!("p{}[{}]", p.in_param[n], p.inner_addr(n)));
+            self.w.line(format!("pf{q}_{n} = {v};"));
+        }
+        self.w.close();
+        Ok(())
+    }
+
+    /// Vector mode: the chunk arrays `vo<i>` the element stores gather into.
+    fn store_chunks(&mut self) -> Result<(), CodegenError> {
+        let p = self.p;
+        if p.vw > 1 {
+            for (i, s) in p.k.stores.iter().enumerate() {
+                let d = self.cx.dtype(s.access.buffer)?;
+                self.w
+                    .line(format!("alignas(16) {} vo{i}[{}];", cuda::storage_type(d), p.vw));
+            }
+        }
+        Ok(())
+    }
+
     /// The last pass: the element stores (vector mode: gathered in `vo<i>` and written
-    /// with one access per chunk).
+    /// with one access per chunk), unless they ride along a stage's pass.
     pub fn stores(&mut self) -> Result<(), CodegenError> {
         let p = self.p;
-        if p.k.stores.is_empty() {
+        if p.k.stores.is_empty() || p.ride.is_some() {
             return Ok(());
         }
-        let vw = p.vw;
         self.w.line("// stores");
         self.open_pass(p.cache);
         let ids = p.passes.last().map(Vec::as_slice).unwrap_or_default();
         self.pass_vector_loads(ids)?;
-        if vw > 1 {
-            for (i, s) in p.k.stores.iter().enumerate() {
-                let d = self.cx.dtype(s.access.buffer)?;
-                self.w
-                    .line(format!("alignas(16) {} vo{i}[{vw}];", cuda::storage_type(d)));
-            }
-        }
+        self.store_chunks()?;
         self.open_elems();
-        self.pass_body(ids, false)?;
+        self.pass_body(ids, Reads::Pass)?;
+        self.store_elems()?;
+        self.close_elems();
+        self.write_chunks()?;
+        self.close_pass(p.cache);
+        Ok(())
+    }
+
+    /// The current element's stores (vector mode: into the chunk arrays).
+    fn store_elems(&mut self) -> Result<(), CodegenError> {
+        let p = self.p;
+        let vw = p.vw;
         for (i, s) in p.k.stores.iter().enumerate() {
             let d = self.cx.dtype(s.access.buffer)?;
             let v = cuda::store_conv(&mut self.h, d, &p.name(s.value));
@@ -515,7 +600,13 @@ impl<'p, 'a> Emit<'p, 'a> {
                 self.w.line(format!("p{}[sb{i} + {a}] = {v};", p.st_param[i]));
             }
         }
-        self.close_elems();
+        Ok(())
+    }
+
+    /// Vector mode: the chunk arrays written, one access each.
+    fn write_chunks(&mut self) -> Result<(), CodegenError> {
+        let p = self.p;
+        let vw = p.vw;
         if vw > 1 {
             for (i, s) in p.k.stores.iter().enumerate() {
                 let d = self.cx.dtype(s.access.buffer)?;
@@ -525,7 +616,6 @@ impl<'p, 'a> Emit<'p, 'a> {
                     .line(format!("*({vt}*)(p{} + {addr}) = *(const {vt}*)vo{i};", p.st_param[i]));
             }
         }
-        self.close_pass(p.cache);
         Ok(())
     }
 }

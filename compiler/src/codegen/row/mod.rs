@@ -29,6 +29,7 @@ mod mode;
 mod pick;
 mod plan;
 mod reduce;
+mod ride;
 mod xcache;
 
 use super::{finish, CodegenError, Ctx, CudaKernel, GridSize, LaunchConfig};

@@ -7,6 +7,7 @@ use graphc_ir::DType;
 
 use super::mode::{choose_mode, vector_width, Mode};
 use super::pick::picked_index;
+use super::ride::{store_pass, Classified, Ride};
 use super::xcache::{kept_exprs, Kept};
 use super::{RowFields, MAX_CACHED_PER_THREAD, MAX_CACHE_REGS};
 use crate::codegen::elementwise::check_store_dtype;
@@ -63,6 +64,9 @@ pub(super) struct Plan<'a> {
     pub picked: Vec<Option<ExprId>>,
     /// Values kept in registers across the passes ([`super::xcache`]), with the cache.
     pub kept: Kept,
+    /// The stage whose pass writes the element stores, when not a pass of their own
+    /// ([`super::ride`]).
+    pub ride: Option<Ride>,
 }
 
 impl<'a> Plan<'a> {
@@ -170,6 +174,17 @@ impl<'a> Plan<'a> {
         };
         let cache = fits(multi_pass.len() + kept.exprs.len());
         let kept = if cache { kept } else { Kept::none(k.body.exprs.len()) };
+        // With the register cache a pass reads registers: the stores keep their own.
+        let ride = if cache {
+            None
+        } else {
+            let c = Classified {
+                stage_dep: &stage_dep,
+                passes: &passes,
+                picked: &picked,
+            };
+            store_pass(cx, k, &c)?
+        };
 
         Ok(Plan {
             k,
@@ -202,6 +217,7 @@ impl<'a> Plan<'a> {
             cache,
             picked,
             kept,
+            ride,
         })
     }
 

@@ -508,26 +508,56 @@ impl<'p> Verifier<'p> {
             }
             self.read(acc, ty.shape.dims(), &what)?;
         }
-        let out = self.buffer(k.output, "output")?;
+        let tys: Vec<&TensorType> = k.inputs.iter().map(|(_, t)| t).collect();
+        self.op_output(&k.op, &tys, k.output, "output")?;
+        let mut written = vec![k.output];
+        for (n, sib) in k.siblings.iter().enumerate() {
+            let what = format!("sibling {n} ({})", sib.op.name());
+            let tys = sib
+                .inputs
+                .iter()
+                .map(|&i| tys.get(i).copied())
+                .collect::<Option<Vec<&TensorType>>>()
+                .ok_or_else(|| KernelVerifyError::OpType {
+                    kernel: self.kernel(),
+                    op: sib.op.name().to_string(),
+                    message: format!("{what} reads operands {:?} of {}", sib.inputs, k.inputs.len()),
+                })?;
+            if written.contains(&sib.output) {
+                let buf = self.buffer(sib.output, &what)?;
+                return Err(KernelVerifyError::StoredTwice {
+                    kernel: self.kernel(),
+                    what,
+                    buffer: describe_buffer(sib.output, buf),
+                });
+            }
+            self.op_output(&sib.op, &tys, sib.output, &what)?;
+            written.push(sib.output);
+        }
+        Ok(())
+    }
+
+    /// `op` of operands `tys` gives the type of `output`, a temp.
+    fn op_output(&self, op: &graphc_ir::Op, tys: &[&TensorType], output: BufferId, what: &str) -> R {
+        let out = self.buffer(output, what)?;
         if out.kind != BufferKind::Temp {
             return Err(KernelVerifyError::StoreNotTemp {
                 kernel: self.kernel(),
-                what: "output".into(),
-                buffer: describe_buffer(k.output, out),
+                what: what.into(),
+                buffer: describe_buffer(output, out),
             });
         }
-        let tys: Vec<&TensorType> = k.inputs.iter().map(|(_, t)| t).collect();
-        let ty = infer_type(&k.op, &tys).map_err(|message| KernelVerifyError::OpType {
+        let ty = infer_type(op, tys).map_err(|message| KernelVerifyError::OpType {
             kernel: self.kernel(),
-            op: k.op.name().to_string(),
+            op: op.name().to_string(),
             message,
         })?;
         if ty != out.ty {
             return Err(KernelVerifyError::OpOutput {
                 kernel: self.kernel(),
-                op: k.op.name().to_string(),
+                op: op.name().to_string(),
                 ty,
-                buffer: describe_buffer(k.output, out),
+                buffer: describe_buffer(output, out),
                 out: out.ty.clone(),
             });
         }
