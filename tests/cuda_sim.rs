@@ -257,7 +257,9 @@ fn a_stored_bf16_value_is_the_value_its_kernel_reads() {
 #[test]
 fn cross_entropy_stores_its_shifted_logits_in_the_sums_pass_in_place() {
     // The self-test cases run them (plain, ASan, TSan); here: the kernels they are.
-    for (n, chunk) in [(20000, "ci"), (20001, "j")] {
+    // Rows of 20,000 bf16 start 16-byte aligned; of 20,001 anywhere: the vectors of a
+    // row start at its first aligned element, the elements before and after them apart.
+    for (n, shifted) in [(20000, false), (20001, true)] {
         let case = graphc::selftest::cases()
             .unwrap()
             .into_iter()
@@ -273,7 +275,13 @@ fn cross_entropy_stores_its_shifted_logits_in_the_sums_pass_in_place() {
         let src = graphc_compiler::codegen::generate(p, k).unwrap().source;
         // Two passes over the row (the max; the sum with the stores), the label's logit
         // read before the second, then a barrier before any store.
-        assert_eq!(src.matches(&format!("for (int {chunk} = t;")).count(), 2, "{src}");
+        assert_eq!(src.matches("for (int ci = t;").count(), 2, "{src}");
+        assert_eq!(src.contains("const int h_ = "), shifted, "{src}");
+        assert_eq!(
+            src.matches("for (int e = t;").count(),
+            if shifted { 2 } else { 0 },
+            "{src}"
+        );
         assert!(src.contains("reduce_sum over the row, and the stores"), "{src}");
         let pf = src.find(" pf2_").expect("a prefetch");
         let sync = src[pf..].find("__syncthreads();").map(|i| i + pf).unwrap();
@@ -287,4 +295,25 @@ fn cross_entropy_stores_its_shifted_logits_in_the_sums_pass_in_place() {
             .find(|b| writes.contains(&b.buffer) && b.reuses.is_some());
         assert!(reuse.is_some(), "no store in place: {:?}", compiled.plan.buffers);
     }
+}
+
+#[test]
+fn a_transpose_of_heads_moves_vectors_along_the_head_dim() {
+    // The self-test case runs it (plain, ASan, TSan); here: the path it takes.
+    let case = graphc::selftest::cases()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name.starts_with("elementwise bf16 heads transposed"))
+        .expect("the case");
+    let compiled = graphc::compile(&case.graph).unwrap();
+    assert_eq!(compiled.program.kernels.len(), 1);
+    let src = graphc_compiler::codegen::generate(&compiled.program, 0).unwrap().source;
+    assert!(
+        src.contains("// strided vectors: collapsed space [2, 6, 4, 16], 4 elements"),
+        "{src}"
+    );
+    // x by 8-byte vectors (4 bf16), the scale one element a step, y by 16-byte vectors.
+    assert!(src.contains("*(g_vec8*)a0 = *(const g_vec8*)(p0 + "), "{src}");
+    assert!(src.contains("const float s1 = p1["), "{src}");
+    assert!(src.contains("*(g_vec16*)(p2 + "), "{src}");
 }

@@ -460,6 +460,13 @@ fn backward_cases(c: &mut Cases) -> Result<(), GraphError> {
             }
         })?;
     }
+    pair_cases(c)
+}
+
+/// The kernels made of two ops: the forward with the backward's log-sum-exp beside it,
+/// and the gradients of k and v of two different output gradients, each alone.
+fn pair_cases(c: &mut Cases) -> Result<(), GraphError> {
+    use graphc_ir::{AttentionOperand, Op};
     // The forward with the rows' log-sum-exp stored beside its output (the backward's
     // `attention_lse` of the same q, k and mask), then the backward.
     c.add(

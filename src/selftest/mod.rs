@@ -394,6 +394,19 @@ fn kernel_cases(c: &mut Cases) -> Result<(), GraphError> {
         b.output("sel", b.select(p.gt(q), x, -x));
     })?;
     rows::cases(c)?;
+    // Elementwise by vectors along a strided space's last dim: attention's heads
+    // `[b, h, s, d]` read as `[b, s, h, d]`, scaled per (b, s, h) (a scalar a vector
+    // step) and by a position (the index of each element), stored as f32.
+    c.add(
+        "elementwise bf16 heads transposed, 4 along the head dim a step, a per-row scale".into(),
+        0,
+        &|b| {
+            let x = b.input("x", DType::BF16, [2, 4, 6, 16]);
+            let sc = b.input("sc", DType::F32, [2, 6, 4, 1]);
+            let pos = b.iota(DType::F32, [2, 6, 4, 16], 3);
+            b.output("y", x.transpose(&[0, 2, 1, 3]).cast(DType::F32) * sc + pos);
+        },
+    )?;
     // Op kernels.
     c.add("op concat, 16-byte copies through transposed views".into(), 0, &|b| {
         // Heads' gradients [b, h, s, d] as [b, s, h, d], joined along the heads.

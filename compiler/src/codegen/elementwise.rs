@@ -6,7 +6,10 @@
 //! handles `V` consecutive elements per step with one 16-byte (or narrower, for narrow
 //! types mixed with wide ones) load or store per access; a scalar loop does the tail.
 //! Otherwise each element's addresses come from its multi-index over the space with
-//! dims collapsed where every access steps through them as one.
+//! dims collapsed where every access steps through them as one; when every access
+//! walks the last collapsed dim contiguously (or not at all) and starts each of its rows
+//! 16-byte aligned (a transpose of attention's heads, `[b, h, s, d]` as `[b, s, h, d]`),
+//! by `V` elements along it a step, each access one vector (or one scalar) a step.
 
 use graphc_ir::DType;
 
@@ -493,10 +496,124 @@ fn block_kernel(source: String, entry: String, params: Params, grid: GridSize) -
 /// caller): the fast path when it applies, else the general path. Returns the work
 /// items (vector steps or elements).
 fn loops(cx: &Ctx, s: &Setup, w: &mut Writer, h: &mut Helpers) -> Result<usize, CodegenError> {
-    match s.fast_plan(cx)? {
-        Some(f) => fast_path(cx, s, &f, w, h),
+    if let Some(f) = s.fast_plan(cx)? {
+        return fast_path(cx, s, &f, w, h);
+    }
+    match strided_width(cx, s)? {
+        Some((c, v)) => strided_path(cx, s, &c, v, w, h),
         None => general_path(cx, s, w, h),
     }
+}
+
+/// The collapsed space and the vector width of the strided vector path, when it applies:
+/// no gathers, two or more collapsed dims, the last a multiple of `V` (16 bytes of the
+/// widest type) long, every access through it with stride 1 (stores) or 0 or 1 (loads),
+/// and every access that steps along it at a multiple of `V` (offset and other strides).
+fn strided_width(cx: &Ctx, s: &Setup) -> Result<Option<(layout::Collapsed, usize)>, CodegenError> {
+    if s.gathers {
+        return Ok(None);
+    }
+    let mut strides: Vec<&[i64]> = s.used.iter().map(|&n| &s.inputs[n].strides[..]).collect();
+    strides.extend(s.stores.iter().map(|st| &st.access.strides[..]));
+    let c = layout::collapse(s.space, &strides);
+    let mut max_size = 1;
+    for &n in &s.used {
+        max_size = max_size.max(cx.dtype(s.inputs[n].buffer)?.size_bytes());
+    }
+    for st in s.stores {
+        max_size = max_size.max(cx.dtype(st.access.buffer)?.size_bytes());
+    }
+    let v = 16 / max_size;
+    let r = c.dims.len();
+    let offsets = s
+        .used
+        .iter()
+        .map(|&n| s.inputs[n].offset)
+        .chain(s.stores.iter().map(|st| st.access.offset));
+    let ok = v > 1
+        && r >= 2
+        && c.dims[r - 1].is_multiple_of(v)
+        && c.strides.iter().zip(offsets).enumerate().all(|(k, (st, off))| {
+            let last = st[r - 1];
+            let store = k >= s.used.len();
+            (last == 1 || (last == 0 && !store))
+                && (last == 0
+                    || (off.rem_euclid(v as i64) == 0 && st[..r - 1].iter().all(|x| x.rem_euclid(v as i64) == 0)))
+        });
+    Ok(ok.then_some((c, v)))
+}
+
+/// The strided vector path: `V` elements along the last collapsed dim a step, from the
+/// step's multi-index; an access stepping along it reads or writes one aligned vector,
+/// one that does not one element. Returns the work items (vector steps).
+fn strided_path(
+    cx: &Ctx,
+    s: &Setup,
+    c: &layout::Collapsed,
+    v: usize,
+    w: &mut Writer,
+    h: &mut Helpers,
+) -> Result<usize, CodegenError> {
+    let (ix, t, inputs, used) = (s.ix, s.ix.ty(), s.inputs, &s.used);
+    h.need(Helper::Vec);
+    let steps = s.numel / v;
+    w.line(format!(
+        "// strided vectors: collapsed space {:?}, {v} elements along the last dim a step",
+        c.dims
+    ));
+    w.open(format!(
+        "for ({t} cv = tid; cv < {}; cv += nthreads)",
+        ix.lit(steps as i64)
+    ));
+    w.line(format!("const {t} i = cv * {};", ix.lit(v as i64)));
+    layout::decompose(w, ix, "i", &c.dims, "i");
+    let r = c.dims.len();
+    let used_pos = |n: usize| used.iter().position(|&m| m == n).unwrap_or(0);
+    for &n in used {
+        let d = cx.dtype(inputs[n].buffer)?;
+        let addr = layout::address(ix, inputs[n].offset, &c.strides[used_pos(n)], "i");
+        if c.strides[used_pos(n)][r - 1] == 1 {
+            let vt = vec_type(v * d.size_bytes());
+            w.line(format!("alignas(16) {} a{n}[{v}];", cuda::storage_type(d)));
+            w.line(format!("*({vt}*)a{n} = *(const {vt}*)(p{} + {addr});", s.in_param[n]));
+        } else {
+            let raw = format!("p{}[{addr}]", s.in_param[n]);
+            w.line(format!(
+                "const {} {} = {};",
+                cuda::reg_type(d),
+                scalar_name(n),
+                cuda::load_conv(h, d, &raw)
+            ));
+        }
+    }
+    for (k, st) in s.stores.iter().enumerate() {
+        let d = cx.dtype(st.access.buffer)?;
+        w.line(format!("alignas(16) {} o{k}[{v}];", cuda::storage_type(d)));
+    }
+    w.line("#pragma unroll");
+    w.open(format!("for (int u = 0; u < {v}; ++u)"));
+    let vector = |n: usize| c.strides[used_pos(n)][r - 1] == 1;
+    let mut leaf = |h: &mut Helpers, _id: ExprId, e: &Expr, d: DType| -> Result<String, CodegenError> {
+        match e {
+            Expr::Load(n) if vector(n.index()) => Ok(cuda::load_conv(h, d, &format!("a{}[u]", n.index()))),
+            Expr::Load(n) => Ok(scalar_name(n.index())),
+            Expr::Index(a) => Ok(index_value(h, ix, "(i + u)", s.space, *a as usize, d)),
+            _ => Err(cx.malformed("stage or acc in an elementwise kernel")),
+        }
+    };
+    body_and_stores(cx, s, w, h, &mut leaf, |k, _, val| format!("o{k}[u] = {val};"))?;
+    w.close();
+    for (k, st) in s.stores.iter().enumerate() {
+        let d = cx.dtype(st.access.buffer)?;
+        let vt = vec_type(v * d.size_bytes());
+        let addr = layout::address(ix, st.access.offset, &c.strides[used.len() + k], "i");
+        w.line(format!(
+            "*({vt}*)(p{} + {addr}) = *(const {vt}*)o{k};",
+            s.store_param[k]
+        ));
+    }
+    w.close();
+    Ok(steps.max(1))
 }
 
 /// The most blocks one part of a multi-tensor kernel gets (a bigger part loops).

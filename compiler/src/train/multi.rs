@@ -212,11 +212,12 @@ fn run_merged(program: Program, groups: Vec<Vec<usize>>, at: impl Fn(&[usize]) -
 }
 
 /// The largest output (bytes) of a kernel [`merge_small_casts`] moves.
-pub const SMALL_CAST_BYTES: u64 = 64 << 10;
+pub const SMALL_CAST_BYTES: u64 = 8 << 20;
 
 /// Merge the small elementwise kernels that read only the program's inputs, weights
-/// and constants (a mixed-precision step's bf16 copies of its biases and norm weights:
-/// 48 launches of a few thousand elements in GPT-2 small, each a launch's cost for
+/// and constants (a mixed-precision step's bf16 copies of its parameters: in GPT-2
+/// small 48 launches of a few thousand elements for the biases and norm weights, and
+/// the weight matrices' casts up to [`SMALL_CAST_BYTES`], each a launch's cost for
 /// nothing) into multi-tensor kernels, each run at its first member's position: a
 /// later member moves earlier, which its inputs allow (they exist from the start), and
 /// holds its output from there, so it joins a group only while that keeps the live

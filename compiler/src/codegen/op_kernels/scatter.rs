@@ -132,35 +132,7 @@ impl Gen<'_> {
         ));
         w.close();
         w.line("__syncthreads();");
-        // Exclusive prefix of the counts in (slot, warp) order, which is position order.
-        w.open("if (warp == 0u)");
-        w.line("const int a = cnt[2 * lane], b = cnt[2 * lane + 1];");
-        w.line("int s = a + b;");
-        w.line("#pragma unroll");
-        w.open("for (int off = 1; off < 32; off <<= 1)");
-        w.line("const int y = __shfl_up_sync(0xffffffffu, s, off);");
-        w.line("if ((int)lane >= off) s += y;");
-        w.close();
-        w.line("cnt[2 * lane] = s - a - b;");
-        w.line("cnt[2 * lane + 1] = s - b;");
-        w.line("if (lane == 31u) total = s;");
-        w.close();
-        w.line("__syncthreads();");
-        w.line("#pragma unroll");
-        w.open(format!("for (int i = 0; i < {ROWS_PER_THREAD}; ++i)"));
-        w.open("if (r[i] >= 0)");
-        w.line(format!(
-            "const int slot = cnt[i * {} + warp] + __popc(hits[i] & ((1u << lane) - 1u));",
-            ROWS_BLOCK / 32
-        ));
-        w.line(format!(
-            "pos[slot] = (unsigned short)(i * {ROWS_BLOCK} + (int)threadIdx.x);"
-        ));
-        w.line("prow[slot] = (unsigned char)r[i];");
-        w.close();
-        w.close();
-        w.line("const int n = total;");
-        w.line("__syncthreads();");
+        compact_round(&mut w);
         w.open("for (int m = 0; m < n; ++m)");
         w.line(format!("const {t} k = c0 + pos[m];"));
         coords(&mut w, "k");
@@ -296,4 +268,40 @@ impl Gen<'_> {
         w.line(format!("p{}[i] = ({st}){val};", self.out_param));
         Ok("scatter_add")
     }
+}
+
+/// The row kernel's compaction of a round: an exclusive prefix of the per-(slot, warp)
+/// match counts `cnt` in that order (position order) by the first warp, two a lane,
+/// the round's total in `total`, then each match's position and row written at its
+/// slot of `pos` and `prow`; `n` the round's matches, all read before the last barrier.
+fn compact_round(w: &mut Writer) {
+    // Exclusive prefix of the counts in (slot, warp) order, which is position order.
+    w.open("if (warp == 0u)");
+    w.line("const int a = cnt[2 * lane], b = cnt[2 * lane + 1];");
+    w.line("int s = a + b;");
+    w.line("#pragma unroll");
+    w.open("for (int off = 1; off < 32; off <<= 1)");
+    w.line("const int y = __shfl_up_sync(0xffffffffu, s, off);");
+    w.line("if ((int)lane >= off) s += y;");
+    w.close();
+    w.line("cnt[2 * lane] = s - a - b;");
+    w.line("cnt[2 * lane + 1] = s - b;");
+    w.line("if (lane == 31u) total = s;");
+    w.close();
+    w.line("__syncthreads();");
+    w.line("#pragma unroll");
+    w.open(format!("for (int i = 0; i < {ROWS_PER_THREAD}; ++i)"));
+    w.open("if (r[i] >= 0)");
+    w.line(format!(
+        "const int slot = cnt[i * {} + warp] + __popc(hits[i] & ((1u << lane) - 1u));",
+        ROWS_BLOCK / 32
+    ));
+    w.line(format!(
+        "pos[slot] = (unsigned short)(i * {ROWS_BLOCK} + (int)threadIdx.x);"
+    ));
+    w.line("prow[slot] = (unsigned char)r[i];");
+    w.close();
+    w.close();
+    w.line("const int n = total;");
+    w.line("__syncthreads();");
 }

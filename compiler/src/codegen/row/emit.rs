@@ -162,6 +162,16 @@ impl<'p, 'a> Emit<'p, 'a> {
                 layout::address(ix, s.access.offset, &p.oc.strides[n_used + p.k.stores.len() + i], "o")
             ));
         }
+        if p.shift {
+            // Every access is as far past a vector boundary at this row: its vectors
+            // start h_ elements in.
+            let base = match p.elem_inputs.first() {
+                Some(n) => format!("ib{n}"),
+                None => "sb0".to_string(),
+            };
+            w.line(format!("const int h_ = (int)(({vw} - {base} % {vw}) % {vw});"));
+            w.line(format!("const int nv_ = ({n_inner} - h_) / {vw};"));
+        }
     }
 
     /// The row-level expressions that need exactly the stages up to `after` (None: no
@@ -220,11 +230,26 @@ impl<'p, 'a> Emit<'p, 'a> {
                 w.open(format!("if ({chunk} < {})", p.ix.lit(p.n_chunks as i64)));
             }
         } else {
-            w.open(format!(
-                "for ({t} {chunk} = t; {chunk} < {}; {chunk} += {tpr})",
+            let end = if p.shift {
+                format!("({t})nv_")
+            } else {
                 p.ix.lit(p.n_chunks as i64)
-            ));
+            };
+            w.open(format!("for ({t} {chunk} = t; {chunk} < {end}; {chunk} += {tpr})"));
         }
+    }
+
+    /// Shifted rows: open the loop over a row's elements outside its vectors (the `h_`
+    /// before them and those after), element `j`, each read and written by its thread.
+    fn open_leftovers(&mut self) {
+        let p = self.p;
+        let t = p.ix.ty();
+        self.w.open(format!(
+            "for (int e = t; e < {} - nv_ * {}; e += {})",
+            p.n_inner, p.vw, p.tpr
+        ));
+        self.w
+            .line(format!("const {t} j = e < h_ ? ({t})e : ({t})e + ({t})nv_ * {};", p.vw));
     }
 
     fn close_pass(&mut self, unrolled: bool) {
@@ -241,8 +266,9 @@ impl<'p, 'a> Emit<'p, 'a> {
             self.w.line("#pragma unroll");
             self.w.open(format!("for (int u = 0; u < {vw}; ++u)"));
             self.w.line(format!(
-                "const {} j = ci * {} + u;",
+                "const {} j = {}ci * {} + u;",
                 self.p.ix.ty(),
+                if self.p.shift { "h_ + " } else { "" },
                 self.p.ix.lit(vw as i64)
             ));
         }
@@ -494,13 +520,22 @@ impl<'p, 'a> Emit<'p, 'a> {
         self.pass_body(&ids, Reads::Pass)?;
         self.w.line(combine(stage.op, d, &acc, &x));
         if rides.is_some() {
-            self.store_elems()?;
+            self.store_elems(false)?;
         }
         self.close_elems();
         if rides.is_some() {
             self.write_chunks()?;
         }
         self.close_pass(p.cache);
+        if p.shift {
+            self.open_leftovers();
+            self.pass_body(&ids, Reads::Direct)?;
+            self.w.line(combine(stage.op, d, &acc, &x));
+            if rides.is_some() {
+                self.store_elems(true)?;
+            }
+            self.w.close();
+        }
         across_threads(&mut self.w, p.mode, stage.op, d, &acc);
         let fin = final_value(&mut self.h, stage.op, d, &acc, p.n_inner);
         self.w.line(format!("const {} st{si} = {fin};", cuda::reg_type(d)));
@@ -579,17 +614,24 @@ impl<'p, 'a> Emit<'p, 'a> {
         self.store_chunks()?;
         self.open_elems();
         self.pass_body(ids, Reads::Pass)?;
-        self.store_elems()?;
+        self.store_elems(false)?;
         self.close_elems();
         self.write_chunks()?;
         self.close_pass(p.cache);
+        if p.shift {
+            self.open_leftovers();
+            self.pass_body(ids, Reads::Direct)?;
+            self.store_elems(true)?;
+            self.w.close();
+        }
         Ok(())
     }
 
-    /// The current element's stores (vector mode: into the chunk arrays).
-    fn store_elems(&mut self) -> Result<(), CodegenError> {
+    /// The current element's stores (vector mode, unless `scalar`: into the chunk
+    /// arrays).
+    fn store_elems(&mut self, scalar: bool) -> Result<(), CodegenError> {
         let p = self.p;
-        let vw = p.vw;
+        let vw = if scalar { 1 } else { p.vw };
         for (i, s) in p.k.stores.iter().enumerate() {
             let d = self.cx.dtype(s.access.buffer)?;
             let v = cuda::store_conv(&mut self.h, d, &p.name(s.value));

@@ -90,6 +90,39 @@ pub(super) fn choose_mode(
     }
 }
 
+/// Elements per vector access over rows that start anywhere (16 bytes of the widest type),
+/// or 1: one inner dim, every access varying along the row a contiguous run of it, all
+/// of them the same distance past a multiple of the width at every row start (offsets
+/// and outer strides congruent), and rows of at least 4 vectors. A row's first
+/// elements up to that multiple, and its last past whole vectors, go element by
+/// element ([`super::plan::Plan::shift`]).
+pub(super) fn shifted_width(
+    elem: &[(DType, i64, usize, usize)],
+    n_inner: usize,
+    outer: &[Vec<i64>],
+    ic: &layout::Collapsed,
+) -> usize {
+    let (Some(max_size), Some(first)) = (elem.iter().map(|e| e.0.size_bytes()).max(), elem.first()) else {
+        return 1;
+    };
+    let v = (16 / max_size.clamp(1, 16)) as i64;
+    let congruent = |a: i64, b: i64| (a - b).rem_euclid(v) == 0;
+    let ok = v > 1
+        && ic.dims.len() == 1
+        && n_inner >= 4 * v as usize
+        && elem.iter().all(|&(_, off, po, pi)| {
+            ic.strides[pi] == [1]
+                && congruent(off, first.1)
+                && outer[po].len() == outer[first.2].len()
+                && outer[po].iter().zip(&outer[first.2]).all(|(&a, &b)| congruent(a, b))
+        });
+    if ok {
+        v as usize
+    } else {
+        1
+    }
+}
+
 /// Elements per vector access (16 bytes of the widest type), or 1: every access varying
 /// along the row must read it as one contiguous run (stride 1), start every row at a
 /// multiple of the width (offset and outer strides), and the row must be whole vectors.

@@ -5,7 +5,7 @@
 
 use graphc_ir::DType;
 
-use super::mode::{choose_mode, vector_width, Mode};
+use super::mode::{choose_mode, shifted_width, vector_width, Mode};
 use super::pick::picked_index;
 use super::ride::{store_pass, Classified, Ride};
 use super::xcache::{kept_exprs, Kept};
@@ -52,6 +52,10 @@ pub(super) struct Plan<'a> {
     pub rpb: usize,
     /// Elements per chunk (vector width), chunks per row, chunks and elements per thread.
     pub vw: usize,
+    /// Rows start anywhere ([`shifted_width`]): the vectors of a row begin at its
+    /// `h_`-th element (the first at a multiple of `vw`), `nv_` of them; the `h_` before
+    /// and the rest after go element by element.
+    pub shift: bool,
     pub n_chunks: usize,
     pub cpt: usize,
     pub vpt: usize,
@@ -174,18 +178,17 @@ impl<'a> Plan<'a> {
         };
         let cache = fits(multi_pass.len() + kept.exprs.len());
         let kept = if cache { kept } else { Kept::none(k.body.exprs.len()) };
+        // Rows read per pass, not vector-aligned (an odd vocabulary): shifted vectors.
+        let shifted = (vw == 1 && !cache).then(|| shifted_width(&elem_accs, n_inner, &oc.strides, &ic));
+        let (vw, shift) = shifted.filter(|&v| v > 1).map_or((vw, false), |v| (v, true));
+        let n_chunks = n_inner / vw;
         // With the register cache a pass reads registers: the stores keep their own.
-        let ride = if cache {
-            None
-        } else {
-            let c = Classified {
-                stage_dep: &stage_dep,
-                passes: &passes,
-                picked: &picked,
-            };
-            store_pass(cx, k, &c)?
+        let c = Classified {
+            stage_dep: &stage_dep,
+            passes: &passes,
+            picked: &picked,
         };
-
+        let ride = if cache { None } else { store_pass(cx, k, &c)? };
         Ok(Plan {
             k,
             ro,
@@ -210,6 +213,7 @@ impl<'a> Plan<'a> {
             block,
             rpb,
             vw,
+            shift,
             n_chunks,
             cpt,
             vpt,
@@ -239,7 +243,8 @@ impl<'a> Plan<'a> {
 
     /// The address of chunk `ci` from a row base.
     pub fn chunk_addr(&self, base: &str) -> String {
-        format!("{base} + ci * {}", self.ix.lit(self.vw as i64))
+        let shift = if self.shift { " + h_" } else { "" };
+        format!("{base}{shift} + ci * {}", self.ix.lit(self.vw as i64))
     }
 
     /// The C name of an expression's value: `e<id>` varying along the row, `r<id>` not.
