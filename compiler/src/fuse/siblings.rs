@@ -7,53 +7,30 @@
 //! FlashAttention-2 computes both from one pass: [`merge`] makes each `attention_grad`
 //! of v the [`Sibling`] of the `attention_grad` of k with the same operands and flags,
 //! where the CUDA backend generates the pair as one kernel
-//! ([`crate::codegen::attention::fuses_dkdv`]): the scores and probabilities computed
+//! ([`crate::codegen::attention::sibling_of`]): the scores and probabilities computed
 //! once, k, v, q and the output gradient read once. The backward's `attention_lse` of
 //! q and k (its own pass over every key) is what the forward's running max and sum
 //! already give: it becomes the sibling of the forward over the same q, k (and mask)
 //! with the same scale and causality, where the tensor-core forward runs
-//! ([`crate::codegen::attention::fuses_lse`]), and is stored beside the output.
+//! ([`crate::codegen::attention::sibling_of`]), and is stored beside the output.
 //!
 //! The merged kernel runs where the first of the pair ran; the readers of the other's
 //! output move after it, as [`super::bias_grad`] leaves them.
 
 use std::collections::HashSet;
 
-use graphc_ir::{AttentionOperand, Op, TensorType};
+use graphc_ir::{Op, TensorType};
 
 use crate::kernel::{KernelKind, OpKernel, Program, Sibling};
 
-/// The sibling kernel `o` would take: the op, the kernel's operands it reads (indices)
-/// and so the operands it has. None for a kernel that takes none.
+/// The sibling kernel `o` would take ([`crate::codegen::attention::sibling_of`]): the op
+/// and the kernel's operands it reads. None for a kernel that takes none.
 fn wanted(o: &OpKernel) -> Option<(Op, Vec<usize>)> {
     if !o.siblings.is_empty() {
         return None;
     }
     let tys: Vec<&TensorType> = o.inputs.iter().map(|(_, t)| t).collect();
-    match &o.op {
-        Op::AttentionGrad {
-            wrt: AttentionOperand::K,
-            scale,
-            causal,
-            zero_masked_rows,
-        } if crate::codegen::attention::fuses_dkdv(&tys) => {
-            let op = Op::AttentionGrad {
-                wrt: AttentionOperand::V,
-                scale: *scale,
-                causal: *causal,
-                zero_masked_rows: *zero_masked_rows,
-            };
-            Some((op, (0..o.inputs.len()).collect()))
-        }
-        Op::Attention { scale, causal, .. } if crate::codegen::attention::fuses_lse(&tys) => {
-            let op = Op::AttentionLse {
-                scale: *scale,
-                causal: *causal,
-            };
-            Some((op, [0, 1].into_iter().chain((tys.len() == 4).then_some(3)).collect()))
-        }
-        _ => None,
-    }
+    crate::codegen::attention::sibling_of(&o.op, &tys)
 }
 
 /// The pairs `(kernel, its sibling's kernel, the sibling's operand indices)` [`merge`]

@@ -51,7 +51,7 @@ pub(crate) struct Args<'a> {
 /// delta and maybe a mask) computes the gradient of v in the same kernel: on tensor
 /// cores (bf16 or f16, head dims multiples of 16) up to head dim
 /// [`mma_backward::FUSED_HEAD_DIM`].
-pub(crate) fn fuses_dkdv(tys: &[&TensorType]) -> bool {
+fn fuses_dkdv(tys: &[&TensorType]) -> bool {
     let Some(att) = tys.get(..3) else {
         return false;
     };
@@ -70,46 +70,51 @@ pub(crate) fn fuses_dkdv(tys: &[&TensorType]) -> bool {
 
 /// Whether the forward over operands of types `tys` (q, k, v and maybe a mask) stores
 /// the rows' log-sum-exp beside its output: on tensor cores ([`mma::applies`]).
-pub(crate) fn fuses_lse(tys: &[&TensorType]) -> bool {
+fn fuses_lse(tys: &[&TensorType]) -> bool {
     (3..=4).contains(&tys.len()) && AttentionDims::of(tys).is_ok_and(|d| mma::applies(&d) && d.sk > 0)
 }
 
-/// Whether op kernel `o` (of `op`) is generated as one kernel with its siblings: an
-/// `attention_grad` of k whose one sibling is the `attention_grad` of v with the same
-/// flags over the same operands, where [`fuses_dkdv`]; or an attention whose one
-/// sibling is the `attention_lse` of its q, k (and mask) with its scale and causality,
-/// where [`fuses_lse`].
-pub(crate) fn fuses_siblings(op: &Op, o: &crate::kernel::OpKernel) -> bool {
-    let tys: Vec<&TensorType> = o.inputs.iter().map(|(_, t)| t).collect();
-    if let (Op::Attention { scale, causal, .. }, [s]) = (op, &o.siblings[..]) {
-        let qk_mask: Vec<usize> = [0, 1].into_iter().chain((tys.len() == 4).then_some(3)).collect();
-        return s.op
-            == Op::AttentionLse {
-                scale: *scale,
-                causal: *causal,
-            }
-            && s.inputs == qk_mask
-            && fuses_lse(&tys);
-    }
-    let (
+/// The sibling the kernel of `op` over operands of types `tys` computes beside its own
+/// output, as the op and the kernel's operands it reads: the `attention_grad` of v
+/// with the same flags over the same operands beside the `attention_grad` of k, where
+/// [`fuses_dkdv`]; the `attention_lse` of its q, k (and mask) with its scale and
+/// causality beside the forward, where [`fuses_lse`]. `crate::fuse::siblings` pairs
+/// kernels by it; the CUDA backend generates no other pair.
+pub(crate) fn sibling_of(op: &Op, tys: &[&TensorType]) -> Option<(Op, Vec<usize>)> {
+    match op {
         Op::AttentionGrad {
             wrt: AttentionOperand::K,
             scale,
             causal,
             zero_masked_rows,
-        },
-        [s],
-    ) = (op, &o.siblings[..])
-    else {
-        return false;
-    };
-    s.op == Op::AttentionGrad {
-        wrt: AttentionOperand::V,
-        scale: *scale,
-        causal: *causal,
-        zero_masked_rows: *zero_masked_rows,
-    } && s.inputs.iter().copied().eq(0..o.inputs.len())
-        && fuses_dkdv(&tys)
+        } if fuses_dkdv(tys) => {
+            let v = Op::AttentionGrad {
+                wrt: AttentionOperand::V,
+                scale: *scale,
+                causal: *causal,
+                zero_masked_rows: *zero_masked_rows,
+            };
+            Some((v, (0..tys.len()).collect()))
+        }
+        Op::Attention { scale, causal, .. } if fuses_lse(tys) => {
+            let lse = Op::AttentionLse {
+                scale: *scale,
+                causal: *causal,
+            };
+            Some((lse, [0, 1].into_iter().chain((tys.len() == 4).then_some(3)).collect()))
+        }
+        _ => None,
+    }
+}
+
+/// Whether op kernel `o` (of `op`) is generated as one kernel with its siblings: its one
+/// sibling is [`sibling_of`] its op and operands.
+pub(crate) fn fuses_siblings(op: &Op, o: &crate::kernel::OpKernel) -> bool {
+    let tys: Vec<&TensorType> = o.inputs.iter().map(|(_, t)| t).collect();
+    match (&o.siblings[..], sibling_of(op, &tys)) {
+        ([s], Some((want, inputs))) => s.op == want && s.inputs == inputs,
+        _ => false,
+    }
 }
 
 /// Whether an operand's rows (offset `offset`, strides `st` over `nbd` batch dims, its

@@ -480,10 +480,7 @@ impl<'p, 'a> Emit<'p, 'a> {
             self.w.close();
             // Every thread of the row has read it before any stores over it (a store
             // may be in place of an input), as a reduction's exchange would order.
-            self.w.line(match p.mode {
-                Mode::Warp { .. } => "__syncwarp();",
-                Mode::Block(_) | Mode::Columns { .. } => "__syncthreads();",
-            });
+            self.row_barrier();
             let fin = final_value(&mut self.h, stage.op, d, &acc, p.n_inner);
             self.w.line(format!("const {} st{si} = {fin};", cuda::reg_type(d)));
             return self.row_exprs(Some(si));
@@ -496,10 +493,7 @@ impl<'p, 'a> Emit<'p, 'a> {
             }
             if !ride.prefetch.is_empty() {
                 // Every thread has read before any writes over it (a store may be in place).
-                self.w.line(match p.mode {
-                    Mode::Warp { .. } => "__syncwarp();",
-                    Mode::Block(_) | Mode::Columns { .. } => "__syncthreads();",
-                });
+                self.row_barrier();
             }
             ids.extend(p.passes.last().map(Vec::as_slice).unwrap_or_default());
             ids.sort();
@@ -556,6 +550,14 @@ impl<'p, 'a> Emit<'p, 'a> {
         }
         self.w.close();
         Ok(())
+    }
+
+    /// A barrier over the threads that share a row: the warp's, or the block's.
+    fn row_barrier(&mut self) {
+        self.w.line(match self.p.mode {
+            Mode::Warp { .. } => "__syncwarp();",
+            Mode::Block(_) | Mode::Columns { .. } => "__syncthreads();",
+        });
     }
 
     /// Picked stage `q`'s element inputs at its index, read before the pass the stores
